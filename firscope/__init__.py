@@ -1,0 +1,2 @@
+"""firscope: a visual debugger and profiler for .fir models."""
+__version__ = "0.1.0"

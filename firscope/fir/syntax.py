@@ -1,0 +1,138 @@
+"""The syntax tree of a .fir file: frozen records, each knowing its position."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import Loc
+from .expr import Expr
+
+
+@dataclass(frozen=True)
+class Tok:
+    text: str
+    loc: Loc
+
+
+@dataclass(frozen=True)
+class Directive:
+    loc: Loc  # the directive keyword
+
+
+@dataclass(frozen=True)
+class Version(Directive):
+    version: Tok
+
+
+@dataclass(frozen=True)
+class ModelName(Directive):
+    name: Tok
+
+
+@dataclass(frozen=True)
+class ConfigPath(Directive):
+    path: Tok
+
+
+@dataclass(frozen=True)
+class RuntimeKind(Directive):
+    kind: Tok
+
+
+@dataclass(frozen=True)
+class Epsilon(Directive):
+    key: Tok
+
+
+@dataclass(frozen=True)
+class Prefix(Directive):
+    prefix: Tok
+
+
+@dataclass(frozen=True)
+class RequireConfig(Directive):
+    key: Tok
+    value: Tok
+
+
+@dataclass(frozen=True)
+class RequireSym(Directive):
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Sym(Directive):
+    name: Tok
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Buf(Directive):
+    name: Tok
+    dtype: Tok
+    size: Expr
+    per_layer: bool
+    input_key: Tok | None
+    output_key: Tok | None
+
+
+@dataclass(frozen=True)
+class Weight(Directive):
+    name: Tok
+    dtype: Tok
+    source: Tok
+    shape: tuple[Expr, ...]
+
+    @property
+    def per_layer(self) -> bool:
+        return "{i}" in self.source.text
+
+
+@dataclass(frozen=True)
+class Instr:
+    mnemonic: Tok
+    operands: tuple[Tok, ...]
+
+    @property
+    def loc(self) -> Loc:
+        return self.mnemonic.loc
+
+
+@dataclass(frozen=True)
+class Kernel(Directive):
+    name: Tok
+    n_in: int
+    n_out: int
+    size_groups: tuple[Tok, ...]  # operands that must have equal element counts
+    threads: Expr
+    tg: Expr
+    tgbytes: Expr
+    expects: tuple[tuple[Tok, Expr], ...]
+    body: tuple[Instr, ...]
+    end: Loc
+
+
+@dataclass(frozen=True)
+class Node(Directive):
+    name: Tok
+    kind: Tok  # "ext" or "micro"
+    target: Tok  # ext op name or kernel name
+    args: tuple[Tok, ...]
+    outs: tuple[Tok, ...]
+
+
+@dataclass(frozen=True)
+class Repeat(Directive):
+    count: Expr
+    body: tuple[Node, ...]
+    end: Loc
+
+
+@dataclass(frozen=True)
+class FirFile:
+    path: str
+    lines: tuple[str, ...]
+    directives: tuple[Directive, ...]
+
+    def of(self, kind):
+        return [d for d in self.directives if isinstance(d, kind)]

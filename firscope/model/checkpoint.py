@@ -1,0 +1,186 @@
+"""Reading ``model.safetensors`` (single file or sharded) as data, never code.
+
+The header is parsed and checked here (size, JSON, offsets, dtype sizes) so
+that a truncated or corrupt file gets an error naming the file and the
+tensor; tensor bytes are memory-mapped, not copied. Pickled checkpoints
+(``pytorch_model.bin``, ``*.pt``) are refused: unpickling runs code.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import FirError
+
+_DTYPES = {
+    "F32": (np.float32, 4),
+    "F16": (np.float16, 2),
+    "BF16": (np.uint16, 2),
+    "F64": (np.float64, 8),
+    "I64": (np.int64, 8),
+    "I32": (np.int32, 4),
+    "I16": (np.int16, 2),
+    "I8": (np.int8, 1),
+    "U8": (np.uint8, 1),
+    "BOOL": (np.bool_, 1),
+}
+_FLOAT_DTYPES = {"F32", "F16", "BF16", "F64"}
+MAX_HEADER = 100 * 1024 * 1024
+PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt",
+           "model.pth", "model.ckpt")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: Path
+    start: int  # absolute byte offset in the file
+    nbytes: int
+
+
+class SafetensorsFile:
+    def __init__(self, path: Path):
+        self.path = path
+        self.tensors: dict[str, TensorInfo] = {}
+        self._map: np.memmap | None = None
+        try:
+            size = path.stat().st_size
+            with path.open("rb") as f:
+                head = f.read(8)
+                if len(head) < 8:
+                    raise FirError(f"{path}: truncated safetensors file ({size} bytes, "
+                                   "no header)")
+                (n,) = struct.unpack("<Q", head)
+                if n > MAX_HEADER or 8 + n > size:
+                    raise FirError(f"{path}: corrupt or truncated safetensors file: header "
+                                   f"claims {n} bytes but the file has {size}")
+                raw = f.read(n)
+        except OSError as e:
+            raise FirError(f"{path}: cannot read: {e.strerror}") from None
+        try:
+            header = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise FirError(f"{path}: corrupt safetensors header (not JSON: {e})") from None
+        if not isinstance(header, dict):
+            raise FirError(f"{path}: corrupt safetensors header (not a JSON object)")
+        data_start = 8 + n
+        data_len = size - data_start
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            try:
+                dtype = info["dtype"]
+                shape = tuple(int(d) for d in info["shape"])
+                begin, end = (int(x) for x in info["data_offsets"])
+            except (KeyError, TypeError, ValueError):
+                raise FirError(f"{path}: corrupt safetensors entry for tensor '{name}'") from None
+            if dtype not in _DTYPES:
+                raise FirError(f"{path}: tensor '{name}' has unsupported dtype {dtype}")
+            if any(d < 0 for d in shape):
+                raise FirError(f"{path}: tensor '{name}' has a negative dimension {shape}")
+            count = int(np.prod(shape, dtype=object)) if shape else 1
+            want = count * _DTYPES[dtype][1]
+            if not 0 <= begin <= end or end - begin != want:
+                raise FirError(f"{path}: corrupt safetensors entry for tensor '{name}': "
+                               f"offsets [{begin}, {end}) do not hold {shape} {dtype}")
+            if end > data_len:
+                raise FirError(f"{path}: truncated safetensors file: tensor '{name}' needs bytes "
+                               f"up to {data_start + end} but the file has {size}")
+            self.tensors[name] = TensorInfo(name, dtype, shape, path, data_start + begin, want)
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor as float32 (zero-copy where the file is already f32)."""
+        info = self.tensors[name]
+        if info.dtype not in _FLOAT_DTYPES:
+            raise FirError(f"{self.path}: tensor '{name}' is {info.dtype}; weights must be "
+                           "floating point (F32, F16, BF16, F64)")
+        if self._map is None:
+            try:
+                self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+            except (OSError, ValueError) as e:
+                raise FirError(f"{self.path}: cannot map file: {e}") from None
+        raw = self._map[info.start: info.start + info.nbytes]
+        np_dtype = _DTYPES[info.dtype][0]
+        arr = raw.view(np_dtype).reshape(info.shape)
+        if info.dtype == "BF16":
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        return arr.astype(np.float32, copy=False)
+
+
+class Checkpoint:
+    """All tensors of a model folder, possibly spread over shards."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        single = folder / "model.safetensors"
+        index = folder / "model.safetensors.index.json"
+        self.files: dict[Path, SafetensorsFile] = {}
+        self.where: dict[str, SafetensorsFile] = {}
+        if single.exists():
+            self._add(single)
+        elif index.exists():
+            self._load_index(index)
+        else:
+            pickled = [p for p in PICKLED if (folder / p).exists()]
+            pickled += [p.name for p in folder.glob("*.bin")][:1] if not pickled else []
+            if pickled:
+                raise FirError(f"{folder / pickled[0]}: pickled checkpoints are refused (loading "
+                               "them can run arbitrary code); convert the model to "
+                               "model.safetensors, e.g. with save_pretrained(safe_serialization=True)")
+            raise FirError(f"{single}: no such file (and no model.safetensors.index.json)")
+
+    def _add(self, path: Path) -> SafetensorsFile:
+        if path not in self.files:
+            if not path.exists():
+                raise FirError(f"{path}: no such file")
+            self.files[path] = SafetensorsFile(path)
+        return self.files[path]
+
+    def _load_index(self, index: Path) -> None:
+        try:
+            data = json.loads(index.read_text())
+            weight_map = data["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError
+        except json.JSONDecodeError as e:
+            raise FirError(f"{index}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+        except (KeyError, TypeError):
+            raise FirError(f"{index}: expected an object with a 'weight_map'") from None
+        except OSError as e:
+            raise FirError(f"{index}: cannot read: {e.strerror}") from None
+        for name, shard in weight_map.items():
+            shard_path = (self.folder / str(shard))
+            if shard_path.resolve().parent != self.folder.resolve():
+                raise FirError(f"{index}: shard {shard!r} for '{name}' is outside the model folder")
+            f = self._add(shard_path)
+            if name not in f.tensors:
+                raise FirError(f"{shard_path}: tensor '{name}' listed in {index.name} is missing")
+            self.where[name] = f
+
+    def __contains__(self, name: str) -> bool:
+        self._ensure_names()
+        return name in self.where
+
+    def _ensure_names(self):
+        if not self.where:
+            for f in self.files.values():
+                for n in f.tensors:
+                    self.where[n] = f
+
+    def names(self) -> list[str]:
+        self._ensure_names()
+        return sorted(self.where)
+
+    def info(self, name: str) -> TensorInfo:
+        self._ensure_names()
+        return self.where[name].tensors[name]
+
+    def read(self, name: str) -> np.ndarray:
+        self._ensure_names()
+        return self.where[name].read(name)

@@ -1,0 +1,67 @@
+"""config.json: read as data, checked against the model file's ``require`` lines."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+from ..errors import FirError
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def load_config(path: Path) -> dict:
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise FirError(f"{path}: config file is too large")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FirError(f"{path}: config file not found (the model file's 'config' line names "
+                       "it, relative to the .fir file's folder)") from None
+    except UnicodeDecodeError:
+        raise FirError(f"{path}: config file is not UTF-8 text") from None
+    except OSError as e:
+        raise FirError(f"{path}: cannot read config: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FirError(f"{path}:{e.lineno}:{e.colno}: config is not valid JSON: {e.msg}") from None
+    except RecursionError:
+        raise FirError(f"{path}: config is nested too deeply") from None
+    if not isinstance(data, dict):
+        raise FirError(f"{path}: config must be a JSON object, found {type(data).__name__}")
+    return data
+
+
+def integer_symbols(config: dict) -> dict[str, Fraction]:
+    """Every integer key of the config is a symbol (booleans are not integers)."""
+    return {k: Fraction(v) for k, v in config.items()
+            if isinstance(v, int) and not isinstance(v, bool) and k.isidentifier()}
+
+
+def parse_require_value(text: str):
+    if text == "true":
+        return True
+    if text == "false":
+        return False
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return text
+
+
+def config_matches(expected, found) -> bool:
+    if isinstance(expected, bool) or isinstance(found, bool):
+        return isinstance(found, bool) and isinstance(expected, bool) and expected == found
+    if isinstance(expected, Fraction):
+        if isinstance(found, (int, float)):
+            try:
+                return Fraction(found) == expected
+            except (ValueError, OverflowError):
+                return False
+        return False
+    return isinstance(found, str) and found == expected
+
+
+def show_json(value) -> str:
+    return json.dumps(value)

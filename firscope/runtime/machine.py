@@ -1,0 +1,206 @@
+"""The graph runtime: arena, decode step, generation, and event hooks.
+
+A decode step writes the token id and position into the ``input:``
+buffers, runs every node of the unrolled plan in order, and reads
+``output:logits``. The pieces of a step (:meth:`Machine.begin_token`,
+:meth:`Machine.run_node`, :meth:`Machine.dispatch`,
+:meth:`Machine.finish_token`) are public so that the debugger can drive a
+step node by node and instruction by instruction on the same arena.
+
+Hooks: a debugger or profiler appends callables to the lists of
+:class:`Hooks`. With every list empty the step runs the plain loop, so an
+unobserved run pays nothing for them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import FirError
+from ..model.loader import Model, PlanNode
+from ..vm.interp import Dispatch
+from .extops import EXT_IMPLS
+
+DEFAULT_BUDGET = 50_000_000  # instructions per dispatch before a kernel counts as runaway
+
+
+@dataclass
+class Hooks:
+    before_node: list[Callable] = field(default_factory=list)  # (machine, node)
+    after_node: list[Callable] = field(default_factory=list)  # (machine, node, seconds)
+    before_instruction: list[Callable] = field(default_factory=list)  # (dispatch, op)
+    after_instruction: list[Callable] = field(default_factory=list)  # (dispatch, op)
+    on_dispatch: list[Callable] = field(default_factory=list)  # (machine, node, dispatch)
+
+    @property
+    def per_node(self) -> bool:
+        return bool(self.before_node or self.after_node)
+
+    @property
+    def per_instruction(self) -> bool:
+        return bool(self.before_instruction or self.after_instruction or self.on_dispatch)
+
+
+@dataclass
+class StepResult:
+    token: int
+    position: int
+    logits: np.ndarray
+
+
+class Machine:
+    def __init__(self, model: Model, *, engine: str = "interp", hooks: Hooks | None = None,
+                 budget: int | None = DEFAULT_BUDGET):
+        self.model = model
+        self.arena = model.arena
+        self.hooks = hooks or Hooks()
+        self.budget = budget
+        self.engine = engine
+        self.position = 0
+        self.history: list[int] = []  # tokens fed so far, in order
+        self.current_token: int | None = None
+        self.kernel_runner = None  # set by the compiled engine (vm.compiled)
+        if engine == "compiled":
+            from ..vm.compiled import CompiledRunner
+            self.kernel_runner = CompiledRunner(model)
+        elif engine != "interp":
+            raise FirError(f"unknown engine '{engine}' (compiled or interp)")
+        self._buffer_slices = [(r.base, r.base + r.size) for name, r in model.regions.items()
+                               if name.split("@")[0] in model.buffers]
+
+    # -- state ---------------------------------------------------------------
+    def reset(self) -> None:
+        """Zero every buffer (weights stay) and go back to position 0."""
+        for a, b in self._buffer_slices:
+            self.arena[a:b] = 0
+        self.position = 0
+        self.history = []
+        self.current_token = None
+
+    @property
+    def n_positions(self) -> int | None:
+        return self.model.n_positions
+
+    def check_token(self, token: int) -> None:
+        vocab = self.model.vocab
+        if not 0 <= token < vocab:
+            raise FirError(f"token id {token} is outside the vocabulary 0..{vocab - 1}")
+
+    def check_room(self, steps: int) -> None:
+        limit = self.n_positions
+        if limit is not None and self.position + steps > limit:
+            raise FirError(f"decoding {steps} more token(s) from position {self.position} would "
+                           f"reach position {self.position + steps - 1}, past n_positions "
+                           f"{limit} (positions 0..{limit - 1})")
+
+    # -- one step, in pieces -----------------------------------------------------
+    def begin_token(self, token: int) -> None:
+        token = int(token)
+        self.check_token(token)
+        self.check_room(1)
+        m = self.model
+        self.arena[m.inputs["token"].base] = token
+        self.arena[m.inputs["position"].base] = self.position
+        self.current_token = token
+
+    def dispatch(self, node: PlanNode, **kw) -> Dispatch:
+        return Dispatch(node.program, self.arena, **kw)
+
+    def run_node(self, node: PlanNode) -> None:
+        hooks = self.hooks
+        if hooks.per_node:
+            for h in hooks.before_node:
+                h(self, node)
+            t = time.perf_counter()
+            self._execute(node)
+            dt = time.perf_counter() - t
+            for h in hooks.after_node:
+                h(self, node, dt)
+        else:
+            self._execute(node)
+
+    def _execute(self, node: PlanNode) -> None:
+        if node.kind == "ext":
+            EXT_IMPLS[node.target](self.arena, node)
+            return
+        hooks = self.hooks
+        if hooks.per_instruction:
+            d = self.dispatch(node)
+            for h in hooks.on_dispatch:
+                h(self, node, d)
+            before, after = hooks.before_instruction, hooks.after_instruction
+            budget = self.budget
+            while not d.done:
+                if budget is not None and d.steps >= budget:
+                    d.over_budget(budget)
+                op = d.current
+                for h in before:
+                    h(d, op)
+                d.step()
+                for h in after:
+                    h(d, op)
+            return
+        if self.kernel_runner is not None:
+            self.kernel_runner.run(node, self.arena, self.budget)
+            return
+        Dispatch(node.program, self.arena).run(self.budget)
+
+    def finish_token(self) -> StepResult:
+        out = self.model.outputs["logits"]
+        logits = self.arena[out.base: out.base + out.size].copy()
+        result = StepResult(self.current_token, self.position, logits)
+        self.history.append(self.current_token)
+        self.position += 1
+        self.current_token = None
+        return result
+
+    def step(self, token: int) -> StepResult:
+        self.begin_token(token)
+        for node in self.model.nodes:
+            self.run_node(node)
+        return self.finish_token()
+
+    # -- generation ------------------------------------------------------------------
+    def generate(self, prompt: list[int], n: int, *, temperature: float = 0.0,
+                 seed: int | None = None,
+                 on_step: Callable[[StepResult, int | None], None] | None = None):
+        """Feed ``prompt`` one token per step, then generate ``n`` tokens.
+
+        Runs ``len(prompt) + n - 1`` steps (the last generated token is not
+        fed back). Returns (generated ids, list of per-step logits).
+        """
+        if not prompt:
+            raise FirError("the prompt is empty: give at least one token")
+        for t in prompt:
+            self.check_token(t)
+        self.check_room(len(prompt) + max(n - 1, 0))
+        rng = np.random.default_rng(seed)
+        logits_all = []
+        generated: list[int] = []
+        pending = list(prompt)
+        while pending:
+            tok = pending.pop(0)
+            res = self.step(tok)
+            logits_all.append(res.logits)
+            nxt = None
+            if not pending and len(generated) < n:
+                nxt = choose_token(res.logits, temperature, rng)
+                generated.append(nxt)
+                if len(generated) < n:
+                    pending.append(nxt)
+            if on_step is not None:
+                on_step(res, nxt)
+        return generated, logits_all
+
+
+def choose_token(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    z = logits.astype(np.float64) / temperature
+    z -= z.max()
+    p = np.exp(z)
+    p /= p.sum()
+    return int(rng.choice(len(p), p=p))

@@ -1,0 +1,1 @@
+"""One opcode table; assembler; SIMT step interpreter; compiled kernels."""

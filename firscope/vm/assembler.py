@@ -1,0 +1,302 @@
+"""Kernel text -> checked code -> a program bound to one node's operands.
+
+Two stages, because a kernel is checked once when the model loads but its
+constants (``in0.size``) and addresses (``@in0``, per-layer ``@buffer``)
+depend on the node that dispatches it:
+
+* :func:`check_kernel` validates mnemonics, operand counts and kinds,
+  register numbers, and ``forbegin``/``ifbegin`` nesting. It yields a
+  :class:`KernelCode` of :class:`StaticOp` rows with expressions unevaluated.
+* :func:`bind` evaluates every expression for one node and resolves every
+  address to ``(base, extent, offset)`` in the arena, giving a
+  :class:`Program` the interpreter and the compiled path execute.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..errors import FirError, Loc
+from ..fir import syntax as S
+from ..fir.expr import Env, Expr, eval_f32, eval_int, parse_expr, uses_operand_size
+from .opcodes import BLOCKS, CLOSERS, OPCODES, OpSpec
+
+NREGS = 32
+MAX_THREADS = 1 << 24  # lanes in one dispatch; R and U files are 256 bytes per lane
+
+_ADDR = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)")
+_OPERAND = re.compile(r"(in|out)(\d+)$")
+
+
+@dataclass(frozen=True)
+class AddrRef:
+    target: str  # "in0", "out2" or a buffer name
+    offset: Expr | None
+
+
+@dataclass(frozen=True)
+class StaticOp:
+    pc: int
+    spec: OpSpec
+    operands: tuple  # ints for registers, Expr for K/F, AddrRef for A
+    loc: Loc
+    text: str  # the instruction as written, for display
+    match: int | None  # pc of the matching forbegin/forend/ifbegin/ifend
+    depth: int  # block nesting depth (for indentation in the UI)
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    name: str
+    syntax: S.Kernel
+    ops: tuple[StaticOp, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.syntax.n_in
+
+    @property
+    def n_out(self) -> int:
+        return self.syntax.n_out
+
+    def operand_names(self) -> list[str]:
+        return [f"in{i}" for i in range(self.n_in)] + [f"out{i}" for i in range(self.n_out)]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A named extent of the arena: a buffer instance or an f32 weight."""
+
+    name: str  # display name: "scores", "key_cache@3", "ln1w@0"
+    base: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Address:
+    operand: str  # as written: "in2", "scores"
+    region: Region
+    offset: int
+
+    @property
+    def base(self) -> int:
+        return self.region.base
+
+    @property
+    def extent(self) -> int:
+        return self.region.size
+
+    def __str__(self) -> str:
+        off = f"{self.offset:+d}" if self.offset else ""
+        return f"@{self.operand}{off}"
+
+
+@dataclass(frozen=True)
+class Op:
+    pc: int
+    spec: OpSpec
+    args: tuple  # ints, np.float32, Address
+    loc: Loc
+    text: str
+    match: int | None
+    depth: int
+
+    @property
+    def line(self) -> int:
+        return self.loc.line
+
+
+@dataclass(frozen=True)
+class Program:
+    kernel: KernelCode
+    node: str  # full node name, "attention@3"
+    layer: int | None
+    threads: int
+    ops: tuple[Op, ...]
+    operands: tuple[tuple[str, Region], ...]  # in0.. out0.. bindings
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def written_regions(self) -> list[Region]:
+        """Every region a store in this program can touch (for undo logs)."""
+        seen: dict[str, Region] = {}
+        for op in self.ops:
+            if op.spec.mnemonic == "ustoref32":
+                r = op.args[2].region
+                seen[r.name] = r
+        return list(seen.values())
+
+    def constants_key(self) -> tuple:
+        """Everything the compiled code depends on except region bases."""
+        out = []
+        for op in self.ops:
+            for a in op.args:
+                if isinstance(a, Address):
+                    out.append(("A", a.operand, a.offset, a.extent))
+                elif isinstance(a, np.float32):
+                    out.append(("F", int(a.view(np.uint32))))
+                else:
+                    out.append(a)
+        return tuple(out)
+
+
+def check_kernel(k: S.Kernel, is_buffer: Callable[[str], bool]) -> KernelCode:
+    """Check a kernel's text once; ``is_buffer`` says whether ``@NAME`` exists."""
+    ops: list[StaticOp] = []
+    stack: list[tuple[str, int, Loc]] = []
+    pending_match: dict[int, int] = {}
+    for pc, ins in enumerate(k.body):
+        m = ins.mnemonic
+        spec = OPCODES.get(m.text)
+        if spec is None:
+            near = [n for n in OPCODES if n[:3] == m.text[:3]]
+            hint = f"did you mean {', '.join(near)}?" if near else None
+            raise FirError(f"unknown instruction '{m.text}' in kernel '{k.name.text}'", m.loc, hint)
+        if len(ins.operands) != len(spec.operands):
+            where = ins.operands[len(spec.operands)].loc if len(ins.operands) > len(spec.operands) \
+                else m.loc
+            raise FirError(f"'{m.text}' takes {len(spec.operands)} operand"
+                           f"{'s' if len(spec.operands) != 1 else ''} (`{spec.usage}`), "
+                           f"found {len(ins.operands)}", where)
+        operands = tuple(_static_operand(kind, tok, k, is_buffer)
+                         for kind, tok in zip(spec.operands, ins.operands))
+        depth = len(stack)
+        match = None
+        if m.text in BLOCKS:
+            stack.append((m.text, pc, m.loc))
+        elif m.text in CLOSERS:
+            if not stack:
+                raise FirError(f"'{m.text}' without a matching '{CLOSERS[m.text]}'", m.loc)
+            opener, open_pc, open_loc = stack.pop()
+            if BLOCKS[opener] != m.text:
+                raise FirError(f"'{m.text}' closes the '{opener}' opened at line "
+                               f"{open_loc.line}; expected '{BLOCKS[opener]}'", m.loc)
+            match = open_pc
+            pending_match[open_pc] = pc
+            depth = len(stack)
+        text = " ".join([m.text] + [t.text for t in ins.operands])
+        ops.append(StaticOp(pc, spec, operands, m.loc, text, match, depth))
+    if stack:
+        opener, _, loc = stack[-1]
+        raise FirError(f"'{opener}' without a matching '{BLOCKS[opener]}' before 'endkernel'", loc)
+    ops = [StaticOp(o.pc, o.spec, o.operands, o.loc, o.text, pending_match.get(o.pc, o.match),
+                    o.depth) for o in ops]
+    return KernelCode(k.name.text, k, tuple(ops))
+
+
+def _static_operand(kind: str, tok: S.Tok, k: S.Kernel, is_buffer):
+    if kind in ("Rd", "Rs", "Ud", "Us"):
+        file = kind[0]
+        text = tok.text
+        if text[:1] in ("R", "U", "r", "u") and text[1:].isdigit():
+            if text[0].upper() != file:
+                raise FirError(f"expected a {file} register, found {text}", tok.loc)
+            text = text[1:]
+        if not text.lstrip("-").isdigit():
+            raise FirError(f"expected a register number 0..{NREGS - 1}, found {tok.text!r}",
+                           tok.loc)
+        n = int(text)
+        if not 0 <= n < NREGS:
+            raise FirError(f"register {file}{n} is outside 0..{NREGS - 1}", tok.loc)
+        return n
+    if kind in ("K", "F"):
+        return parse_expr(tok.text, tok.loc)
+    if kind == "A":
+        m = _ADDR.match(tok.text)
+        if not m:
+            raise FirError(f"expected an address like @in0, @out1 or @buffer, found {tok.text!r}",
+                           tok.loc)
+        target = m.group(1)
+        om = _OPERAND.match(target)
+        if om:
+            limit = k.n_in if om.group(1) == "in" else k.n_out
+            if int(om.group(2)) >= limit:
+                raise FirError(f"kernel '{k.name.text}' has {limit} '{om.group(1)}' operand"
+                               f"{'s' if limit != 1 else ''}; '@{target}' does not exist", tok.loc)
+        elif not is_buffer(target):
+            raise FirError(f"undefined buffer '@{target}'", tok.loc)
+        rest = tok.text[m.end():]
+        offset = None
+        if rest:
+            if rest[0] not in "+-":
+                raise FirError(f"expected '+' or '-' after @{target}", tok.loc.shifted(m.end()))
+            # "+2*hidden" parses as the unary/binary expression 0+2*hidden
+            offset = parse_expr("0" + rest, tok.loc.shifted(m.end() - 1))
+        return AddrRef(target, offset)
+    raise AssertionError(kind)  # pragma: no cover
+
+
+def kernel_threads_need_sizes(code: KernelCode) -> bool:
+    return uses_operand_size(code.syntax.threads)
+
+
+def bind(code: KernelCode, *, symbols: Mapping, operands: Mapping[str, Region],
+         resolve_buffer: Callable[[str], Region], node: str, layer: int | None,
+         node_loc: Loc | None = None) -> Program:
+    """Resolve a kernel for one node: evaluate constants, place addresses."""
+    sizes = {name: r.size for name, r in operands.items()}
+    env = Env(symbols, sizes)
+    k = code.syntax
+    threads = _node_int(k.threads, env, "threads", node, node_loc)
+    if threads < 0 or threads > MAX_THREADS:
+        raise FirError(f"node {node}: kernel '{code.name}' dispatches {threads} threads "
+                       f"(allowed 0..{MAX_THREADS})", k.threads.loc)
+    ops = []
+    for so in code.ops:
+        args = []
+        for kind, operand in zip(so.spec.operands, so.operands):
+            if kind == "K":
+                v = _node_int(operand, env, "integer constant", node, node_loc)
+                if not -(1 << 31) <= v < (1 << 32):
+                    raise FirError(f"constant {v} does not fit in 32 bits", operand.loc)
+                args.append(v & 0xFFFFFFFF)
+            elif kind == "F":
+                args.append(_node_f32(operand, env, node, node_loc))
+            elif kind == "A":
+                region = operands.get(operand.target) or resolve_buffer(operand.target)
+                off = 0
+                if operand.offset is not None:
+                    off = _node_int(operand.offset, env, "address offset", node, node_loc)
+                args.append(Address(operand.target, region, off))
+            else:
+                args.append(operand)
+        ops.append(Op(so.pc, so.spec, tuple(args), so.loc, so.text, so.match, so.depth))
+    bound = tuple((name, operands[name]) for name in code.operand_names())
+    return Program(code, node, layer, threads, tuple(ops), bound)
+
+
+def _node_int(expr, env, what, node, node_loc):
+    try:
+        return eval_int(expr, env, what)
+    except FirError as e:
+        raise FirError(f"{e.message} (for node {node})", e.loc) from None
+
+
+def _node_f32(expr, env, node, node_loc):
+    try:
+        return eval_f32(expr, env)
+    except FirError as e:
+        raise FirError(f"{e.message} (for node {node})", e.loc) from None
+
+
+def disassemble(program: Program) -> list[str]:
+    """One line per op with resolved operands, for the UI and for debugging."""
+    out = []
+    for op in program.ops:
+        parts = []
+        for kind, a in zip(op.spec.operands, op.args):
+            if kind in ("Rd", "Rs"):
+                parts.append(f"R{a}")
+            elif kind in ("Ud", "Us"):
+                parts.append(f"U{a}")
+            elif kind == "A":
+                parts.append(f"{a}=[{a.region.name}+{a.offset}]")
+            else:
+                parts.append(repr(float(a)) if isinstance(a, np.float32) else str(a))
+        out.append(f"{op.pc:4d}  {'  ' * op.depth}{op.spec.mnemonic} {' '.join(parts)}")
+    return out
