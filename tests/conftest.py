@@ -1,0 +1,77 @@
+"""Shared fixtures: the bundled sample model and small random GPT-2 checkpoints."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "sample_models" / "tiny-gpt2"
+SEED_FIR = SAMPLE / "gpt2.fir"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def write_random_gpt2(folder: Path, *, n_layer=2, n_embd=64, n_head=4, n_positions=32,
+                      vocab=256, prefix="transformer.", seed=0, fir_text=None,
+                      config_extra=None) -> Path:
+    """A randomly initialised GPT-2 in HF's safetensors layout, made with NumPy only."""
+    from safetensors.numpy import save_file
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    E = n_embd
+
+    def r(*shape, s=0.1):
+        return rng.normal(0, s, shape).astype(np.float32)
+
+    t = {"wte.weight": r(vocab, E, s=0.05), "wpe.weight": r(n_positions, E, s=0.02)}
+    for i in range(n_layer):
+        p = f"h.{i}."
+        t[p + "ln_1.weight"] = 1 + r(E)
+        t[p + "ln_1.bias"] = r(E)
+        t[p + "attn.c_attn.weight"] = r(E, 3 * E)
+        t[p + "attn.c_attn.bias"] = r(3 * E)
+        t[p + "attn.c_proj.weight"] = r(E, E)
+        t[p + "attn.c_proj.bias"] = r(E)
+        t[p + "ln_2.weight"] = 1 + r(E)
+        t[p + "ln_2.bias"] = r(E)
+        t[p + "mlp.c_fc.weight"] = r(E, 4 * E)
+        t[p + "mlp.c_fc.bias"] = r(4 * E)
+        t[p + "mlp.c_proj.weight"] = r(4 * E, E)
+        t[p + "mlp.c_proj.bias"] = r(E)
+    t["ln_f.weight"] = 1 + r(E)
+    t["ln_f.bias"] = r(E)
+    save_file({prefix + k: v for k, v in t.items()}, str(folder / "model.safetensors"))
+    config = dict(model_type="gpt2", n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                  n_positions=n_positions, vocab_size=vocab, layer_norm_epsilon=1e-5,
+                  activation_function="gelu_new", scale_attn_weights=True)
+    config.update(config_extra or {})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    fir = folder / "gpt2.fir"
+    if fir_text is None:
+        shutil.copy(SEED_FIR, fir)
+    else:
+        fir.write_text(fir_text)
+    return fir
+
+
+@pytest.fixture
+def random_model(tmp_path) -> Path:
+    """Path to gpt2.fir beside a random 2-layer GPT-2 (n_embd 64, vocab 256)."""
+    return write_random_gpt2(tmp_path / "rand")
+
+
+@pytest.fixture
+def make_model(tmp_path):
+    """Factory: make_model(name, **kw) -> path of a gpt2.fir beside a random checkpoint."""
+    def make(name="m", **kw):
+        return write_random_gpt2(tmp_path / name, **kw)
+    return make
+
+
+@pytest.fixture(scope="session")
+def sample_fir() -> Path:
+    return SEED_FIR
