@@ -5,7 +5,7 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
-from ..errors import FirError
+from ..errors import FirError, Loc
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -25,7 +25,10 @@ def load_config(path: Path) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise FirError(f"{path}:{e.lineno}:{e.colno}: config is not valid JSON: {e.msg}") from None
+        lines = text.splitlines()
+        line = lines[e.lineno - 1] if 0 < e.lineno <= len(lines) else ""
+        raise FirError(f"config is not valid JSON: {e.msg}",
+                       Loc(str(path), e.lineno, e.colno, line[:300])) from None
     except RecursionError:
         raise FirError(f"{path}: config is nested too deeply") from None
     if not isinstance(data, dict):
