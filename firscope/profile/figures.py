@@ -1,0 +1,263 @@
+"""The report's figures, drawn from the sections of :func:`export.report_dict` only.
+
+Drawing from the same dictionary that becomes ``report.json`` keeps the
+JSON the data behind every figure. Figures use matplotlib's object API on
+the Agg canvas (no pyplot state), so a report can be written from a worker
+thread of the TUI. Each function returns PNG bytes, or None when its data
+is missing.
+"""
+from __future__ import annotations
+
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+DPI = 90
+KIND_COLORS = {"ext": "#4c72b0", "micro": "#dd8452"}
+MAX_TIMELINE_STEPS = 12
+MAX_LABELS = 40
+
+
+def _new(w: float, h: float) -> Figure:
+    fig = Figure(figsize=(w, h), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _layer_label(layer) -> str:
+    return "outside" if layer is None else f"layer {layer}"
+
+
+def _name_colors(names: list[str]) -> dict[str, tuple]:
+    cmap = matplotlib.colormaps["tab20"]
+    return {n: cmap(i % 20) for i, n in enumerate(names)}
+
+
+# -- time ----------------------------------------------------------------------------------
+def time_by_name(timing: dict | None) -> bytes | None:
+    if not timing or not timing["by_name"]:
+        return None
+    rows = sorted(timing["by_name"], key=lambda r: r["total_us"])
+    fig = _new(9, 0.28 * len(rows) + 1.2)
+    ax = fig.add_subplot()
+    ax.barh([r["name"] for r in rows], [r["total_us"] / 1000 for r in rows],
+            color=[KIND_COLORS.get(r["kind"], "gray") for r in rows])
+    ax.set_xlabel("total time over all steps and layers (ms)")
+    ax.set_title("Time per node name (blue: ext, orange: micro)")
+    for i, r in enumerate(rows):
+        if r["share"] is not None:
+            ax.text(r["total_us"] / 1000, i, f" {100 * r['share']:.1f}%", va="center", fontsize=8)
+    ax.margins(x=0.12)
+    return _png(fig)
+
+
+def time_by_layer(timing: dict | None) -> bytes | None:
+    if not timing or not timing["by_layer"]:
+        return None
+    rows = timing["by_layer"]
+    fig = _new(9, 3)
+    ax = fig.add_subplot()
+    ax.bar([_layer_label(r["layer"]) for r in rows], [r["total_us"] / 1000 for r in rows],
+           color="#55a868")
+    ax.set_ylabel("ms")
+    ax.set_title("Time per layer (all steps)")
+    if len(rows) > 16:
+        ax.tick_params(axis="x", labelrotation=90, labelsize=7)
+    return _png(fig)
+
+
+def time_per_step(timing: dict | None) -> bytes | None:
+    if not timing or not timing["steps"]:
+        return None
+    steps = timing["steps"]
+    fig = _new(9, 2.8)
+    ax = fig.add_subplot()
+    x = [s["step"] for s in steps]
+    ax.plot(x, [s["span_us"] / 1000 for s in steps], marker="o", ms=3, label="span")
+    ax.plot(x, [s["compute_us"] / 1000 for s in steps], marker=".", ms=3,
+            label="inside nodes")
+    ax.set_xlabel("step (position)")
+    ax.set_ylabel("ms")
+    ax.set_title("Time per decode step")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
+    if not timing or not timing["steps"]:
+        return None
+    steps = timing["steps"][:MAX_TIMELINE_STEPS]
+    names = list(dict.fromkeys(n["name"] for n in nodes))
+    colors = _name_colors(names)
+    fig = _new(9.5, max(0.35 * len(steps) + 1.2, 0.17 * len(names) + 0.6))
+    ax = fig.add_subplot()
+    for row, s in enumerate(steps):
+        starts = timing["node_start_us"][s["step"]]
+        durs = timing["node_us"][s["step"]]
+        t0 = s["start_us"]
+        for n, st, d in zip(nodes, starts, durs):
+            if d is None:
+                continue
+            ax.broken_barh([((st - t0) / 1000, d / 1000)], (row - 0.4, 0.8),
+                           facecolors=colors[n["name"]], linewidth=0)
+    ax.set_yticks(range(len(steps)), [f"step {s['step']}" for s in steps], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the start of the step")
+    ax.set_title("Timeline: nodes within each step"
+                 + (f" (first {len(steps)} steps)" if len(timing["steps"]) > len(steps) else ""))
+    handles = [Patch(color=colors[n], label=n) for n in names]
+    ax.legend(handles=handles, fontsize=7, ncol=1 if len(handles) <= 24 else 2,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return _png(fig)
+
+
+# -- instructions ---------------------------------------------------------------------------
+def instructions(instr: dict | None) -> bytes | None:
+    if not instr or not instr["kernels"]:
+        return None
+    ks = instr["kernels"]
+    fig = _new(9, 0.35 * len(ks) + 1.6)
+    ax1, ax2 = fig.subplots(1, 2, sharey=True)
+    labels = [k["kernel"] for k in ks]
+    ax1.barh(labels, [k["steps"] for k in ks], color="#8172b3")
+    ax1.set_xscale("log")
+    ax1.set_xlabel("instructions executed")
+    ax2.barh(labels, [100 * (k["utilisation"] or 0) for k in ks], color="#64b5cd")
+    ax2.set_xlim(0, 100)
+    ax2.set_xlabel("lane utilisation (%)")
+    fig.suptitle(f"Kernels over {len(instr['tokens'])} instrumented step(s)")
+    return _png(fig)
+
+
+# -- quantization ---------------------------------------------------------------------------
+def weight_error(quant: dict) -> bytes | None:
+    ws = quant.get("weights") or []
+    if not ws:
+        return None
+    decls = list(dict.fromkeys(w["decl"] for w in ws))
+    fig = _new(9, 3.4)
+    ax1, ax2 = fig.subplots(1, 2)
+    for d in decls:
+        rows = [w for w in ws if w["decl"] == d]
+        x = [w["layer"] if w["layer"] is not None else -1 for w in rows]
+        ax1.plot(x, [w["rmse"] for w in rows], marker="o", ms=3, label=d)
+    ax1.set_xlabel("layer (-1: not in a layer)" if any(w["layer"] is None for w in ws)
+                   else "layer")
+    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.set_ylabel("rmse")
+    ax1.set_title("Weight rmse per layer")
+    ax1.legend(fontsize=7)
+    for bd in quant.get("weights_by_decl") or []:
+        hist = np.asarray(bd["hist"], dtype=float)
+        edges = np.linspace(0, bd["hist_range"], len(hist) + 1)
+        ax2.stairs(hist / max(hist.sum(), 1), edges, label=bd["decl"])
+    ax2.set_yscale("log")
+    ax2.set_xlabel("|error| (last bucket: everything above)")
+    ax2.set_title("|error| histogram (fraction)")
+    ax2.legend(fontsize=7)
+    return _png(fig)
+
+
+def activation_error(quant: dict, nodes: list[dict]) -> bytes | None:
+    acts = quant.get("activations")
+    if not acts:
+        return None
+    prim = [r for r in acts["per_node"] if r["primary"]]
+    if not prim:
+        return None
+    layer_of = {n["index"]: n["layer"] for n in nodes}
+    fig = _new(9, 4.2)
+    ax1, ax2 = fig.subplots(2, 1, height_ratios=[3, 2])
+    x = np.arange(len(prim))
+    y = [r["rel_l2_mean"] if r["rel_l2_mean"] is not None else np.nan for r in prim]
+    layers = [layer_of.get(r["node"]) for r in prim]
+    cmap = matplotlib.colormaps["tab10"]
+    cols = ["gray" if lay is None else cmap(lay % 10) for lay in layers]
+    ax1.bar(x, [v if v and v > 0 else np.nan for v in y], color=cols)
+    if any(v and v > 0 for v in y):
+        ax1.set_yscale("log")
+    ax1.set_ylabel("relative L2")
+    ax1.set_title("Node output error, q4 vs f32 (mean over steps; colour = layer)")
+    if len(prim) <= MAX_LABELS:
+        ax1.set_xticks(x, [r["full_name"] for r in prim], rotation=90, fontsize=6)
+    else:
+        ax1.set_xticks([])
+        ax1.set_xlabel("node (plan order)")
+    per_layer = acts.get("per_layer") or []
+    if per_layer:
+        ax2.plot([r["layer"] for r in per_layer],
+                 [r["sqnr_db"] if r["sqnr_db"] is not None else np.nan for r in per_layer],
+                 marker="o")
+        ax2.set_xlabel("layer")
+        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax2.set_ylabel("SQNR (dB)")
+        ax2.set_title("Residual stream after each layer")
+    else:
+        ax2.set_axis_off()
+    return _png(fig)
+
+
+def logits(quant: dict) -> bytes | None:
+    lg = quant.get("logits")
+    if not lg or not lg["per_step"]:
+        return None
+    rows = lg["per_step"]
+    fig = _new(9, 3)
+    ax1, ax2 = fig.subplots(1, 2)
+    x = [r["step"] for r in rows]
+    ax1.bar(x, [r["kl"] or 0 for r in rows],
+            color=["#55a868" if r["same_top"] else "#c44e52" for r in rows])
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("KL(P_f32 || P_q4), nats")
+    ax1.set_title("KL per step (red: top-1 differs)")
+    ax2.bar(x, [r["delta_p"] or 0 for r in rows], color="#4c72b0")
+    ax2.axhline(0, color="black", lw=0.5)
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("Δp of the f32 top token")
+    ax2.set_title("P_q4 − P_f32 (f32 top token)")
+    return _png(fig)
+
+
+# -- attention -------------------------------------------------------------------------------
+def attention(site: dict) -> bytes | None:
+    """One layer: a heatmap per head, queries down, keys across; blank = masked."""
+    if not site["positions"]:
+        return None
+    n_head = site["n_head"]
+    keys = max(site["positions"]) + 1
+    cols = min(n_head, 6)
+    rows = math.ceil(n_head / cols)
+    fig = _new(min(9, 1.6 * cols + 1), 1.6 * rows + 0.6)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+    im = None
+    for h in range(n_head):
+        m = np.full((len(site["positions"]), keys), np.nan)
+        for i, r in enumerate(site["probs"][h]):
+            m[i, : len(r)] = r
+        ax = axes[h]
+        im = ax.imshow(m, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+        ax.set_title(f"head {h}", fontsize=8)
+        ax.tick_params(labelsize=6)
+    for ax in axes[n_head:]:
+        ax.set_axis_off()
+    if im is not None:
+        fig.colorbar(im, ax=list(axes[:n_head]), shrink=0.8)
+    fig.suptitle(f"{site['full_name']}: softmax of '{site['buffer']}' (rows: query position, "
+                 "columns: key position)", fontsize=9)
+    return _png(fig)

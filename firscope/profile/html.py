@@ -1,0 +1,295 @@
+"""report.html: one self-contained page (inline CSS, PNGs as data: URIs, no script).
+
+Every piece of text that can come from the model (paths, names in the
+model file and config, token text) goes through :func:`esc`; the only
+links are in-page anchors.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import math
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0 auto;max-width:1100px;
+padding:0 1.2em 3em;color:#222;line-height:1.4}
+h1{font-size:1.5em;margin:.8em 0 .2em}h2{border-bottom:2px solid #ddd;margin-top:1.8em}
+h3{margin:1.2em 0 .4em}nav a{margin-right:1em}
+table{border-collapse:collapse;margin:.4em 0 1em;font-size:.86em}
+th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;vertical-align:top}
+th{background:#f4f4f4}td.l,th.l{text-align:left}
+code,td.code{font-family:ui-monospace,Menlo,Consolas,monospace;white-space:pre}
+img{max-width:100%;display:block;margin:.5em 0}
+.note{background:#fff6d5;border-left:4px solid #e0b000;padding:.4em .8em}
+.muted{color:#777}.bar{background:#8172b3;height:.7em;display:inline-block}
+details{margin:.4em 0}summary{cursor:pointer}
+"""
+
+
+def esc(x) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def num(v, fmt: str = ".4g") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float) and not math.isfinite(v):
+        return "∞" if v > 0 else ("−∞" if v < 0 else "NaN")
+    return format(v, fmt)
+
+
+def pct(v) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
+
+
+def img(png: bytes | None, alt: str) -> str:
+    if not png:
+        return ""
+    b64 = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">'
+
+
+def table(header: list[str], rows: list[list[str]], left: set[int] = frozenset()) -> str:
+    """``rows`` hold HTML already escaped; ``left`` are column indexes aligned left."""
+    th = "".join(f'<th class="{"l" if i in left else ""}">{esc(h)}</th>'
+                 for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(f'<td class="{"l" if i in left else ""}">{c}</td>'
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _token_text(report: dict, ids: list[int]) -> str:
+    pieces = report["run"]["pieces"]
+    if not ids:
+        return '<span class="muted">(none)</span>'
+    if pieces:
+        text = "".join(pieces.get(str(i), f"[{i}]") for i in ids)
+        return f"<code>{esc(text)}</code> <span class='muted'>{esc(ids)}</span>"
+    return f"<code>{esc(ids)}</code>"
+
+
+def _piece(report: dict, token) -> str:
+    p = report["run"]["pieces"].get(str(token))
+    return f"{esc(token)} <code>{esc(p)}</code>" if p is not None else esc(token)
+
+
+def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = ()) -> str:
+    meta = report["meta"]
+    title = f"firscope profile: {meta.get('family', '')} ({meta.get('model_folder', '')}/" \
+            f"{meta.get('model_file', '')})"
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+             f"<h1>{esc(title)}</h1>",
+             "<nav><a href='#summary'>Summary</a><a href='#time'>Time</a>"
+             "<a href='#instructions'>Instructions</a><a href='#quant'>Quantization</a>"
+             "<a href='#attention'>Attention</a><a href='#files'>Files</a></nav>"]
+    parts.append(_summary(report))
+    parts.append(_time(report, figs))
+    parts.append(_instructions(report, figs))
+    parts.append(_quant(report, figs))
+    parts.append(_attention(report, figs))
+    parts.append(_files(files))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _summary(report: dict) -> str:
+    meta = report["meta"]
+    run = report["run"]
+    t = report["timing"]
+    q = report["quant"]
+    rows = [
+        ("model file", f"<code>{esc(meta.get('model_path'))}</code>"),
+        ("family (model file)", esc(meta.get("family"))),
+        ("config 'model'", esc(meta.get("config_model"))) if meta.get("config_model") else None,
+        ("weights", "f32 (--fir-f32)" if meta.get("fir_f32")
+         else f"q4, group {esc(meta.get('group'))}, {num(meta.get('q4_weights'))} q4 weights, "
+              f"{num(meta.get('q4_bytes'))} bytes"),
+        ("layers / nodes", f"{num(meta.get('layers'))} / {num(meta.get('nodes'))}"),
+        ("engine (timed run)", esc(meta.get("engine")) + (
+            f" <span class='muted'>(requested {esc(meta.get('engine_requested'))}: not "
+            f"available)</span>" if meta.get("engine_requested") not in (None, meta.get("engine"))
+            else "")),
+        ("prompt", _token_text(report, run["prompt"])),
+        ("generated", _token_text(report, run["generated"])),
+        ("created", esc(meta.get("created"))),
+    ]
+    if t:
+        rows.append(("steps timed", f"{num(len(t['steps']))}, {num(t['span_us'] / 1000, '.2f')} ms"
+                     f" in all, {num(t['steps_per_s'], '.2f')} steps/s"))
+    if q["available"] and q["weight_totals"]:
+        wt = q["weight_totals"]
+        rows.append(("weight error (all q4)", f"rmse {num(wt['rmse'])}, max {num(wt['max_abs'])}"))
+    if q["available"] and q.get("logits") and q["logits"]["summary"]:
+        s = q["logits"]["summary"]
+        rows.append(("logits vs f32", f"mean KL {num(s['kl_mean'])} nats, same top-1 "
+                     f"{pct(s['same_top_ratio'])}, RMS Δp {pct(s['delta_p_rms'])}"))
+    body = table(["", ""], [[f"<b>{esc(k)}</b>", v] for k, v in (r for r in rows if r)], {0, 1})
+    notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in meta.get("notes") or [])
+    return f"<h2 id='summary'>Summary</h2>{body}{notes}"
+
+
+def _time(report: dict, figs) -> str:
+    t = report["timing"]
+    out = ["<h2 id='time'>Time</h2>"]
+    if not t:
+        out.append("<p class='note'>No timed steps in this profile.</p>")
+        return "".join(out)
+    kinds = ", ".join(f"{esc(k['kind'])} {num(k['total_us'] / 1000, '.3f')} ms ({pct(k['share'])})"
+                      for k in t["by_kind"])
+    out.append(f"<p>{num(len(t['steps']))} steps; time inside nodes "
+               f"{num(t['total_us'] / 1000, '.3f')} ms ({kinds}); wall span "
+               f"{num(t['span_us'] / 1000, '.3f')} ms. Times are per node as the runtime measured "
+               f"them (<code>time.perf_counter</code> around each node).</p>")
+    for key, alt in (("time_by_name", "time per node name"), ("time_by_layer", "time per layer"),
+                     ("timeline", "timeline"), ("time_per_step", "time per step")):
+        out.append(img(figs.get(key), alt))
+    by_node = sorted(t["by_node"], key=lambda r: -(r["total_us"] or 0))
+    rows = [[esc(r["full_name"]), esc(r["kind"]), esc(r["target"]), num(r["calls"]),
+             num(r["total_us"] / 1000, ".3f"), num(r["mean_us"], ".1f"), num(r["min_us"], ".1f"),
+             num(r["max_us"], ".1f"), pct(r["share"])] for r in by_node]
+    header = ["node", "kind", "op / kernel", "calls", "total ms", "mean µs", "min µs", "max µs",
+              "share"]
+    out.append("<h3>Nodes by total time</h3>" + table(header, rows[:20], {0, 1, 2}))
+    if len(rows) > 20:
+        out.append(f"<details><summary>all {len(rows)} nodes</summary>"
+                   f"{table(header, rows, {0, 1, 2})}</details>")
+    out.append("<h3>By node name</h3>" + table(
+        ["name", "kind", "op / kernel", "nodes", "calls", "total ms", "mean µs", "share"],
+        [[esc(r["name"]), esc(r["kind"]), esc(r["target"]), num(r["nodes"]), num(r["calls"]),
+          num(r["total_us"] / 1000, ".3f"), num(r["mean_us"], ".1f"), pct(r["share"])]
+         for r in t["by_name"]], {0, 1, 2}))
+    out.append("<h3>By layer</h3>" + table(
+        ["layer", "total ms", "share"],
+        [["outside layers" if r["layer"] is None else num(r["layer"]),
+          num(r["total_us"] / 1000, ".3f"), pct(r["share"])] for r in t["by_layer"]], {0}))
+    return "".join(out)
+
+
+def _instructions(report: dict, figs) -> str:
+    ins = report["instructions"]
+    out = ["<h2 id='instructions'>Instructions</h2>"]
+    if not ins:
+        out.append("<p class='note'>No instrumented run in this profile (line counts come from "
+                   "the step interpreter).</p>")
+        return "".join(out)
+    out.append(f"<p>Counts from {num(len(ins['tokens']))} step(s) on the {esc(ins['engine'])} "
+               "engine, from position 0. One count is one instruction issued for all active "
+               "lanes of a dispatch; utilisation is active lanes over dispatched lanes.</p>")
+    out.append(img(figs.get("instructions"), "instructions per kernel"))
+    out.append(table(["kernel", "line", "nodes", "dispatches", "instructions", "lane-instructions",
+                      "utilisation"],
+                     [[esc(k["kernel"]), num(k["line"]), num(k["nodes"]), num(k["dispatches"]),
+                       num(k["steps"]), num(k["lane_steps"]), pct(k["utilisation"])]
+                      for k in ins["kernels"]], {0}))
+    for k in ins["kernels"]:
+        top = max((ln["count"] for ln in k["lines"]), default=0) or 1
+        rows = [[num(ln["pc"]), num(ln["line"]),
+                 f"<code>{'  ' * ln['depth']}{esc(ln['text'])}</code>", num(ln["count"]),
+                 num(ln["active_lanes"]), pct(ln["utilisation"]),
+                 f"<span class='bar' style='width:{100 * ln['count'] / top:.1f}px'></span>"]
+                for ln in k["lines"]]
+        out.append(f"<details><summary>{esc(k['kernel'])}: counts per line</summary>"
+                   + table(["pc", "line", "instruction", "count", "active lanes", "utilisation",
+                            ""], rows, {2, 6}) + "</details>")
+    return "".join(out)
+
+
+def _quant(report: dict, figs) -> str:
+    q = report["quant"]
+    out = ["<h2 id='quant'>Quantization</h2>"]
+    if q.get("note"):
+        out.append(f"<p class='note'>{esc(q['note'])}</p>")
+    if not q["available"]:
+        return "".join(out)
+    if q["weights"]:
+        wt = q["weight_totals"]
+        out.append("<h3>Weights</h3><p>error = original f32 weight (checkpoint, [out, in]) − "
+                   "dequantized q4. Quantiles are exact (NumPy); the columns marked &lt; are "
+                   "llama.cpp quantize-stats' histogram bounds (150 buckets over [0, "
+                   f"{num(wt['hist_range'])})).</p>")
+        out.append(table(["", "weights", "elements", "rmse", "max |err|", "mean |err|", "95% <",
+                          "median <"],
+                         [[esc("all q4"), num(wt["weights"]), num(wt["count"]), num(wt["rmse"]),
+                           num(wt["max_abs"]), num(wt["mean_abs"]), num(wt["p95_bucket"]),
+                           num(wt["median_bucket"])]] +
+                         [[esc(d["decl"]), num(d["weights"]), num(d["count"]), num(d["rmse"]),
+                           num(d["max_abs"]), num(d["mean_abs"]), num(d["p95_bucket"]),
+                           num(d["median_bucket"])] for d in q["weights_by_decl"]], {0}))
+        out.append(img(figs.get("weight_error"), "weight error"))
+        rows = [[esc(w["name"]), esc("×".join(str(s) for s in w["shape"])), num(w["rmse"]),
+                 num(w["max_abs"]), num(w["p95_abs"]), num(w["median_abs"]),
+                 num(w["p95_bucket"]), num(w["median_bucket"]), num(w["weight_rms"]),
+                 f"{num(w['scale_min'])} … {num(w['scale_max'])}",
+                 f"{num(w['min_min'])} … {num(w['min_max'])}", num(w["flat_groups"])]
+                for w in q["weights"]]
+        out.append("<details open><summary>per weight</summary>" + table(
+            ["weight", "[out×in]", "rmse", "max |err|", "p95 |err|", "median |err|", "95% <",
+             "median <", "rms(w)", "scale range", "min range", "flat groups"], rows, {0, 1, 9, 10})
+            + "</details>")
+    acts = q.get("activations")
+    if acts:
+        out.append("<h3>Activations</h3><p>The same tokens through an f32 shadow model in "
+                   "lockstep; every node output of the q4 run compared with the f32 one right "
+                   "after both ran the node (errors accumulate along the graph).</p>")
+        out.append(img(figs.get("activation_error"), "activation error per node"))
+        rows = [[esc(r["full_name"]), esc(r["output"]), num(r["rel_l2_mean"]),
+                 num(r["rel_l2_max"]), num(r["max_abs"]), num(r["cosine_min"], ".6f"),
+                 num(r["sqnr_db"], ".1f")] for r in acts["per_node"]]
+        out.append("<details><summary>per node output</summary>" + table(
+            ["node", "output", "rel L2 mean", "rel L2 max", "max |err|", "min cosine",
+             "SQNR dB"], rows, {0, 1}) + "</details>")
+        if acts["per_layer"]:
+            out.append("<p>Per layer (output of the layer's last node):</p>" + table(
+                ["layer", "node", "rel L2 mean", "min cosine", "SQNR dB"],
+                [[num(r["layer"]), esc(r["node"]), num(r["rel_l2_mean"]),
+                  num(r["cosine_min"], ".6f"), num(r["sqnr_db"], ".1f")]
+                 for r in acts["per_layer"]], {1}))
+    lg = q.get("logits")
+    if lg and lg["summary"]:
+        s = lg["summary"]
+        out.append("<h3>Logits</h3><p>KL(P_f32 ‖ P_q4) in nats per step; Δp = P_q4 − P_f32 of "
+                   "the f32 top token (as llama-perplexity --kl-divergence reports).</p>")
+        out.append(table(["steps", "mean KL", "median KL", "99% KL", "max KL", "same top-1",
+                          "mean Δp", "RMS Δp"],
+                         [[num(s["steps"]), num(s["kl_mean"]), num(s["kl_median"]),
+                           num(s["kl_p99"]), num(s["kl_max"]), pct(s["same_top_ratio"]),
+                           pct(s["delta_p_mean"]), pct(s["delta_p_rms"])]]))
+        out.append(img(figs.get("logits"), "logit divergence"))
+        rows = [[num(r["step"]), num(r["position"]), _piece(report, r["token"]), num(r["kl"]),
+                 _piece(report, r["top_f32"]), _piece(report, r["top_q4"]),
+                 num(r["same_top"]), num(r["p_top_f32"]), num(r["p_top_q4"]),
+                 num(r["delta_p"])] for r in lg["per_step"]]
+        out.append("<details><summary>per step</summary>" + table(
+            ["step", "pos", "fed token", "KL", "f32 top", "q4 top", "same", "P_f32(top)",
+             "P_q4(top)", "Δp"], rows, {2, 4, 5}) + "</details>")
+    return "".join(out)
+
+
+def _attention(report: dict, figs) -> str:
+    out = ["<h2 id='attention'>Attention</h2>"]
+    sites = report["attention"]
+    if not sites:
+        out.append("<p class='note'>No attention probabilities were captured (no node stores "
+                   "into an n_head × n_positions buffer holding softmax rows).</p>")
+        return "".join(out)
+    s0 = sites[0]
+    out.append(f"<p>Read after each attention node from its operand "
+               f"<code>{esc(s0['buffer'])}</code>: head h's probabilities at "
+               f"[h·{num(s0['stride'])} + 0..position]. Rows are query positions "
+               f"{num(min(s0['positions']))}..{num(max(s0['positions']))}.</p>")
+    for i, s in enumerate(sites):
+        out.append(f"<h3>{esc(s['full_name'])}</h3>")
+        out.append(img(figs.get(f"attention_{i}"), f"attention {s['full_name']}"))
+    return "".join(out)
+
+
+def _files(files: list[str]) -> str:
+    items = "".join(f"<li><code>{esc(f)}</code></li>" for f in files)
+    return (f"<h2 id='files'>Files</h2><p>Beside this page: </p><ul>{items}</ul>"
+            "<p class='muted'>trace.json opens in Perfetto (ui.perfetto.dev) and "
+            "chrome://tracing.</p>")

@@ -1,0 +1,184 @@
+"""Profile a model and write the report folder; the entry points the CLI and TUI call.
+
+* :func:`profile_model` runs a fresh profile: a timed run (the requested
+  engine, the interpreter when the compiled engine is not installed), then
+  :func:`complete_profile`.
+* :func:`complete_profile` adds what a :class:`ProfileData` still lacks:
+  line counts from an instrumented interpreter run of the first few steps,
+  weight error, and the lockstep q4-vs-f32 comparison. It restores the
+  model's buffers, so a debugging session can call it on its own model.
+* :func:`write_report` writes report.html, report.json, trace.json, the
+  CSV tables and logits.npz into a folder.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..errors import FirError
+from ..model.loader import Model
+from . import figures as F
+from .collect import Profiler, make_machine, run_instrumented
+from .data import ProfileData
+from .export import dumps, report_dict, trace_dict, write_csvs
+from .html import render_html
+from .progress import Progress, Silent
+from .quant import compare_run, weight_stats
+
+DEFAULT_STEPS = 16  # tokens generated when -n is not given (as `firscope run`)
+INSTRUMENT_STEPS = 3  # steps of the instrumented (line-counting) interpreter run
+
+
+def run_meta(**extra) -> dict:
+    meta = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "firscope": __version__, "numpy": np.__version__}
+    meta.update(extra)
+    return meta
+
+
+def profile_model(model: Model, prompt: list[int], n: int, *, engine: str = "compiled",
+                  instrument_steps: int = INSTRUMENT_STEPS, quant: bool = True,
+                  shadow: Model | None = None, tokenizer=None,
+                  progress: Progress | None = None) -> ProfileData:
+    """Decode ``prompt`` + ``n`` greedy tokens with timing, then complete the profile."""
+    progress = progress or Silent()
+    if not prompt:
+        raise FirError("the prompt is empty: give at least one token")
+    if n < 0:
+        raise FirError("-n must be 0 or more")
+    machine, actual = make_machine(model, engine)
+    notes = []
+    if actual != engine:
+        notes.append(f"engine '{engine}' is not available in this installation; timed on "
+                     f"'{actual}'")
+    if actual == "compiled":
+        machine.step(prompt[0])  # compile and warm up outside the timed run
+    machine.reset()
+    profiler = Profiler(model).attach(machine)
+    total = len(prompt) + max(n - 1, 0)
+    progress.phase(f"timed run ({actual})", total)
+    done = [0]
+
+    def on_step(result, nxt):
+        done[0] += 1
+        progress.tick(done[0])
+
+    generated, _ = machine.generate(prompt, n, on_step=on_step)
+    progress.end()
+    profiler.detach(machine)
+    data = profiler.data(**run_meta(engine=actual, engine_requested=engine))
+    if notes:
+        data.meta.setdefault("notes", []).extend(notes)
+    data.prompt = list(prompt)
+    data.generated = list(generated)
+    complete_profile(data, model, tokens=list(machine.history), instrument_steps=instrument_steps,
+                     quant=quant, engine=engine, shadow=shadow, progress=progress)
+    if tokenizer is not None:
+        add_pieces(data, tokenizer)
+    return data
+
+
+def complete_profile(data: ProfileData, model: Model, *, tokens: list[int] | None = None,
+                     instrument_steps: int = INSTRUMENT_STEPS, quant: bool = True,
+                     engine: str = "compiled", shadow: Model | None = None,
+                     progress: Progress | None = None) -> ProfileData:
+    """Fill the parts ``data`` lacks; ``tokens`` (default: the timed steps) start at position 0."""
+    progress = progress or Silent()
+    tokens = list(tokens if tokens is not None else data.fed)
+    data.meta.setdefault("created", run_meta()["created"])
+    if instrument_steps and data.instructions is None and tokens:
+        data.instructions = run_instrumented(model, tokens[:instrument_steps], progress=progress)
+    if quant and data.quant_note is None:
+        if data.weights is None:
+            data.weights = weight_stats(model, progress=progress)
+        if data.comparison is None and tokens:
+            data.comparison = compare_run(model, tokens, shadow=shadow, engine=engine,
+                                          progress=progress)
+    return data
+
+
+def add_pieces(data: ProfileData, tokenizer) -> None:
+    """Token id -> display text for every token the report mentions."""
+    ids = set(data.prompt) | set(data.generated) | set(data.fed)
+    if data.comparison is not None:
+        ids |= {s.top_f32 for s in data.comparison.logits}
+        ids |= {s.top_q4 for s in data.comparison.logits}
+    for i in sorted(ids):
+        try:
+            data.pieces[int(i)] = tokenizer.piece(int(i))
+        except Exception:  # a tokenizer that cannot show a token: the report shows ids only
+            return
+
+
+def build_figures(report: dict) -> dict[str, bytes | None]:
+    figs = {
+        "time_by_name": F.time_by_name(report["timing"]),
+        "time_by_layer": F.time_by_layer(report["timing"]),
+        "time_per_step": F.time_per_step(report["timing"]),
+        "timeline": F.timeline(report["timing"], report["nodes"]),
+        "instructions": F.instructions(report["instructions"]),
+        "weight_error": F.weight_error(report["quant"]),
+        "activation_error": F.activation_error(report["quant"], report["nodes"]),
+        "logits": F.logits(report["quant"]),
+    }
+    for i, site in enumerate(report["attention"]):
+        figs[f"attention_{i}"] = F.attention(site)
+    return figs
+
+
+def write_report(data: ProfileData, out_dir, *, progress: Progress | None = None
+                 ) -> dict[str, Path]:
+    """Write the report folder; returns {file name: path} of everything written."""
+    progress = progress or Silent()
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        progress.phase("writing the report")
+        report = report_dict(data)
+        files = write_csvs(data, report, out)
+        if data.tokens:
+            files["trace.json"] = out / "trace.json"
+            files["trace.json"].write_text(json.dumps(trace_dict(data), ensure_ascii=False),
+                                           encoding="utf-8")
+        if data.comparison is not None:
+            files["logits.npz"] = out / "logits.npz"
+            np.savez(files["logits.npz"], q4=data.comparison.logits_q4,
+                     f32=data.comparison.logits_f32,
+                     tokens=np.asarray(data.comparison.tokens, dtype=np.int64))
+        files["report.json"] = out / "report.json"
+        files["report.json"].write_text(dumps(report), encoding="utf-8")
+        figs = build_figures(report)
+        files["report.html"] = out / "report.html"
+        names = sorted(files)
+        files["report.html"].write_text(render_html(report, figs, names), encoding="utf-8")
+        progress.end()
+    except OSError as e:
+        raise FirError(f"{out}: cannot write the report: {e.strerror or e}") from None
+    return files
+
+
+def run_profile(args) -> int:
+    """``firscope profile``: the CLI glue (argument handling lives in cli.py)."""
+    from ..cli import load, prompt_ids  # the CLI's own loading rules, not duplicated here
+
+    progress = Progress(sys.stderr)
+    progress.phase("loading the model")
+    model = load(args)
+    progress.end()
+    ids, tok = prompt_ids(args, model)
+    n = DEFAULT_STEPS if args.n is None else args.n
+    if n < 0:
+        raise FirError("-n must be 0 or more")
+    data = profile_model(model, ids, n, engine=getattr(args, "engine", "compiled"),
+                         tokenizer=tok, progress=progress)
+    files = write_report(data, args.out, progress=progress)
+    print(f"wrote {files['report.html']}")
+    for name in sorted(files):
+        if name != "report.html":
+            print(f"      {files[name]}")
+    return 0
