@@ -335,9 +335,20 @@ class Session:
         return f"{self.step}:{self.node_index}"
 
     def _note_stop(self) -> None:
-        self._mark_regs = self._prev_regs
+        """Remember the registers at this stop; marks compare against the previous stop
+        in the same dispatch, or against the dispatch's initial registers."""
         d = self.dispatch
-        self._prev_regs = None if d is None else (self._dispatch_key(), 0, d.R.copy(), d.U.copy())
+        if d is None:
+            self._mark_regs = self._prev_regs = None
+            return
+        key = self._dispatch_key()
+        if self._prev_regs is not None and self._prev_regs[0] == key:
+            self._mark_regs = self._prev_regs
+        else:
+            R0 = np.zeros_like(d.R)
+            R0[0] = np.arange(d.lanes, dtype=np.float32)
+            self._mark_regs = (key, 0, R0, np.zeros_like(d.U))
+        self._prev_regs = (key, 0, d.R.copy(), d.U.copy())
 
     # ------------------------------------------------------------ expressions
     def resolve(self, name: str, layer: int | None):
@@ -566,9 +577,7 @@ class Session:
                 if stop is not None:
                     return stop
             first = False
-            if node.kind == "micro" and (self.line_breakpoints(node.target)
-                                         or (extra is not None and extra.kind == "line"
-                                             and extra.kernel == node.target)):
+            if node.kind == "micro" and self._needs_instructions(node, extra):
                 self._enter_dispatch(node)
                 continue
             stop = self._run_whole(node)
@@ -576,6 +585,15 @@ class Session:
                 return stop
             if not self.finished and boundary_stop and boundary_stop(self.step, self.node_index):
                 return self._make_stop(reason, "")
+
+    def _needs_instructions(self, node: PlanNode, extra: Breakpoint | None) -> bool:
+        """Whether this kernel must be interpreted instruction by instruction: a line
+        breakpoint in it, or `break nan`, which watches every register write."""
+        if self.line_breakpoints(node.target):
+            return True
+        if extra is not None and extra.kind == "line" and extra.kernel == node.target:
+            return True
+        return any(bp.kind == "nan" and bp.enabled for bp in self.breakpoints.values())
 
     def _check_boundary(self, node: PlanNode, extra: Breakpoint | None) -> Stop | None:
         candidates = [bp for bp in self.breakpoints.values() if bp.enabled]
