@@ -17,13 +17,25 @@ from ..errors import BudgetExceeded, FirFault
 from .assembler import NREGS, Address, Op, Program
 
 
+# Loop counts are clamped here: a count this large only ends by the budget.
+MAX_TRIPS = 1 << 62
+
+
 @dataclass
 class Frame:
     kind: str  # "for" or "if"
     pc: int  # pc of the opener
     saved_mask: np.ndarray
-    remaining: np.ndarray | None = None  # per-lane iterations left (for loops)
+    counts: np.ndarray | None = None  # per-lane trip counts read on entry (for loops)
     trips: int = 0  # iterations started, for display
+    min_count: int = 0  # no lane leaves the loop before this many trips
+
+    @property
+    def remaining(self) -> np.ndarray | None:
+        """Per-lane iterations left, counting the current one (0: lane has left)."""
+        if self.counts is None:
+            return None
+        return np.maximum(self.counts - max(self.trips - 1, 0), 0)
 
 
 class Dispatch:
@@ -40,12 +52,20 @@ class Dispatch:
         self.R[0] = np.arange(n, dtype=np.float32)
         self.mask = np.ones(n, dtype=bool)
         self.full = True
+        self.active = n  # lanes set in mask
         self.stack: list[Frame] = []
         self.pc = 0
         self.steps = 0  # instructions executed
         self.lane_steps = 0  # sum of active lanes over executed instructions
         self.line_counts: np.ndarray | None = None  # per-pc counts when instrumented
-        self.store_hook = store_hook  # called (addresses, old, new) before each store
+        self.store_hook = store_hook  # called (dispatch, addresses, values) before each store
+        # Per-op closures with their register rows looked up once. R and U are
+        # only ever written in place (restore() too), so the row views stay valid.
+        self.Rr = list(self.R)
+        self.Ur = list(self.U)
+        self.tmp_f32 = np.empty(n, dtype=np.float32)
+        self.tmp_bool = np.empty(n, dtype=bool)
+        self._fns = [_bind(self, op) for op in self.ops]
 
     # -- inspection ---------------------------------------------------------
     @property
@@ -70,43 +90,52 @@ class Dispatch:
         op = self.ops[self.pc]
         if self.line_counts is not None:
             self.line_counts[self.pc] += 1
-        self.lane_steps += int(self.mask.sum()) if not self.full else self.lanes
+        self.lane_steps += self.active
         self.steps += 1
         with np.errstate(all="ignore"):
-            nxt = op.spec.interp(self, op)
+            nxt = self._fns[self.pc]()
         self.pc = self.pc + 1 if nxt is None else nxt
         return op
 
     def run(self, budget: int | None = None) -> None:
         """Run to the end (or until ``budget`` instructions have executed)."""
-        ops = self.ops
-        n = len(ops)
-        limit = None if budget is None else self.steps + budget
-        lanes = self.lanes
+        fns = self._fns
+        n = len(fns)
+        limit = MAX_TRIPS if budget is None else self.steps + budget
         counts = self.line_counts
-        with np.errstate(all="ignore"):
-            while self.pc < n:
-                if limit is not None and self.steps >= limit:
-                    self.over_budget(budget)
-                op = ops[self.pc]
-                if counts is not None:
-                    counts[self.pc] += 1
-                self.lane_steps += lanes if self.full else int(self.mask.sum())
-                self.steps += 1
-                nxt = op.spec.interp(self, op)
-                self.pc = self.pc + 1 if nxt is None else nxt
+        pc, steps, lane_steps = self.pc, self.steps, self.lane_steps
+        try:
+            with np.errstate(all="ignore"):
+                if counts is None:
+                    while pc < n:
+                        if steps >= limit:
+                            break
+                        lane_steps += self.active
+                        steps += 1
+                        nxt = fns[pc]()
+                        pc = pc + 1 if nxt is None else nxt
+                else:
+                    while pc < n:
+                        if steps >= limit:
+                            break
+                        counts[pc] += 1
+                        lane_steps += self.active
+                        steps += 1
+                        nxt = fns[pc]()
+                        pc = pc + 1 if nxt is None else nxt
+        finally:
+            self.pc, self.steps, self.lane_steps = pc, steps, lane_steps
+        if pc < n:
+            self.over_budget(budget)
 
     def over_budget(self, budget):
-        op = self.ops[min(self.pc, len(self.ops) - 1)]
-        raise BudgetExceeded(
-            f"kernel '{self.program.name}' at node {self.program.node} executed more than "
-            f"{budget} instructions; stopped at pc {self.pc} (line {op.loc.line}: {op.text})",
-            op.loc)
+        raise budget_error(self.program, self.pc, budget)
 
     # -- helpers used by handlers --------------------------------------------
     def set_mask(self, mask: np.ndarray) -> None:
         self.mask = mask
-        self.full = bool(mask.all())
+        self.active = int(np.count_nonzero(mask))
+        self.full = self.active == self.lanes
 
     def enter_loop(self, op: Op):
         count_reg = op.args[0]
@@ -115,25 +144,27 @@ class Dispatch:
         bad = active & ~np.isfinite(values)
         if bad.any():
             lane = int(np.flatnonzero(bad)[0])
-            self.fault(op, lane, f"loop count R{count_reg} = {float(values[lane])!r} "
-                                 f"in lane {lane} is not finite")
-        counts = np.where(active, np.floor(values), 0)
-        counts = np.maximum(counts, 0).astype(np.int64)
-        frame = Frame("for", op.pc, self.mask.copy(), counts)
+            self.fault(op, lane, loop_count_message(count_reg, values[lane], lane))
+        counts = np.floor(np.where(active, values, 0)).astype(np.float64)
+        np.clip(counts, 0, MAX_TRIPS, out=counts)
+        counts = counts.astype(np.int64)
         now = active & (counts > 0)
         if not now.any():
             return op.match + 1  # no lane enters: skip the body, nothing pushed
-        frame.trips = 1
+        frame = Frame("for", op.pc, self.mask.copy(), counts, 1, int(counts[now].min()))
         self.stack.append(frame)
         self.set_mask(now)
         return None
 
     def loop_back(self, op: Op):
         frame = self.stack[-1]
-        frame.remaining[self.mask] -= 1
-        still = self.mask & (frame.remaining > 0)
+        done = frame.trips  # trips completed, this one included
+        if done < frame.min_count:  # every lane that entered goes round again
+            frame.trips = done + 1
+            return op.match + 1
+        still = frame.counts > done  # counts are 0 for lanes that never entered
         if still.any():
-            frame.trips += 1
+            frame.trips = done + 1
             self.set_mask(still)
             return op.match + 1
         self.stack.pop()
@@ -163,10 +194,7 @@ class Dispatch:
         bad = np.flatnonzero((idx < 0) | (idx >= addr.extent))[0]
         lane = int(bad if lanes is None else lanes[bad])
         index = int(idx[bad])
-        kind = "store to" if op.spec.mnemonic == "ustoref32" else "load from"
-        self.fault(op, lane,
-                   f"{kind} {addr} index {index} is outside {addr.region.name}[0:{addr.extent}] "
-                   f"(arena address {addr.base + index})", address=addr.base + index)
+        self.fault(op, lane, bounds_message(op, addr, index), address=addr.base + index)
 
     def store(self, where: np.ndarray, values: np.ndarray) -> None:
         if self.store_hook is not None:
@@ -174,19 +202,12 @@ class Dispatch:
         self.arena[where] = values
 
     def fault(self, op: Op, lane: int, message: str, address: int | None = None):
-        p = self.program
-        layer = f", layer {p.layer}" if p.layer is not None else ""
-        raise FirFault(
-            f"fault in kernel '{p.name}' at node {p.node}{layer}, lane {lane}, pc {op.pc} "
-            f"(line {op.loc.line}: {op.text}): {message}", op.loc,
-            kernel=p.name, node=p.node, layer=p.layer, lane=lane, pc=op.pc, address=address)
+        raise fault_error(self.program, op, lane, message, address)
 
     # -- state for debuggers ---------------------------------------------------
     def snapshot(self) -> "DispatchState":
         return DispatchState(self.pc, self.R.copy(), self.U.copy(), self.mask.copy(),
-                             tuple(Frame(f.kind, f.pc, f.saved_mask.copy(),
-                                         None if f.remaining is None else f.remaining.copy(),
-                                         f.trips) for f in self.stack),
+                             tuple(_copy_frame(f) for f in self.stack),
                              self.steps, self.lane_steps)
 
     def restore(self, s: "DispatchState") -> None:
@@ -194,11 +215,54 @@ class Dispatch:
         self.R[...] = s.R
         self.U[...] = s.U
         self.set_mask(s.mask.copy())
-        self.stack = [Frame(f.kind, f.pc, f.saved_mask.copy(),
-                            None if f.remaining is None else f.remaining.copy(), f.trips)
-                      for f in s.stack]
+        self.stack = [_copy_frame(f) for f in s.stack]
         self.steps = s.steps
         self.lane_steps = s.lane_steps
+
+
+def _copy_frame(f: Frame) -> Frame:
+    return Frame(f.kind, f.pc, f.saved_mask.copy(), None if f.counts is None else f.counts.copy(),
+                 f.trips, f.min_count)
+
+
+def _bind(d: Dispatch, op: Op):
+    spec = op.spec
+    if spec.make is not None:
+        return spec.make(d, op)
+    return lambda: spec.interp(d, op)
+
+
+# -- messages shared with the compiled path (vm/compiled), so both read the same --
+def fault_error(program: Program, op: Op, lane: int, message: str,
+                address: int | None = None) -> FirFault:
+    p = program
+    layer = f", layer {p.layer}" if p.layer is not None else ""
+    return FirFault(
+        f"fault in kernel '{p.name}' at node {p.node}{layer}, lane {lane}, pc {op.pc} "
+        f"(line {op.loc.line}: {op.text}): {message}", op.loc,
+        kernel=p.name, node=p.node, layer=p.layer, lane=lane, pc=op.pc, address=address)
+
+
+def budget_error(program: Program, pc: int, budget) -> BudgetExceeded:
+    op = program.ops[min(pc, len(program.ops) - 1)]
+    return BudgetExceeded(
+        f"kernel '{program.name}' at node {program.node} executed more than "
+        f"{budget} instructions; stopped at pc {pc} (line {op.loc.line}: {op.text})", op.loc)
+
+
+def bounds_message(op: Op, addr: Address, index: int) -> str:
+    kind = "store to" if op.spec.mnemonic == "ustoref32" else "load from"
+    return (f"{kind} {addr} index {index} is outside {addr.region.name}[0:{addr.extent}] "
+            f"(arena address {addr.base + index})")
+
+
+def rtou_message(src: int, value, lane: int) -> str:
+    return (f"rtou of R{src} = {float(value)!r} in lane {lane}: "
+            "needs a finite value in 0..2^32-1")
+
+
+def loop_count_message(reg: int, value, lane: int) -> str:
+    return f"loop count R{reg} = {float(value)!r} in lane {lane} is not finite"
 
 
 @dataclass(frozen=True)
