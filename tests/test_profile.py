@@ -1,0 +1,397 @@
+"""The profiler and its report: numbers checked against direct computations.
+
+One CLI run (a subprocess, as a user meets it) on a tiny random model in a
+folder whose name needs HTML escaping is shared by most tests; the rest run
+in-process. Everything here uses independent arithmetic: the Q4 formula
+and GPT-2 (tests/npgpt2.py) are recomputed from the checkpoint with
+safetensors and NumPy, not with firscope's own code.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import npgpt2
+from conftest import SEED_FIR, write_random_gpt2
+from firscope.model import load_model
+from firscope.runtime import Machine
+
+NASTY = "m<b>&\"'x"  # a legal folder name that means something to HTML
+NASTY_CONFIG = "<script>alert('x')</script>"
+PROMPT = [60, 98, 62, 1, 2]  # bytes "<b>" then control bytes: token text must be escaped too
+N = 3
+STEPS = len(PROMPT) + N - 1
+
+
+# -- independent references ------------------------------------------------------------------
+def q4_reference(w: np.ndarray, group: int = 32):
+    """The .fir Q4 formula on an [out, in] f32 matrix: (dequantized, scale, min) per group."""
+    rows, cols = w.shape
+    assert cols % group == 0
+    g = w.reshape(rows, cols // group, group)
+    lo = g.min(axis=2, keepdims=True)
+    hi = g.max(axis=2, keepdims=True)
+    scale = ((hi - lo) / np.float32(15)).astype(np.float32)
+    scale[scale == 0] = 1
+    q = np.clip(np.rint((g - lo).astype(np.float64) / scale), 0, 15).astype(np.float32)
+    deq = (q * scale + lo).astype(np.float32).reshape(rows, cols)
+    return deq, scale[..., 0], lo[..., 0]
+
+
+def log_softmax64(z):
+    z = np.asarray(z, dtype=np.float64)
+    z = z - z.max()
+    return z - np.log(np.exp(z).sum())
+
+
+def oracle_logits(folder, tokens, dequantize: bool):
+    """NumPy GPT-2 on the checkpoint (q4 linears replaced by the reference Q4 when asked)."""
+    tensors = load_file(str(folder / "model.safetensors"))
+    if dequantize:
+        for name, t in list(tensors.items()):
+            if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+                tensors[name] = np.ascontiguousarray(q4_reference(t.T)[0].T)
+    config = json.loads((folder / "config.json").read_text())
+    g = npgpt2.NumpyGPT2(tensors, config)
+    return np.stack([g.step(t) for t in tokens])
+
+
+# -- the shared CLI run --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cli_report(tmp_path_factory):
+    base = tmp_path_factory.mktemp("prof")
+    folder = base / NASTY
+    fir = write_random_gpt2(folder, config_extra={"model": NASTY_CONFIG})
+    out = base / "out"
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "firscope", "profile", str(fir), "--tokens",
+                        ",".join(map(str, PROMPT)), "-n", str(N), "-o", str(out),
+                        "--engine", "compiled"],
+                       capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - t
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    report = json.loads((out / "report.json").read_text())
+    return {"folder": folder, "fir": fir, "out": out, "report": report, "wall": wall,
+            "stdout": p.stdout, "stderr": p.stderr}
+
+
+def test_cli_writes_every_file_and_shows_progress(cli_report):
+    out = cli_report["out"]
+    for name in ("report.html", "report.json", "trace.json", "node_timing.csv",
+                 "token_node_timing.csv", "weight_quant.csv", "activation_error.csv",
+                 "logits.csv", "line_counts.csv", "logits.npz"):
+        assert (out / name).is_file(), name
+        assert str(out / name) in cli_report["stdout"]
+    err = cli_report["stderr"]
+    for phase in ("timed run", "instrumented run", "weight quantization error",
+                  "q4 vs f32 lockstep", "writing the report"):
+        assert f"profile: {phase}" in err, phase
+    r = cli_report["report"]
+    assert r["format"] == "firscope-profile" and r["version"] == 1
+    assert r["meta"]["engine_requested"] == "compiled"
+    assert r["meta"]["engine"] in ("compiled", "interp")
+    assert r["run"]["prompt"] == PROMPT and len(r["run"]["generated"]) == N
+    assert r["run"]["fed"] == PROMPT + r["run"]["generated"][:N - 1]
+    assert r["meta"]["config_model"] == NASTY_CONFIG
+
+
+def test_report_json_is_stable_and_has_one_timestamp(cli_report):
+    text = (cli_report["out"] / "report.json").read_text()
+    r = cli_report["report"]
+    assert text == json.dumps(r, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+    stamps = re.findall(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", text)
+    assert stamps == [r["meta"]["created"][:19]]
+
+
+def test_weight_stats_match_the_checkpoint(cli_report):
+    r = cli_report["report"]
+    tensors = load_file(str(cli_report["folder"] / "model.safetensors"))
+    rows = {w["name"]: w for w in r["quant"]["weights"]}
+    assert sorted(rows) == sorted(f"{d}@{i}" for d in ("qkvw", "attnw", "fcw", "projw")
+                                  for i in (0, 1))
+    for name, tensor in (("qkvw@1", "transformer.h.1.attn.c_attn.weight"),
+                         ("projw@0", "transformer.h.0.mlp.c_proj.weight")):
+        w = tensors[tensor].T  # Conv1D [in, out] -> [out, in]
+        deq, scale, lo = q4_reference(w)
+        err = w.astype(np.float64) - deq.astype(np.float64)
+        a = np.abs(err)
+        got = rows[name]
+        assert got["tensor"] == tensor and got["shape"] == list(w.shape)
+        assert got["rmse"] == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-9)
+        assert got["max_abs"] == pytest.approx(a.max(), rel=1e-9)
+        assert got["median_abs"] == pytest.approx(np.median(a), rel=1e-9)
+        assert got["p95_abs"] == pytest.approx(np.percentile(a, 95), rel=1e-9)
+        assert got["scale_min"] == pytest.approx(scale.min()) and \
+            got["scale_max"] == pytest.approx(scale.max())
+        assert got["min_min"] == pytest.approx(lo.min()) and got["min_max"] == pytest.approx(lo.max())
+        # llama.cpp's histogram: 150 buckets of |error| over [0, 0.03), and its quantile bounds
+        hist = np.bincount(np.minimum((a / 0.03 * 150).astype(int), 149).ravel(), minlength=150)
+        assert got["hist"] == hist.tolist()
+        cum = np.cumsum(hist)
+        assert got["median_bucket"] == pytest.approx((np.argmax(cum >= a.size * 0.5) + 1) * 0.0002)
+        assert got["p95_bucket"] == pytest.approx((np.argmax(cum >= a.size * 0.95) + 1) * 0.0002)
+        # the error of a round-to-nearest code is at most half a step
+        assert got["max_abs"] <= scale.max() / 2 * (1 + 1e-5)
+    # the CSV carries the same numbers
+    with (cli_report["out"] / "weight_quant.csv").open() as f:
+        csv_rows = {row["name"]: row for row in csv.DictReader(f)}
+    assert float(csv_rows["qkvw@1"]["rmse"]) == rows["qkvw@1"]["rmse"]
+
+
+def test_logits_and_kl_agree_with_an_independent_gpt2(cli_report):
+    r = cli_report["report"]
+    folder = cli_report["folder"]
+    saved = np.load(cli_report["out"] / "logits.npz")
+    fed = r["run"]["fed"]
+    assert saved["tokens"].tolist() == fed
+    ref_f32 = oracle_logits(folder, fed, dequantize=False)
+    ref_q4 = oracle_logits(folder, fed, dequantize=True)
+    np.testing.assert_allclose(saved["f32"], ref_f32, atol=2e-4)
+    np.testing.assert_allclose(saved["q4"], ref_q4, atol=2e-4)
+    steps = r["quant"]["logits"]["per_step"]
+    assert len(steps) == STEPS
+    kls = []
+    for i, s in enumerate(steps):
+        lf, lq = log_softmax64(saved["f32"][i]), log_softmax64(saved["q4"][i])
+        kl = float(np.sum(np.exp(lf) * (lf - lq)))
+        kls.append(kl)
+        assert s["kl"] == pytest.approx(kl, rel=1e-9, abs=1e-15)
+        assert s["kl"] == pytest.approx(float(np.sum(np.exp(log_softmax64(ref_f32[i])) * (
+            log_softmax64(ref_f32[i]) - log_softmax64(ref_q4[i])))), rel=0.05)
+        top = int(np.argmax(saved["f32"][i]))
+        assert s["top_f32"] == top and s["top_q4"] == int(np.argmax(saved["q4"][i]))
+        assert s["same_top"] == (s["top_f32"] == s["top_q4"])
+        assert s["delta_p"] == pytest.approx(np.exp(lq[top]) - np.exp(lf[top]), abs=1e-12)
+        assert s["kl"] > 0  # int4 changes the distribution; a zero would mean no comparison
+    summary = r["quant"]["logits"]["summary"]
+    assert summary["kl_mean"] == pytest.approx(np.mean(kls))
+    assert summary["same_top"] == sum(s["same_top"] for s in steps)
+    # the generated tokens are the q4 model's greedy choices
+    gen = r["run"]["generated"]
+    assert gen[0] == int(np.argmax(saved["q4"][len(PROMPT) - 1]))
+
+
+def test_activation_errors_follow_the_lockstep_runs(cli_report):
+    r = cli_report["report"]
+    saved = np.load(cli_report["out"] / "logits.npz")
+    acts = r["quant"]["activations"]
+    per_step = acts["per_step"]
+    head = [a for a in per_step if a["full_name"] == "head"]
+    assert len(head) == STEPS
+    for a in head:  # the last node's output is the logits: recompute its error from them
+        q = saved["q4"][a["step"]].astype(np.float64)
+        f = saved["f32"][a["step"]].astype(np.float64)
+        assert a["rel_l2"] == pytest.approx(np.linalg.norm(q - f) / np.linalg.norm(f), rel=1e-9)
+        assert a["max_abs"] == pytest.approx(np.abs(q - f).max(), rel=1e-9)
+        assert a["cosine"] == pytest.approx(q @ f / np.linalg.norm(q) / np.linalg.norm(f))
+        assert a["sqnr_db"] == pytest.approx(10 * np.log10((f @ f) / ((q - f) @ (q - f))))
+    by_node = {(a["full_name"], a["output"]): a for a in acts["per_node"]}
+    # nothing is quantized before the first q4 linear: exactly equal, SQNR infinite (null)
+    for name in ("token", "positional", "embeddings", "ln1@0"):
+        row = by_node[(name, r["nodes"][[n["full_name"] for n in r["nodes"]].index(name)]
+                       ["outputs"][0])]
+        assert row["rel_l2_max"] == 0 and row["cosine_min"] == 1 and row["sqnr_db"] is None
+    assert by_node[("qkv_linear@0", "qkv")]["rel_l2_mean"] > 1e-3
+    # every output of the attention node is compared, the first one is the primary
+    att = [k for k in by_node if k[0] == "attention@1"]
+    assert {o for _, o in att} == {"attn", "key_cache@1", "value_cache@1", "scores"}
+    assert [x["layer"] for x in acts["per_layer"]] == [0, 1]
+    assert acts["per_layer"][1]["node"] == "mlp_residual@1"
+
+
+def test_timing_tables_add_up(cli_report):
+    t = cli_report["report"]["timing"]
+    nodes = cli_report["report"]["nodes"]
+    assert len(t["steps"]) == STEPS and len(t["node_us"]) == STEPS
+    assert all(len(row) == len(nodes) and all(v is not None and v > 0 for v in row)
+               for row in t["node_us"])
+    total = sum(map(sum, t["node_us"]))
+    assert t["total_us"] == pytest.approx(total, abs=0.01 * len(nodes) * STEPS)
+    assert sum(x["total_us"] for x in t["by_name"]) == pytest.approx(total, rel=1e-6)
+    assert sum(x["total_us"] for x in t["by_layer"]) == pytest.approx(total, rel=1e-6)
+    assert [x["layer"] for x in t["by_layer"]] == [None, 0, 1]
+    assert {x["name"] for x in t["by_name"]} == {n["name"] for n in nodes}
+    for s, row in zip(t["steps"], t["node_us"]):
+        assert s["compute_us"] == pytest.approx(sum(row), abs=0.01 * len(row))
+        assert s["span_us"] >= s["compute_us"] - 0.01
+    attn = next(x for x in t["by_name"] if x["name"] == "attention")
+    assert attn["calls"] == 2 * STEPS and attn["nodes"] == 2
+    # microseconds: the runs took milliseconds of real time, and less than the whole CLI run
+    assert 1000 < t["span_us"] < cli_report["wall"] * 1e6
+
+
+def test_trace_is_chrome_trace_format_with_nested_spans(cli_report):
+    trace = json.loads((cli_report["out"] / "trace.json").read_text())
+    events = trace["traceEvents"]
+    xs = [e for e in events if e["ph"] == "X"]
+    for e in events:
+        assert {"name", "ph", "pid", "tid"} <= set(e)
+    for e in xs:
+        assert {"name", "cat", "ts", "dur", "pid", "tid", "args"} <= set(e)
+        assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float))
+        assert e["ts"] >= 0 and e["dur"] >= 0
+    tokens = [e for e in xs if e["cat"] == "token"]
+    nodes = [e for e in xs if e["cat"] != "token"]
+    n_nodes = len(cli_report["report"]["nodes"])
+    assert len(tokens) == STEPS and len(nodes) == STEPS * n_nodes
+    by_step = {e["args"]["step"]: e for e in tokens}
+    eps = 1e-6
+    for e in nodes:
+        parent = by_step[e["args"]["step"]]
+        assert parent["ts"] - eps <= e["ts"]
+        assert e["ts"] + e["dur"] <= parent["ts"] + parent["dur"] + eps
+    # siblings do not overlap, steps do not overlap
+    for a, b in zip(tokens, tokens[1:]):
+        assert a["ts"] + a["dur"] <= b["ts"] + eps
+    same = sorted((e for e in nodes if e["args"]["step"] == 1), key=lambda e: e["ts"])
+    for a, b in zip(same, same[1:]):
+        assert a["ts"] + a["dur"] <= b["ts"] + eps
+    # the same durations as report.json (microseconds)
+    t = cli_report["report"]["timing"]
+    first = [e for e in nodes if e["args"]["step"] == 0]
+    assert sorted(e["dur"] for e in first) == sorted(t["node_us"][0])
+
+
+def test_line_counts_and_lane_utilisation(cli_report):
+    r = cli_report["report"]
+    ins = r["instructions"]
+    k = {x["kernel"]: x for x in ins["kernels"]}
+    steps = len(ins["tokens"])
+    assert steps == 3 and ins["tokens"] == r["run"]["fed"][:3]
+    layers = 2
+    # g2.add: straight-line code, every lane active, each line once per dispatch
+    add = k["g2.add"]
+    n_add = sum(1 for n in r["nodes"] if n["target"] == "g2.add")
+    assert add["dispatches"] == n_add * steps
+    assert [ln["count"] for ln in add["lines"]] == [n_add * steps] * len(add["lines"])
+    assert add["utilisation"] == 1.0
+    # g2.layernorm: the first loop body runs in0.size (= 64) times per dispatch
+    ln = k["g2.layernorm"]
+    assert ln["dispatches"] == (2 * layers + 1) * steps
+    first_body = next(x for x in ln["lines"] if x["text"] == "add 1 1 2")
+    assert first_body["count"] == 64 * ln["dispatches"]
+    # attention: the score loop runs position + 1 times; the running-max `ifbegin` diverges
+    at = k["g2.attn_decode"]
+    score = next(x for x in at["lines"] if x["text"] == "mulconst 3 3 1/sqrt(headdim)")
+    assert score["count"] == layers * sum(p + 1 for p in range(steps))
+    assert score["active_lanes"] == 4 * score["count"] and score["utilisation"] == 1.0
+    inside_if = next(x for x in at["lines"] if x["text"] == "mulconst 10 3 1")
+    assert inside_if["count"] <= score["count"]
+    assert 0 < inside_if["active_lanes"] <= 4 * inside_if["count"]
+    assert at["lane_steps"] == sum(x["active_lanes"] for x in at["lines"])
+    assert at["steps"] == sum(x["count"] for x in at["lines"])
+    assert at["utilisation"] == pytest.approx(at["lane_steps"] / (4 * at["steps"]))
+    assert at["utilisation"] < 1.0
+    with (cli_report["out"] / "line_counts.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sum(int(x["count"]) for x in rows) == sum(x["steps"] for x in ins["kernels"])
+
+
+def test_attention_maps_are_the_softmax_of_each_head(cli_report, monkeypatch):
+    r = cli_report["report"]
+    sites = r["attention"]
+    assert [s["full_name"] for s in sites] == ["attention@0", "attention@1"]
+    assert all(s["buffer"] == "scores" and s["n_head"] == 4 and s["stride"] == 32 for s in sites)
+    fed = r["run"]["fed"]
+    # the q4 model's attention, recomputed by the NumPy GPT-2 with reference Q4 weights
+    captured = []
+    real = npgpt2.softmax
+    monkeypatch.setattr(npgpt2, "softmax", lambda x: captured.append(real(x)) or captured[-1])
+    oracle_logits(cli_report["folder"], fed, dequantize=True)
+    for s in sites:
+        assert s["positions"] == list(range(STEPS))
+        for h in range(4):
+            for pos, row in enumerate(s["probs"][h]):
+                ref = captured[pos * 2 + s["layer"]][h]
+                assert len(row) == pos + 1
+                np.testing.assert_allclose(row, ref, atol=2e-5)
+
+
+def test_html_is_self_contained_and_escaped(cli_report):
+    html = (cli_report["out"] / "report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    srcs = re.findall(r"""\bsrc\s*=\s*["']?([^"' >]*)""", html, re.I)
+    hrefs = re.findall(r"""\bhref\s*=\s*["']?([^"' >]*)""", html, re.I)
+    assert len(srcs) >= 10 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert all(h.startswith("#") for h in hrefs)
+    assert "<script" not in html.lower() and "<link" not in html.lower() and "url(" not in html
+    assert "@import" not in html
+    # the folder name, the config's "model" and the token text "<b>" arrive escaped only
+    assert NASTY not in html and "<b>&" not in html
+    assert "m&lt;b&gt;&amp;&quot;&#x27;x" in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    assert "<code>&lt;b&gt;" in html
+    for section in ("Time", "Instructions", "Quantization", "Attention", "qkvw@1",
+                    "attention@1", "ln2@1", "g2.attn_decode"):
+        assert section in html
+
+
+def test_fir_f32_run_says_there_is_no_quantization(make_model, tmp_path):
+    from firscope.profile.report import profile_model, write_report
+    model = load_model(make_model("f"), fir_f32=True)
+    data = profile_model(model, [1, 2], 1, engine="interp", instrument_steps=1)
+    files = write_report(data, tmp_path / "o")
+    r = json.loads(files["report.json"].read_text())
+    assert r["meta"]["fir_f32"] is True
+    assert r["quant"]["available"] is False and "--fir-f32" in r["quant"]["note"]
+    assert r["quant"]["weights"] == [] and r["quant"]["logits"] is None
+    assert "weight_quant.csv" not in files and "logits.csv" not in files
+    assert "there is no quantization to measure" in files["report.html"].read_text()
+    assert r["timing"] and len(r["timing"]["steps"]) == 2
+
+
+def test_profiler_on_a_session_machine_and_state_is_kept(random_model, tmp_path):
+    """The TUI path: a session drives its machine node by node; export completes the profile."""
+    from firscope.profile import Profiler
+    from firscope.profile.report import complete_profile, write_report
+    model = load_model(random_model)
+    machine = Machine(model, engine="interp")
+    prof = Profiler(model).attach(machine)
+    for tok in (5, 6):
+        machine.begin_token(tok)
+        for node in model.nodes:
+            machine.run_node(node)
+        machine.finish_token()
+    machine.begin_token(7)  # stopped in the middle of a step, as a debugger can be
+    for node in model.nodes[:10]:
+        machine.run_node(node)
+    arena = model.arena.copy()
+    data = prof.data()
+    assert [t.token for t in data.tokens] == [5, 6] and all(t.ran.all() for t in data.tokens)
+    complete_profile(data, model, engine="interp", instrument_steps=2)
+    assert np.array_equal(model.arena, arena)  # the session's buffers are untouched
+    assert data.instructions is not None and data.instructions.tokens == [5, 6]
+    assert data.comparison is not None and data.comparison.tokens == [5, 6]
+    for node in model.nodes[10:]:
+        machine.run_node(node)
+    logits = machine.finish_token().logits
+    reference = Machine(load_model(random_model), engine="interp")
+    reference.step(5)
+    reference.step(6)
+    assert np.array_equal(reference.step(7).logits, logits)
+    prof.detach(machine)
+    assert not machine.hooks.per_node
+    assert len(prof.tokens) == 3 and prof.tokens[2].ran.all()  # finished after the export
+    files = write_report(data, tmp_path / "tui")
+    r = json.loads(files["report.json"].read_text())
+    assert len(r["timing"]["steps"]) == 2
+    assert r["run"]["prompt"] == [] and r["quant"]["logits"]["summary"]["steps"] == 2
+
+
+def test_attention_is_found_from_kernel_operands_not_the_buffer_name(make_model):
+    from firscope.profile import find_attention_sites
+    text = SEED_FIR.read_text().replace(" scores", " probs")
+    assert " scores" not in text
+    model = load_model(make_model("r", fir_text=text))
+    sites = find_attention_sites(model)
+    assert [(s.full_name, s.buffer, s.n_head, s.n_positions) for s in sites] == \
+        [("attention@0", "probs", 4, 32), ("attention@1", "probs", 4, 32)]
