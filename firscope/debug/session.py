@@ -122,6 +122,9 @@ class Session:
         self._prev_regs: tuple[str, int, np.ndarray, np.ndarray] | None = None
         self._mark_regs: tuple[str, int, np.ndarray, np.ndarray] | None = None
         self._write_cache: dict[int, list[tuple[int, int]]] = {}
+        # Called as f(session, node) after every node completes, however it ran
+        # (the UI records attention maps this way).
+        self.node_observers: list = []
         self._begin_step()
         self._note_stop()
 
@@ -533,6 +536,7 @@ class Session:
         self._push(_Record("node", self.step, self.node_index, self._diff(self._node_before)))
         self.dispatch = None
         self._node_before = None
+        self._observe(node)
         self._advance_node()
 
     def _stepi_once(self) -> Stop:
@@ -670,6 +674,7 @@ class Session:
             self._complete_dispatch()
             return None
         self._push(_Record("node", self.step, node.index, changes))
+        self._observe(node)
         self._advance_node()
         for bp in watches:
             old = bp.old
@@ -681,6 +686,10 @@ class Session:
         if nan:
             return self._make_stop("nan", nan)
         return None
+
+    def _observe(self, node: PlanNode) -> None:
+        for f in self.node_observers:
+            f(self, node)
 
     def _watches_changed(self) -> list[Breakpoint]:
         out = []
