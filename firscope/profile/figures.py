@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
@@ -106,6 +107,8 @@ def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
     colors = _name_colors(names)
     fig = _new(9.5, max(0.35 * len(steps) + 1.2, 0.17 * len(names) + 0.6))
     ax = fig.add_subplot()
+    verts, faces = [], []
+    right = 0.0
     for row, s in enumerate(steps):
         starts = timing["node_start_us"][s["step"]]
         durs = timing["node_us"][s["step"]]
@@ -113,8 +116,13 @@ def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
         for n, st, d in zip(nodes, starts, durs):
             if d is None:
                 continue
-            ax.broken_barh([((st - t0) / 1000, d / 1000)], (row - 0.4, 0.8),
-                           facecolors=colors[n["name"]], linewidth=0)
+            x0, x1 = (st - t0) / 1000, (st - t0 + d) / 1000
+            verts.append([(x0, row - 0.4), (x1, row - 0.4), (x1, row + 0.4), (x0, row + 0.4)])
+            faces.append(colors[n["name"]])
+            right = max(right, x1)
+    ax.add_collection(PolyCollection(verts, facecolors=faces, linewidths=0))
+    ax.set_xlim(0, right * 1.01 or 1)
+    ax.set_ylim(-0.6, len(steps) - 0.4)
     ax.set_yticks(range(len(steps)), [f"step {s['step']}" for s in steps], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms from the start of the step")

@@ -56,9 +56,12 @@ def profile_model(model: Model, prompt: list[int], n: int, *, engine: str = "com
     if actual != engine:
         notes.append(f"engine '{engine}' is not available in this installation; timed on "
                      f"'{actual}'")
-    if actual == "compiled":
-        machine.step(prompt[0])  # compile and warm up outside the timed run
+    # One discarded step first: one-time costs (compiling kernels, first-dispatch setup)
+    # would otherwise land in step 0 and make runs hard to compare.
+    progress.phase(f"warm-up step ({actual})")
+    machine.step(prompt[0])
     machine.reset()
+    progress.end()
     profiler = Profiler(model).attach(machine)
     total = len(prompt) + max(n - 1, 0)
     progress.phase(f"timed run ({actual})", total)
@@ -71,7 +74,7 @@ def profile_model(model: Model, prompt: list[int], n: int, *, engine: str = "com
     generated, _ = machine.generate(prompt, n, on_step=on_step)
     progress.end()
     profiler.detach(machine)
-    data = profiler.data(**run_meta(engine=actual, engine_requested=engine))
+    data = profiler.data(**run_meta(engine=actual, engine_requested=engine, warmup_steps=1))
     if notes:
         data.meta.setdefault("notes", []).extend(notes)
     data.prompt = list(prompt)
