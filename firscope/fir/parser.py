@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import FirError, Loc
 from . import syntax as S
 from .expr import parse_expr
+from .source import read_limited
 
 _WORD = re.compile(r"\S+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*$")
@@ -23,21 +24,7 @@ HEADER_KEYWORDS = ("fir", "model", "config", "runtime", "epsilon", "prefix")
 
 def parse_file(path: str | Path) -> S.FirFile:
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise FirError(f"{path}: no such file") from None
-    except OSError as e:
-        raise FirError(f"{path}: cannot read: {e.strerror}") from None
-    if path.is_dir():
-        raise FirError(f"{path}: is a directory, expected a .fir file")
-    if size > MAX_FILE_BYTES:
-        raise FirError(f"{path}: {size} bytes is too large for a model file "
-                       f"(limit {MAX_FILE_BYTES})")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise FirError(f"{path}: cannot read: {e.strerror}") from None
+    raw = read_limited(path, "a .fir model file", MAX_FILE_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -81,13 +68,14 @@ class _Parser:
     def __init__(self, text: str, path: str):
         self.path = path
         self.raw_lines = text.splitlines()
-        self.lines = [_Line(path, i + 1, t) for i, t in enumerate(self.raw_lines)]
         self.i = 0
 
     # -- helpers ---------------------------------------------------------
     def next_line(self) -> _Line | None:
-        while self.i < len(self.lines):
-            line = self.lines[self.i]
+        # Lines are split into tokens only when reached, so a huge file that
+        # fails early never holds a token object per line of it.
+        while self.i < len(self.raw_lines):
+            line = _Line(self.path, self.i + 1, self.raw_lines[self.i])
             self.i += 1
             if line.toks:
                 return line

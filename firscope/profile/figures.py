@@ -242,30 +242,38 @@ def logits(quant: dict) -> bytes | None:
 
 
 # -- attention -------------------------------------------------------------------------------
-def attention(site: dict) -> bytes | None:
-    """One layer: a heatmap per head, queries down, keys across; blank = masked."""
-    if not site["positions"]:
+def attention(sites: list[dict]) -> bytes | None:
+    """Every layer and head in one mosaic: a row of cells per attention node, a column per head.
+
+    Each cell has queries down and keys across; blank cells are masked (a key
+    after its query). One image in one axes keeps this fast for 12x12 heads.
+    """
+    sites = [s for s in sites if s["positions"]]
+    if not sites:
         return None
-    n_head = site["n_head"]
-    keys = max(site["positions"]) + 1
-    cols = min(n_head, 6)
-    rows = math.ceil(n_head / cols)
-    fig = _new(min(9, 1.6 * cols + 1), 1.6 * rows + 0.6)
-    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    n_head = max(s["n_head"] for s in sites)
+    rows_q = max(len(s["positions"]) for s in sites)
+    keys = max(max(s["positions"]) for s in sites) + 1
+    gap = max(1, keys // 12)
+    ch, cw = rows_q + gap, keys + gap
+    mosaic = np.full((len(sites) * ch - gap, n_head * cw - gap), np.nan)
+    for r, s in enumerate(sites):
+        for h in range(s["n_head"]):
+            for i, row in enumerate(s["probs"][h]):
+                mosaic[r * ch + i, h * cw: h * cw + len(row)] = row
+    cell = min(1.3, 10.0 / n_head)
+    fig = _new(min(12.0, 1.8 + cell * n_head), 0.9 + cell * len(sites) * rows_q / keys)
+    ax = fig.add_subplot()
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
-    im = None
-    for h in range(n_head):
-        m = np.full((len(site["positions"]), keys), np.nan)
-        for i, r in enumerate(site["probs"][h]):
-            m[i, : len(r)] = r
-        ax = axes[h]
-        im = ax.imshow(m, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-        ax.set_title(f"head {h}", fontsize=8)
-        ax.tick_params(labelsize=6)
-    for ax in axes[n_head:]:
-        ax.set_axis_off()
-    if im is not None:
-        fig.colorbar(im, ax=list(axes[:n_head]), shrink=0.8)
-    fig.suptitle(f"{site['full_name']}: softmax of '{site['buffer']}' (rows: query position, "
-                 "columns: key position)", fontsize=9)
+    im = ax.imshow(mosaic, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    ax.set_xticks([h * cw + (keys - 1) / 2 for h in range(n_head)],
+                  [f"head {h}" for h in range(n_head)], fontsize=7)
+    ax.set_yticks([r * ch + (rows_q - 1) / 2 for r in range(len(sites))],
+                  [s["full_name"] for s in sites], fontsize=7)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="probability")
+    ax.set_title(f"softmax of '{sites[0]['buffer']}' per layer and head (in a cell: rows = query "
+                 "position, columns = key position)", fontsize=8)
     return _png(fig)

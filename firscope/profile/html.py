@@ -282,9 +282,9 @@ def _attention(report: dict, figs) -> str:
                f"<code>{esc(s0['buffer'])}</code>: head h's probabilities at "
                f"[h·{num(s0['stride'])} + 0..position]. Rows are query positions "
                f"{num(min(s0['positions']))}..{num(max(s0['positions']))}.</p>")
-    for i, s in enumerate(sites):
-        out.append(f"<h3>{esc(s['full_name'])}</h3>")
-        out.append(img(figs.get(f"attention_{i}"), f"attention {s['full_name']}"))
+    out.append(img(figs.get("attention"), "attention per layer and head"))
+    out.append("<p>Nodes: " + ", ".join(f"<code>{esc(s['full_name'])}</code>" for s in sites)
+               + "</p>")
     return "".join(out)
 
 

@@ -129,8 +129,7 @@ def build_figures(report: dict) -> dict[str, bytes | None]:
         "activation_error": F.activation_error(report["quant"], report["nodes"]),
         "logits": F.logits(report["quant"]),
     }
-    for i, site in enumerate(report["attention"]):
-        figs[f"attention_{i}"] = F.attention(site)
+    figs["attention"] = F.attention(report["attention"])
     return figs
 
 
