@@ -219,8 +219,9 @@ class FirscopeApp(App):
     def on_option_list_option_highlighted(self, event) -> None:
         if isinstance(event.option_list, NodeList) and self.session is not None and not self.busy:
             idx = event.option_list.cursor_node()
-            if idx is not None:
-                self.query_one(SourcePane).show(self.session, idx)
+            panes = self.query(SourcePane)  # empty while the app is closing
+            if idx is not None and panes:
+                panes.first().show(self.session, idx)
 
     # -- running the engine --------------------------------------------------------------------
     def engine(self, label: str, fn) -> None:

@@ -23,8 +23,13 @@ class ConsoleView(Vertical):
         yield Input(placeholder="gdb command: break attention@1, print max(abs(x)), info lanes R3 ...",
                     id="console-input")
 
+    def on_mount(self) -> None:
+        self.history: list[str] = []  # everything written, also while the tab is hidden
+
     def write(self, text: str, style: str | None = None) -> None:
         from rich.text import Text
+        self.history.append(text)
+        del self.history[:-2000]
         self.query_one(RichLog).write(Text(text, style=style or ""))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -88,12 +88,15 @@ class Dispatch:
     def step(self) -> Op:
         """Execute exactly one instruction; return it."""
         op = self.ops[self.pc]
-        if self.line_counts is not None:
-            self.line_counts[self.pc] += 1
-        self.lane_steps += self.active
-        self.steps += 1
+        active = self.active
         with np.errstate(all="ignore"):
             nxt = self._fns[self.pc]()
+        # Counted only once it executed: a faulting instruction leaves the dispatch
+        # exactly as before it (pc, steps), so the debugger can stop on it and replay.
+        if self.line_counts is not None:
+            self.line_counts[self.pc] += 1
+        self.lane_steps += active
+        self.steps += 1
         self.pc = self.pc + 1 if nxt is None else nxt
         return op
 
