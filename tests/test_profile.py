@@ -378,9 +378,27 @@ def test_profiler_on_a_session_machine_and_state_is_kept(random_model, tmp_path)
     reference.step(5)
     reference.step(6)
     assert np.array_equal(reference.step(7).logits, logits)
+    assert len(prof.tokens) == 3 and prof.tokens[2].ran.all()  # finished after the export
+    # A debugger single-steps kernels through machine.dispatch (no node hooks): such nodes
+    # have no time, and a step whose last node went that way is kept when the next begins.
+    from firscope.runtime.extops import EXT_IMPLS
+    machine.begin_token(8)
+    for node in model.nodes[:-1]:
+        if node.index == 3:
+            machine.dispatch(node).run()
+        else:
+            machine.run_node(node)
+    EXT_IMPLS[model.nodes[-1].target](machine.arena, model.nodes[-1])
+    machine.finish_token()
+    assert len(prof.tokens) == 3
+    machine.begin_token(9)
+    machine.run_node(model.nodes[0])
+    assert [t.token for t in prof.tokens] == [5, 6, 7, 8]
+    partial = prof.tokens[3].node_ns
+    assert model.nodes[3].kind == "micro" and partial[3] == -1 and partial[-1] == -1
+    assert (np.delete(partial, [3, len(partial) - 1]) > 0).all()
     prof.detach(machine)
     assert not machine.hooks.per_node
-    assert len(prof.tokens) == 3 and prof.tokens[2].ran.all()  # finished after the export
     files = write_report(data, tmp_path / "tui")
     r = json.loads(files["report.json"].read_text())
     assert len(r["timing"]["steps"]) == 2

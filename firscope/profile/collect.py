@@ -9,7 +9,9 @@ interpreter; time such a run separately from the timed one.
 
 Token boundaries are inferred from the nodes themselves (node 0 starts a
 step, the last node ends it), so a session stepping node by node is
-profiled the same way as a plain :meth:`Machine.step`.
+profiled the same way as a plain :meth:`Machine.step`. Nodes that do not
+pass through :meth:`Machine.run_node` (a debugger single-stepping a kernel
+through :meth:`Machine.dispatch`) have no time (-1) in their step.
 """
 from __future__ import annotations
 
@@ -137,9 +139,14 @@ class Profiler:
         if self.origin_ns is None:
             self.origin_ns = now
         op = self._open
+        if op is not None and op.position != machine.position and op.ran.any():
+            # The previous step ended without its last node passing through run_node (a
+            # debugger stepped into it instruction by instruction): keep it, partial.
+            if self.timing:
+                self.tokens.append(op)
         if op is None or op.position != machine.position or (node.index == 0 and op.ran.any()):
-            # A new step (or the same step run again from its first node, e.g. after a
-            # reverse step in the debugger): the unfinished record is dropped.
+            # A new step, or the same step run again from its first node (a reverse step
+            # in the debugger): then the unfinished record of that step is replaced.
             token = machine.current_token if machine.current_token is not None else -1
             self._open = TokenTiming(len(self.tokens), int(token), int(machine.position),
                                      np.full(self.n_nodes, -1, dtype=np.int64),
