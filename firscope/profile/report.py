@@ -52,6 +52,9 @@ def profile_model(model: Model, prompt: list[int], n: int, *, engine: str = "com
     if n < 0:
         raise FirError("-n must be 0 or more")
     machine, actual = make_machine(model, engine)
+    for t in prompt:
+        machine.check_token(t)
+    machine.check_room(len(prompt) + max(n - 1, 0))  # before any work, not after the warm-up
     notes = []
     if actual != engine:
         notes.append(f"engine '{engine}' is not available in this installation; timed on "
@@ -168,6 +171,11 @@ def run_profile(args) -> int:
     """``firscope profile``: the CLI glue (argument handling lives in cli.py)."""
     from ..cli import load, prompt_ids  # the CLI's own loading rules, not duplicated here
 
+    out = Path(args.out)
+    try:  # a folder we cannot write is reported before minutes of profiling, not after
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FirError(f"{out}: cannot create the report folder: {e.strerror or e}") from None
     progress = Progress(sys.stderr)
     progress.phase("loading the model")
     model = load(args)
@@ -178,7 +186,7 @@ def run_profile(args) -> int:
         raise FirError("-n must be 0 or more")
     data = profile_model(model, ids, n, engine=getattr(args, "engine", "compiled"),
                          tokenizer=tok, progress=progress)
-    files = write_report(data, args.out, progress=progress)
+    files = write_report(data, out, progress=progress)
     print(f"wrote {files['report.html']}")
     for name in sorted(files):
         if name != "report.html":
