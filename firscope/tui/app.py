@@ -167,7 +167,7 @@ class FirscopeApp(App):
         self.query_one("#main").display = True
         self.query_one(BuffersView).bind_session(session)
         self.query_one(AttentionView).bind_session(session, self.recorder, tok)
-        self.status_text = f"loaded in {seconds:.2f} s"
+        self.status_text = f"loaded in {seconds:.2f} s" if self.show_times else "loaded"
         console = self.query_one(ConsoleView)
         console.write(f"firscope: {session.model.path} · {len(session.model.nodes)} nodes · "
                       f"engine {session.machine.engine} · prompt {len(session.prompt)} tokens, "

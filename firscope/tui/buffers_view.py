@@ -22,6 +22,9 @@ class ValuesView(Static, can_focus=True):
                 Binding("home", "first", "first page", show=False),
                 Binding("end", "last", "last page", show=False)]
 
+    def on_resize(self) -> None:
+        self.parent.parent.show()  # re-flow the values to the new width
+
     def action_page(self, delta: int) -> None:
         self.parent.parent.page(delta)
 
@@ -113,7 +116,7 @@ class BuffersView(Vertical):
         shown_layer = layer if layer else (str(s.layer) if s.layer is not None and
                                            _per_layer(s, name) else "")
         t.append(f"{name}{'@' + shown_layer if shown_layer else ''}", style="bold")
-        t.append(f"  shape {list(arr.shape)}  {n} f32")
+        t.append(f"   shape {list(arr.shape)}  {n} f32")
         if finite.size:
             t.append(f"\nmin {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}"
                      f"  std {finite.std():.6g}")
@@ -127,11 +130,12 @@ class BuffersView(Vertical):
         t.append(f" {hi:.3g}   spark ")
         t.append(sparkline(flat, 40), style="green")
         stats.update(t)
-        v = Text()
+        v = Text(no_wrap=True)
+        per_row = max(1, min(8, (values.size.width - 10) // 11)) if values.size.width else 8
         page = flat[self.value_offset: self.value_offset + PAGE]
-        for row in range(0, page.size, 8):
+        for row in range(0, page.size, per_row):
             v.append(f"[{self.value_offset + row:>7}] ", style="dim")
-            for x in page[row: row + 8]:
+            for x in page[row: row + per_row]:
                 style = "bold red" if not np.isfinite(x) else ""
                 v.append(f"{float(x):>11.5g}", style=style)
             v.append("\n")

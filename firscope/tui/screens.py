@@ -24,7 +24,8 @@ class HelpScreen(ModalScreen[None]):
         t.add_column("keys", style="bold cyan")
         t.add_column("action")
         for keys, _action, label, help_text in KEYS:
-            t.add_row(keys.replace(",", " / "), help_text or label)
+            shown = keys.replace("question_mark", "?").replace(",", " / ")
+            t.add_row(shown, help_text or label)
         with Vertical():
             yield Static(t)
             yield Static("\nThe command palette (ctrl+p) and the Console tab take every batch-mode "

@@ -117,26 +117,26 @@ class SourcePane(Vertical):
     def _show_ext(self, session: Session, node) -> None:
         t = Text()
         t.append(f"{node.full_name}: ext {node.target}\n", style="bold")
-        t.append(f"{session.model.path.name}:{node.loc.line}  {session.model.fir.lines[node.loc.line - 1].strip()}\n\n",
-                 style="dim")
+        t.append(session.model.fir.lines[node.loc.line - 1].strip() + "\n\n", style="dim")
         for label, ops in (("in", node.args), ("out", node.outs)):
             for i, o in enumerate(ops):
-                t.append(f"  {label}{i:<3} {o.display:<14} {o.kind:<7} {o.size:>9} elements")
+                t.append(f"{label}{i} ", style="cyan")
+                t.append(f"{o.display}", style="bold")
+                t.append(f"  {o.kind}, {o.size:,} elements\n")
                 w = o.weight
                 if w is not None:
-                    t.append(f"  {w.dtype} {list(w.shape)}")
+                    t.append(f"     {w.dtype} declared {list(w.shape)}, {w.stored}\n")
                     if w.q4 is not None:
-                        t.append(f"  q4 group {w.q4.group}, {w.q4.ngroups} groups/row, "
-                                 f"{w.q4.nbytes:,} bytes")
-                t.append("\n")
+                        t.append(f"     q4 group {w.q4.group}, {w.q4.ngroups} groups/row, "
+                                 f"{w.q4.nbytes:,} bytes\n")
         if node.target == "fir.linear":
-            t.append("\n  y = x · W   (W declared [in, out]; stored [out, in])\n", style="dim")
+            t.append("\ny = x · W  (W declared [in, out])\n", style="dim")
         elif node.target == "fir.linear_t":
-            t.append("\n  y = W · x   (W declared [out, in])\n", style="dim")
+            t.append("\ny = W · x  (W declared [out, in])\n", style="dim")
         else:
-            t.append("\n  out = table[int(ids[0])]\n", style="dim")
+            t.append("\nout = table[int(ids[0])]\n", style="dim")
         last = session.node_times.get(node.index)
         if last is not None:
-            t.append(f"\n  last run: {last * 1e3:.3f} ms\n")
+            t.append(f"\nlast run: {last * 1e3:.3f} ms\n")
         self._show_text(f"{node.target} · {session.model.path.name}:{node.loc.line}", t)
         self.border_subtitle = node.full_name
