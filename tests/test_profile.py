@@ -132,7 +132,8 @@ def test_weight_stats_match_the_checkpoint(cli_report):
         assert got["p95_abs"] == pytest.approx(np.percentile(a, 95), rel=1e-9)
         assert got["scale_min"] == pytest.approx(scale.min()) and \
             got["scale_max"] == pytest.approx(scale.max())
-        assert got["min_min"] == pytest.approx(lo.min()) and got["min_max"] == pytest.approx(lo.max())
+        assert got["min_min"] == pytest.approx(lo.min())
+        assert got["min_max"] == pytest.approx(lo.max())
         # llama.cpp's histogram: 150 buckets of |error| over [0, 0.03), and its quantile bounds
         hist = np.bincount(np.minimum((a / 0.03 * 150).astype(int), 149).ravel(), minlength=150)
         assert got["hist"] == hist.tolist()

@@ -272,7 +272,8 @@ class ProfileData:
             data.quant_note = ("This run loaded every q4 weight as f32 (--fir-f32): there is no "
                                "quantization to measure.")
         elif not any(w.q4 is not None for w in model.weights.values()):
-            data.quant_note = "The model declares no q4 weights: there is no quantization to measure."
+            data.quant_note = ("The model declares no q4 weights: there is no quantization to "
+                               "measure.")
         return data
 
     @property

@@ -9,7 +9,6 @@ is missing.
 from __future__ import annotations
 
 import io
-import math
 
 import matplotlib
 
