@@ -68,9 +68,11 @@ from .assembler import NREGS, Address, Program, Region
 from .interp import (MAX_TRIPS, Dispatch, bounds_message, budget_error, fault_error,
                      loop_count_message, rtou_message)
 
-GENERATOR_VERSION = 3  # bump when the generated code's meaning changes
+GENERATOR_VERSION = 4  # bump when the generated code's meaning changes
 POLL = 1 << 14  # instructions between looks at the stop flag
 UNLIMITED = 1 << 62
+
+_JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
 # Fault codes written by compiled lanes into their record row.
 F_LOAD, F_STORE, F_RTOU, F_COUNT, F_OWNER, F_BUDGET, F_STOP = 1, 2, 3, 4, 5, 6, 7
@@ -461,26 +463,31 @@ class _Gen:
                 "ZERO = np.float32(0.0)",
                 "M32 = 0xFFFFFFFF"]
         head += [f"{name} = {lit}" for lit, name in self.consts.items()]
+        # Region bases are scalar arguments (kept in registers across lanes); no
+        # NRT: nothing here allocates, and its reference counting of the array
+        # arguments on every early return cost more than the kernels themselves.
+        bnames = [f"B{i}" for i in range(len(self.slots))]
+        blist = "".join(f"{b}, " for b in bnames)
         fn = ["", "",
-              "@njit(error_model='numpy', fastmath=False, cache=True, nogil=True)",
-              "def lane_fn(lane, arena, bases, budget, ctl, rec, frec, stop):"]
+              f"@njit({_JIT}, inline='always')",
+              f"def lane_fn(lane, arena, {blist}budget, ctl, rec, frec, stop):"]
         fn.append("    R0 = np.float32(lane)")
         fn += [f"    R{r} = ZERO" for r in regs_r if r != 0]
         fn += [f"    U{u} = 0" for u in regs_u]
-        fn += [f"    B{i} = bases[{i}]" for i in range(len(self.slots))]
         fn += ["    cnt = 0", f"    lim = budget if budget < {POLL} else {POLL}"]
         fn += body
         entry = ["", "",
-                 "@njit(error_model='numpy', fastmath=False, cache=True, nogil=True)",
+                 f"@njit({_JIT})",
                  "def run_serial(arena, bases, threads, budget, ctl, rec, frec, stop):",
+                 *[f"    {b} = bases[{i}]" for i, b in enumerate(bnames)],
                  "    for lane in range(threads):",
-                 "        lane_fn(lane, arena, bases, budget, ctl, rec, frec, stop)",
+                 f"        lane_fn(lane, arena, {blist}budget, ctl, rec, frec, stop)",
                  "", "",
-                 "@njit(error_model='numpy', fastmath=False, cache=True, nogil=True, "
-                 "parallel=True)",
+                 f"@njit({_JIT}, parallel=True)",
                  "def run_parallel(arena, bases, threads, budget, ctl, rec, frec, stop):",
+                 *[f"    {b} = bases[{i}]" for i, b in enumerate(bnames)],
                  "    for lane in prange(threads):",
-                 "        lane_fn(np.int64(lane), arena, bases, budget, ctl, rec, frec, stop)",
+                 f"        lane_fn(np.int64(lane), arena, {blist}budget, ctl, rec, frec, stop)",
                  ""]
         source = "\n".join(head + fn + entry)
         sha = hashlib.sha256(source.encode()).hexdigest()[:24]
@@ -673,9 +680,13 @@ class CompiledRunner:
     interpreter on the same arena). Not for concurrent use from two threads.
     """
 
-    def __init__(self, model, *, stop: threading.Event | None = None):
+    def __init__(self, model, *, stop: threading.Event | None = None, parallel: bool = False):
         self.model = model
         self.stop = stop
+        # Lanes over threads (numba prange) only on request: on a small machine the
+        # OpenMP workers spin after each kernel and starve BLAS's threads in the
+        # ext ops that follow, which costs far more than the kernels gain.
+        self.parallel = parallel
         self._plans: dict[int, _Plan] = {}
         self.fallbacks: dict[str, str] = {}  # kernel@node -> why it is interpreted
         self._ctl = np.zeros(4, dtype=np.int64)
@@ -714,7 +725,7 @@ class CompiledRunner:
     def _compile(self, plan: _Plan) -> Callable:
         if plan.fn is None:
             mod = _load_module(plan.gen)
-            fn = mod.run_parallel if plan.gen.parallel else mod.run_serial
+            fn = mod.run_parallel if plan.gen.parallel and self.parallel else mod.run_serial
             if not fn.signatures:
                 fn.compile(_SIG)
             plan.fn = fn
