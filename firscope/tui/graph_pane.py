@@ -34,7 +34,7 @@ class TokenStrip(Static):
             t.append(" " if len(piece) > 1 else "")
         remaining = session.total_steps + 1 - len(session.sequence)
         if remaining > 0:
-            t.append(" ·" * min(remaining, 20), style="dim")
+            t.append(f" +{remaining}", style="dim")
         self.update(t)
 
 

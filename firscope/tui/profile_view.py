@@ -75,7 +75,7 @@ class ProfileView(VerticalScroll, can_focus=True):
             acc: dict[str, list] = defaultdict(list)
             for a in self.quant.activations:
                 if a.primary:
-                    acc[a.node].append(a)
+                    acc[a.full_name].append(a)
             for node, rows in list(acc.items()):
                 n = len(rows)
                 t.add_row(node, f"{sum(r.rel_l2 for r in rows) / n:.4f}",

@@ -65,15 +65,16 @@ class RegistersPane(VerticalScroll):
     def _lanes_text(self, session: Session, d) -> Text:
         t = Text()
         reg = self.lane_register or _last_written(d)
-        mask = "".join("■" if m else "□" for m in d.mask[:64])
+        width = max(self.size.width - 14, 8)
+        mask = "".join("■" if m else "□" for m in d.mask[:width])
         t.append(f"\nmask {int(d.mask.sum())}/{d.lanes} ", style="bold")
-        t.append(mask + ("…" if d.lanes > 64 else "") + "\n")
+        t.append(mask + ("…" if d.lanes > width else "") + "\n")
         if reg is None:
             return t
         file, i = reg
-        vals = (d.R[i] if file == "R" else d.U[i].astype(np.float64))[:64]
+        vals = (d.R[i] if file == "R" else d.U[i].astype(np.float64))[:width]
         norm = normalise(vals)
-        t.append(f"{file}{i} over lanes ", style="bold")
+        t.append(f"{file}{i} over lanes\n", style="bold")
         for lane, v in enumerate(norm):
             t.append("█" if d.mask[lane] else "░", style=ramp(v).name if np.isfinite(v) else "magenta")
         t.append("\n")

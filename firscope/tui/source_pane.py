@@ -90,6 +90,9 @@ class SourcePane(Vertical):
             body = text.strip()
             style = "bold yellow" if here else ("dim" if body.startswith("#") else "")
             t.append("  " * depth.get(ln, 0) + body, style=style)
+            width = lines_view.size.width - 2
+            if width > 10:
+                t.truncate(width, overflow="ellipsis")
             options.append(Option(t, id=str(ln)))
         old = lines_view.highlighted
         lines_view.clear_options()
