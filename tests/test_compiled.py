@@ -1,0 +1,500 @@
+"""The compiled micro-kernels against the step interpreter (the reference).
+
+Every comparison is bitwise (arenas viewed as uint32, so -0.0 and NaN payloads
+count): both engines do IEEE f32 arithmetic op for op in the same order, and
+exp/sigmoid use the same libm expf (vm/opcodes.exp_f32), so there is no
+rounding difference to tolerate. Lockstep vs per-lane execution order cannot
+matter for these kernels: lanes only touch their own slice of what they write
+(checked by the compiled path at run time).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, SEED_FIR, write_random_gpt2
+from firscope.errors import BudgetExceeded, FirError, FirFault, Interrupted
+from firscope.model import load_model
+from firscope.runtime import Machine
+from firscope.vm.compiled import CompiledRunner, StopFlag, generate, lane_partition
+from firscope.vm.interp import Dispatch
+
+
+def sample_firs() -> list[Path]:
+    """Every bundled sample model whose checkpoint is present."""
+    return sorted(p for p in (REPO / "sample_models").glob("*/gpt2.fir")
+                  if (p.parent / "model.safetensors").exists()
+                  and (p.parent / "config.json").exists())
+
+
+RANDOM_SHAPES = {
+    "rand-small": dict(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab=256),
+    "rand-odd": dict(n_layer=1, n_embd=48, n_head=3, n_positions=20, vocab=97, seed=5),
+}
+
+
+@pytest.fixture(params=list(RANDOM_SHAPES) + [p.parent.name for p in sample_firs()])
+def any_model(request, tmp_path) -> Path:
+    if request.param in RANDOM_SHAPES:
+        return write_random_gpt2(tmp_path / request.param, **RANDOM_SHAPES[request.param])
+    return REPO / "sample_models" / request.param / "gpt2.fir"
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def first_difference(a: np.ndarray, b: np.ndarray, model) -> str:
+    bad = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
+    if not bad.size:
+        return "none"
+    i = int(bad[0])
+    where = next((r.name for r in model.regions.values() if r.base <= i < r.base + r.size), "?")
+    return f"{bad.size} elements differ, first at {i} in {where}: interp {a[i]!r} compiled {b[i]!r}"
+
+
+def randomize_buffers(model, rng) -> None:
+    """Random data in every buffer, valid token/position inputs."""
+    for name, r in model.regions.items():
+        if name.split("@")[0] in model.buffers:
+            model.arena[r.base: r.base + r.size] = rng.normal(0, 1, r.size).astype(np.float32)
+    model.arena[model.inputs["token"].base] = rng.integers(0, model.vocab)
+    limit = model.n_positions or 1
+    model.arena[model.inputs["position"].base] = rng.integers(0, limit)
+
+
+def run_both(model, runner, node, arena, budget=10_000_000):
+    a, b = arena.copy(), arena.copy()
+    Dispatch(node.program, a).run(budget)
+    runner.run(node, b, budget)
+    return a, b
+
+
+# --- every kernel of every model ---------------------------------------------------------
+def test_every_micro_node_matches_interpreter_bitwise(any_model):
+    model = load_model(any_model)
+    runner = CompiledRunner(model)
+    assert runner.fallbacks == {} or all("g2." not in k for k in runner.fallbacks)
+    machine = Machine(model, engine="interp")
+    for tok in (3, 1, 4, 1, 5):  # a realistic arena: caches filled by a few decode steps
+        machine.step(tok % model.vocab)
+    arenas = [model.arena.copy()]
+    rng = np.random.default_rng(7)
+    for _ in range(2):
+        randomize_buffers(model, rng)
+        arenas.append(model.arena.copy())
+    checked = set()
+    for arena in arenas:
+        for node in model.nodes:
+            if node.kind != "micro":
+                continue
+            a, b = run_both(model, runner, node, arena)
+            assert same_bits(a, b), f"{node.full_name}: {first_difference(a, b, model)}"
+            checked.add(node.target)
+    assert checked == set(model.kernels), "some kernel was never run"
+    assert runner.fallbacks == {}, runner.fallbacks  # the seed kernels all compile
+
+
+def test_whole_decode_matches_interpreter(any_model):
+    model_i = load_model(any_model)
+    model_c = load_model(any_model)
+    mi = Machine(model_i, engine="interp")
+    mc = Machine(model_c, engine="compiled")
+    ids = [int(t) for t in np.random.default_rng(1).integers(0, model_i.vocab, 6)]
+    gen_i, logits_i = mi.generate(ids, 4)
+    gen_c, logits_c = mc.generate(ids, 4)
+    assert gen_i == gen_c
+    for li, lc in zip(logits_i, logits_c):
+        assert same_bits(li, lc)
+    assert same_bits(model_i.arena, model_c.arena)  # KV caches and every buffer too
+
+
+def test_compiled_decode_agrees_with_numpy_gpt2(tmp_path):
+    """Not only equal to the interpreter: also right (f32 rounding differences only)."""
+    from safetensors.numpy import load_file
+
+    from npgpt2 import NumpyGPT2
+    fir = write_random_gpt2(tmp_path / "m", **RANDOM_SHAPES["rand-small"])
+    import json
+    ref = NumpyGPT2(load_file(str(fir.parent / "model.safetensors")),
+                    json.loads((fir.parent / "config.json").read_text()))
+    mc = Machine(load_model(fir, fir_f32=True), engine="compiled")
+    for tok in (5, 17, 200, 3):
+        got = mc.step(tok).logits
+        want = ref.step(tok)
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)
+
+
+def test_runner_works_on_any_arena_copy(random_model):
+    model = load_model(random_model)
+    runner = CompiledRunner(model)
+    randomize_buffers(model, np.random.default_rng(3))
+    before = model.arena.copy()
+    node = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    other = model.arena.copy()
+    runner.run(node, other, None)
+    assert same_bits(model.arena, before)  # the model's own arena is untouched
+    want = model.arena.copy()
+    Dispatch(node.program, want).run()
+    assert same_bits(other, want)
+    assert not same_bits(other, before)  # and the kernel did write something
+
+
+def test_one_compiled_function_serves_every_layer(random_model):
+    model = load_model(random_model)
+    runner = CompiledRunner(model)
+    runner.warmup()
+    shas = {}
+    for node in model.nodes:
+        if node.kind == "micro":
+            shas.setdefault(node.target, set()).add(runner.plan(node).gen.sha)
+    assert len(shas["g2.attn_decode"]) == 1
+    assert len(shas["g2.layernorm"]) == 1
+    # g2.add runs on three sizes (n_embd, 3*n_embd, 4*n_embd) and aliasing patterns
+    assert 1 <= len(shas["g2.add"]) <= 4
+    assert all(runner.plan(n).fn is not None for n in model.nodes if n.kind == "micro")
+
+
+def test_generated_code_comes_from_the_instructions_not_the_name(tmp_path):
+    """Renaming every kernel gives the same generated code and the same decode."""
+    text = SEED_FIR.read_text()
+    for old in ("g2.attn_decode", "g2.layernorm", "g2.gelu_new", "g2.add"):
+        text = text.replace(old, "zz." + old.split(".")[1][::-1])
+    a = write_random_gpt2(tmp_path / "a", seed=2)
+    b = write_random_gpt2(tmp_path / "b", seed=2, fir_text=text)
+    ma, mb = load_model(a), load_model(b)
+    ga = [generate(n.program).source.split("\n", 1)[1] for n in ma.nodes if n.kind == "micro"]
+    gb = [generate(n.program).source.split("\n", 1)[1] for n in mb.nodes if n.kind == "micro"]
+    assert ga == gb
+    la = Machine(ma, engine="compiled").step(7).logits
+    lb = Machine(mb, engine="compiled").step(7).logits
+    assert same_bits(la, lb)
+
+
+# --- divergent lanes ------------------------------------------------------------------------
+DIVERGENT = """
+buf dv_in f32 40
+buf dv_out f32 40
+buf dv_slab f32 40*8
+buf dv_small f32 40
+# Per-lane loop counts (some lanes run 0 trips), nested ifs, a loop inside an if,
+# a store per trip into the lane's own 8-element slice.
+kernel t.diverge in=1 out=2 threads=in0.size tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+mulconst 2 0 0.19
+addconst 2 2 -1.5
+loadconstf32 3 0
+loadconstf32 6 1
+umulk 1 0 8
+forbegin 2
+addconst 3 3 1.25
+cmplt 4 3 1
+ifbegin 4
+mul 3 3 1
+loadconstf32 5 2
+forbegin 5
+addconst 3 3 0.5
+sigmoid 7 3
+add 3 3 7
+forend
+ifend
+cmplt 8 1 3
+ifbegin 8
+exp 9 1
+div 3 3 9
+ifbegin 6
+rsqrt 10 9
+sub 3 3 10
+ifend
+ifend
+ustoref32 3 1 @out1
+uaddk 1 1 1
+forend
+ustoref32 3 0 @out0
+endkernel
+# Loop counts read from data: lane-dependent, and a loop nested in a loop in an if.
+kernel t.datacount in=1 out=1 size=in0,out0 threads=out0.size tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+mul 1 1 1
+mulconst 1 1 3
+loadconstf32 2 0
+cmplt 3 2 1
+ifbegin 3
+forbegin 1
+loadconstf32 4 1.5
+forbegin 4
+addconst 2 2 0.75
+forend
+mulconst 2 2 0.5
+forend
+ifend
+ustoref32 2 0 @out0
+endkernel
+# uint32 wrap-around: (2^32-1)*3 + lane + 3 wraps back to lane.
+kernel t.wrap in=1 out=1 size=in0,out0 threads=out0.size tg=1 tgbytes=16
+rtou 0 0
+uconst 2 4294967295
+umulk 3 2 3
+uadd 3 3 0
+uaddk 3 3 3
+uloadf32 1 3 @in0
+ustoref32 1 0 @out0
+endkernel
+# Lanes that communicate: each reads its neighbour's freshly stored value.
+kernel t.neighbour in=1 out=1 threads=in0.size-1 tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+ustoref32 1 0 @out0
+uloadf32 2 0 @out0+1
+add 1 1 2
+ustoref32 1 0 @out0
+endkernel
+"""
+DIVERGENT_NODES = """
+node diverge micro t.diverge dv_in -> dv_out dv_slab
+node datacount micro t.datacount dv_in -> dv_small
+node wrap micro t.wrap dv_in -> dv_out
+node neighbour micro t.neighbour dv_in -> dv_small
+"""
+
+
+def model_with(tmp_path, kernels: str, nodes: str, name="ext") -> Path:
+    text = SEED_FIR.read_text()
+    head, tail = text.split("node token ext", 1)
+    fir_text = head + kernels + "node token ext" + tail + nodes
+    return write_random_gpt2(tmp_path / name, fir_text=fir_text)
+
+
+@pytest.fixture
+def divergent_model(tmp_path):
+    return load_model(model_with(tmp_path, DIVERGENT, DIVERGENT_NODES))
+
+
+def node_named(model, name):
+    return next(n for n in model.nodes if n.full_name == name)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_divergent_kernels_match_interpreter(divergent_model, seed):
+    model = divergent_model
+    runner = CompiledRunner(model)
+    rng = np.random.default_rng(seed)
+    randomize_buffers(model, rng)
+    dv = model.regions["dv_in"]
+    values = rng.normal(0, 1.5, dv.size).astype(np.float32)
+    values[rng.integers(0, dv.size, 4)] = 0.0
+    model.arena[dv.base: dv.base + dv.size] = values
+    for name in ("diverge", "datacount", "wrap"):
+        node = node_named(model, name)
+        a, b = run_both(model, runner, node, model.arena)
+        assert same_bits(a, b), f"{name}: {first_difference(a, b, model)}"
+    assert runner.plan(node_named(model, "diverge")).gen is not None
+
+
+def test_lanes_really_diverge(divergent_model):
+    """The divergence test is only a test if lanes take different paths."""
+    model = divergent_model
+    randomize_buffers(model, np.random.default_rng(0))
+    d = Dispatch(node_named(model, "diverge").program, model.arena.copy())
+    masks = set()
+    while not d.done:
+        d.step()
+        masks.add(d.active)
+    assert len(masks) > 3
+    assert d.lane_steps < d.steps * d.lanes
+
+
+def test_communicating_kernel_falls_back_to_interpreter(divergent_model):
+    model = divergent_model
+    runner = CompiledRunner(model)
+    node = node_named(model, "neighbour")
+    slicing, why = lane_partition(node.program)
+    assert slicing is None and "dv_small" in why
+    randomize_buffers(model, np.random.default_rng(1))
+    a, b = run_both(model, runner, node, model.arena)
+    assert same_bits(a, b)
+    assert "neighbour" in runner.fallbacks
+
+
+# --- faults, budget, stop -----------------------------------------------------------------------
+FAULTS = """
+buf f_in f32 16
+buf f_out f32 16
+# Lane l starts at index l and walks by 3: higher lanes leave in0 on earlier trips.
+kernel t.walk in=1 out=1 threads=8 tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+uaddk 2 0 0
+forbegin 1
+uaddk 2 2 3
+uloadf32 3 2 @in0
+forend
+ustoref32 3 0 @out0
+endkernel
+kernel t.rtou in=1 out=1 threads=8 tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+rtou 1 1
+ustoref32 1 0 @out0
+endkernel
+kernel t.nancount in=1 out=1 threads=8 tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+loadconstf32 2 2
+forbegin 2
+forbegin 1
+addconst 3 3 1
+forend
+forend
+ustoref32 3 0 @out0
+endkernel
+kernel t.store in=1 out=1 threads=8 tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+ustoref32 1 0 @out0+12
+endkernel
+kernel t.spin in=1 out=1 threads=4 tg=1 tgbytes=16
+rtou 0 0
+loadconstf32 1 1e9
+forbegin 1
+addconst 2 2 1
+ifbegin 2
+mulconst 2 2 0.5
+ifend
+forend
+ustoref32 2 0 @out0
+endkernel
+"""
+FAULT_NODES = """
+node walk micro t.walk f_in -> f_out
+node rtou micro t.rtou f_in -> f_out
+node nancount micro t.nancount f_in -> f_out
+node store micro t.store f_in -> f_out
+node spin micro t.spin f_in -> f_out
+"""
+
+
+@pytest.fixture
+def fault_model(tmp_path):
+    return load_model(model_with(tmp_path, FAULTS, FAULT_NODES, "faults"))
+
+
+def both_errors(model, node_name, inputs, budget=10_000_000):
+    r = model.regions["f_in"]
+    model.arena[r.base: r.base + r.size] = np.asarray(inputs, dtype=np.float32)
+    node = node_named(model, node_name)
+    errs = []
+    for engine in ("interp", "compiled"):
+        arena = model.arena.copy()
+        with pytest.raises(FirError) as info:
+            if engine == "interp":
+                Dispatch(node.program, arena).run(budget)
+            else:
+                CompiledRunner(model).run(node, arena, budget)
+        errs.append(info.value)
+    return errs
+
+
+def assert_same_error(ei, ec):
+    assert type(ei) is type(ec)
+    assert str(ei) == str(ec)
+    if isinstance(ei, FirFault):
+        assert (ei.kernel, ei.node, ei.layer, ei.lane, ei.pc, ei.address) == \
+               (ec.kernel, ec.node, ec.layer, ec.lane, ec.pc, ec.address)
+
+
+@pytest.mark.parametrize("counts", [
+    [9] * 16,  # every lane faults; lane 7 first (trip 3), lockstep order decides
+    [9, 9, 9, 9, 1, 1, 1, 1] + [0] * 8,  # only lanes 0..3 get far enough
+    [0, 2, 0, 5, 0, 0, 1, 4] + [0] * 8,  # lane 3 (trip 5) vs lane 7 (trip 3)
+])
+def test_out_of_bounds_load_in_loop_same_fault(fault_model, counts):
+    ei, ec = both_errors(fault_model, "walk", counts)
+    assert isinstance(ei, FirFault) and "load from @in0" in str(ei)
+    assert_same_error(ei, ec)
+
+
+def test_rtou_fault_same(fault_model):
+    vals = [1, 2, 3, -0.5, 5, np.nan, 7, 8] + [0] * 8
+    ei, ec = both_errors(fault_model, "rtou", vals)
+    assert "rtou of R1 = -0.5 in lane 3" in str(ei)
+    assert_same_error(ei, ec)
+    ei, ec = both_errors(fault_model, "rtou", [1, 2, 3, 4, 5, np.inf, 7, 8] + [0] * 8)
+    assert "lane 5" in str(ei)
+    assert_same_error(ei, ec)
+
+
+def test_non_finite_loop_count_same_fault(fault_model):
+    ei, ec = both_errors(fault_model, "nancount", [1, 2, np.nan, 1, -np.inf, 1, 1, 1] + [0] * 8)
+    assert "loop count R1 = nan in lane 2 is not finite" in str(ei)
+    assert_same_error(ei, ec)
+
+
+def test_out_of_bounds_store_same_fault(fault_model):
+    ei, ec = both_errors(fault_model, "store", list(range(16)))
+    assert "store to @out0+12 index 16" in str(ei) and "lane 4" in str(ei)
+    assert_same_error(ei, ec)
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3, 4, 5, 1000, 12345])
+def test_budget_overrun_same_error(fault_model, budget):
+    ei, ec = both_errors(fault_model, "spin", [0] * 16, budget=budget)
+    assert isinstance(ei, BudgetExceeded)
+    assert f"more than {budget} instructions" in str(ei)
+    assert_same_error(ei, ec)
+
+
+def test_budget_counts_whole_kernel_exactly(fault_model):
+    """A budget equal to the instruction count passes; one less stops at the last op."""
+    node = node_named(fault_model, "store")
+    r = fault_model.regions["f_in"]
+    fault_model.arena[r.base: r.base + r.size] = 0
+    node = node_named(fault_model, "rtou")
+    d = Dispatch(node.program, fault_model.arena.copy())
+    d.run()
+    runner = CompiledRunner(fault_model)
+    runner.run(node, fault_model.arena.copy(), d.steps)
+    with pytest.raises(BudgetExceeded, match=f"pc {d.steps - 1}"):
+        runner.run(node, fault_model.arena.copy(), d.steps - 1)
+
+
+def test_stop_flag_interrupts_a_running_kernel(fault_model):
+    node = node_named(fault_model, "spin")
+    runner = CompiledRunner(fault_model)
+    runner.warmup()
+    flag = StopFlag()
+    threading.Timer(0.3, flag.set).start()
+    t = time.perf_counter()
+    with pytest.raises(Interrupted, match="t.spin"):
+        runner.run(node, fault_model.arena.copy(), None, stop=flag)
+    assert time.perf_counter() - t < 5  # 1e9 trips x 4 lanes would take far longer
+    flag.clear()
+    with pytest.raises(BudgetExceeded):  # cleared: runs again (until its budget)
+        runner.run(node, fault_model.arena.copy(), 100_000, stop=flag)
+
+
+def test_a_set_plain_event_stops_before_the_dispatch(fault_model):
+    ev = threading.Event()
+    ev.set()
+    with pytest.raises(Interrupted):
+        CompiledRunner(fault_model).run(node_named(fault_model, "spin"),
+                                        fault_model.arena.copy(), None, stop=ev)
+
+
+# --- command line ------------------------------------------------------------------------------
+def test_cli_run_engines_agree(random_model, tmp_path, capsys):
+    from firscope.cli import main
+    outs = {}
+    for engine in ("interp", "compiled"):
+        path = tmp_path / f"{engine}.npy"
+        assert main(["run", str(random_model), "--tokens", "1,2,3", "-n", "3", "--ids",
+                     "--engine", engine, "--logits-out", str(path)]) == 0
+        outs[engine] = (capsys.readouterr().out, np.load(path))
+    assert outs["interp"][0] == outs["compiled"][0]
+    assert same_bits(outs["interp"][1], outs["compiled"][1])
