@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import BudgetExceeded, FirError, FirFault
+from ..errors import BudgetExceeded, FirError, FirFault, Interrupted
 from ..model.loader import Model, PlanNode
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch
@@ -116,7 +116,7 @@ class Session:
         self.breakpoints: dict[int, Breakpoint] = {}
         self._next_bp = 1
         self.focus_lane = 0
-        self.cancel = threading.Event()
+        self.cancel = self.machine.stop_flag  # set it (from any thread) to interrupt a run
         self.node_times: dict[int, float] = {}  # node index -> seconds of its last whole run
         self.line_counts: dict[str, np.ndarray] = {}  # kernel -> per-pc counts, last dispatch
         self._prev_regs: tuple[str, int, np.ndarray, np.ndarray] | None = None
@@ -649,6 +649,9 @@ class Session:
         t = time.perf_counter()
         try:
             self.machine.run_node(node)
+        except Interrupted as e:
+            self._restore(snap)  # the node is undone: the cursor stays before it
+            return self._make_stop("interrupted", f"interrupted by the user ({e.message})")
         except (FirFault, BudgetExceeded) as e:
             self._restore(snap)
             if node.kind == "micro" and isinstance(e, FirFault):

@@ -13,6 +13,7 @@ unobserved run pays nothing for them.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -63,8 +64,11 @@ class Machine:
         self.history: list[int] = []  # tokens fed so far, in order
         self.current_token: int | None = None
         self.kernel_runner = None  # set by the compiled engine (vm.compiled)
+        # Set from another thread (a UI key) to stop a long run between instructions.
+        self.stop_flag = threading.Event()
         if engine == "compiled":
-            from ..vm.compiled import CompiledRunner
+            from ..vm.compiled import CompiledRunner, StopFlag
+            self.stop_flag = StopFlag()  # compiled kernels can see this one while they run
             self.kernel_runner = CompiledRunner(model)
         elif engine != "interp":
             raise FirError(f"unknown engine '{engine}' (compiled or interp)")
@@ -144,9 +148,9 @@ class Machine:
                     h(d, op)
             return
         if self.kernel_runner is not None:
-            self.kernel_runner.run(node, self.arena, self.budget)
+            self.kernel_runner.run(node, self.arena, self.budget, stop=self.stop_flag)
             return
-        Dispatch(node.program, self.arena).run(self.budget)
+        Dispatch(node.program, self.arena).run(self.budget, stop=self.stop_flag)
 
     def finish_token(self) -> StepResult:
         out = self.model.outputs["logits"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BudgetExceeded, FirFault
+from ..errors import BudgetExceeded, FirFault, Interrupted
 from .assembler import NREGS, Address, Op, Program
 
 
@@ -36,6 +36,9 @@ class Frame:
         if self.counts is None:
             return None
         return np.maximum(self.counts - max(self.trips - 1, 0), 0)
+
+
+STOP_POLL = 4096  # instructions between looks at a stop flag
 
 
 class Dispatch:
@@ -100,8 +103,13 @@ class Dispatch:
         self.pc = self.pc + 1 if nxt is None else nxt
         return op
 
-    def run(self, budget: int | None = None) -> None:
-        """Run to the end (or until ``budget`` instructions have executed)."""
+    def run(self, budget: int | None = None, stop=None) -> None:
+        """Run to the end (or until ``budget`` instructions have executed).
+
+        ``stop`` (a threading.Event) is looked at every STOP_POLL instructions;
+        when it is set the run ends with :class:`Interrupted` naming the kernel,
+        the node and the line, and the dispatch stays resumable where it stopped.
+        """
         fns = self._fns
         n = len(fns)
         limit = MAX_TRIPS if budget is None else self.steps + budget
@@ -109,23 +117,34 @@ class Dispatch:
         pc, steps, lane_steps = self.pc, self.steps, self.lane_steps
         try:
             with np.errstate(all="ignore"):
-                if counts is None:
-                    while pc < n:
-                        if steps >= limit:
-                            break
-                        lane_steps += self.active
-                        steps += 1
-                        nxt = fns[pc]()
-                        pc = pc + 1 if nxt is None else nxt
-                else:
-                    while pc < n:
-                        if steps >= limit:
-                            break
-                        counts[pc] += 1
-                        lane_steps += self.active
-                        steps += 1
-                        nxt = fns[pc]()
-                        pc = pc + 1 if nxt is None else nxt
+                while True:
+                    part = limit if stop is None else min(limit, steps + STOP_POLL)
+                    if counts is None:
+                        while pc < n:
+                            if steps >= part:
+                                break
+                            lane_steps += self.active
+                            steps += 1
+                            nxt = fns[pc]()
+                            pc = pc + 1 if nxt is None else nxt
+                    else:
+                        while pc < n:
+                            if steps >= part:
+                                break
+                            counts[pc] += 1
+                            lane_steps += self.active
+                            steps += 1
+                            nxt = fns[pc]()
+                            pc = pc + 1 if nxt is None else nxt
+                    if pc >= n or steps >= limit:
+                        break
+                    if stop.is_set():
+                        self.pc, self.steps, self.lane_steps = pc, steps, lane_steps
+                        op = self.ops[pc]
+                        raise Interrupted(
+                            f"interrupted in kernel '{self.program.name}' at node "
+                            f"{self.program.node}, pc {pc} (line {op.loc.line}: {op.text}) after "
+                            f"{steps} instructions", op.loc)
         finally:
             self.pc, self.steps, self.lane_steps = pc, steps, lane_steps
         if pc < n:
