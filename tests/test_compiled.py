@@ -498,3 +498,21 @@ def test_cli_run_engines_agree(random_model, tmp_path, capsys):
         outs[engine] = (capsys.readouterr().out, np.load(path))
     assert outs["interp"][0] == outs["compiled"][0]
     assert same_bits(outs["interp"][1], outs["compiled"][1])
+
+
+# --- the compiled Q4 quantizer equals the format's NumPy formula -----------------------------
+@pytest.mark.parametrize("shape,group", [((96, 768), 32), ((37, 101), 32), ((5, 7), 3),
+                                         ((4, 64), 16), ((3, 33), 32), ((2, 1), 32)])
+def test_quantize_equals_numpy_reference(shape, group):
+    from firscope.model.q4 import quantize, quantize_numpy
+    rng = np.random.default_rng(sum(shape) + group)
+    w = rng.normal(0, 0.02, shape).astype(np.float32)
+    w[0, : min(group, shape[1])] = 0.25  # a flat group: scale 1, codes 0
+    if shape[1] > 3:
+        w[-1, 1] = w[-1, 2] = np.float32(1e-30)  # ties and tiny values
+    a, b = quantize(w, group), quantize_numpy(w, group)
+    for f in ("packed", "scale", "minimum"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert same_bits(a.dequantize(), b.dequantize_numpy())
+    assert np.array_equal(a.codes(), b.codes())
+    assert np.abs(a.dequantize() - w).max() <= a.scale.max() / 2 * 1.0001

@@ -25,7 +25,7 @@ from ..vm.assembler import KernelCode, Program, Region, bind, check_kernel
 from .checkpoint import Checkpoint
 from .config import (config_matches, integer_symbols, load_config, parse_require_value,
                      show_json)
-from .q4 import DEFAULT_GROUP, Q4Matrix, quantize
+from .q4 import DEFAULT_GROUP, Q4Matrix, quantize, warm_kernels
 
 EXT_OPS = {
     # name: (number of args, number of outs, usage)
@@ -192,6 +192,8 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
                memory_limit: int | None = None) -> Model:
     """Load and check a model file; raise :class:`FirError` on any problem."""
     t0 = time.perf_counter()
+    if not fir_f32:
+        warm_kernels()  # numba's import and kernel load overlap parsing and reading
     path = Path(path)
     report = progress or (lambda what, frac: None)
     report("parse", 0.0)
