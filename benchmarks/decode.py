@@ -122,17 +122,8 @@ class NumpyGPT2:
         return self.wte @ layer_norm(x, *self.lnf)  # [vocab]
 
 
-# --- measurements ------------------------------------------------------------------------
-def timed_steps(step, tokens) -> tuple[list[float], np.ndarray]:
-    times, last = [], None
-    for tok in tokens:
-        t = time.perf_counter()
-        last = step(tok)
-        times.append(time.perf_counter() - t)
-    return times, np.asarray(last)
-
-
-def bench_firscope(fir: Path, tokens, fir_f32: bool):
+# --- the engines: each factory returns step(token) -> logits, warmed up, at position 0 ---
+def firscope_engine(fir: Path, fir_f32: bool):
     from firscope.model import load_model
     from firscope.runtime import Machine
     model = load_model(fir, fir_f32=fir_f32)
@@ -140,15 +131,16 @@ def bench_firscope(fir: Path, tokens, fir_f32: bool):
     t = time.perf_counter()
     machine.kernel_runner.warmup()
     warm = time.perf_counter() - t
-    machine.step(tokens[0])  # first call pays one-off costs (BLAS buffers)
+    machine.step(0)  # first call pays one-off costs (BLAS buffers)
     machine.reset()
-    times, logits = timed_steps(lambda tok: machine.step(tok).logits, tokens)
-    return times, logits, warm, machine
+    return (lambda tok: machine.step(tok).logits), machine, warm
 
 
-def bench_transformers(folder: Path, tokens, threads: int):
+def transformers_engine(folder: Path, threads: int):
     import torch
     from transformers import GPT2LMHeadModel
+    from transformers.utils import logging
+    logging.set_verbosity_error()
     torch.set_num_threads(threads)
     model = GPT2LMHeadModel.from_pretrained(folder, torch_dtype=torch.float32).eval()
     past = None
@@ -160,16 +152,16 @@ def bench_transformers(folder: Path, tokens, threads: int):
         past = out.past_key_values
         return out.logits[0, -1].numpy()
 
-    step(tokens[0])
+    step(0)
     past = None
-    return timed_steps(step, tokens)
+    return step
 
 
-def bench_numpy(folder: Path, cfg: dict, tokens):
+def numpy_engine(folder: Path, cfg: dict):
     m = NumpyGPT2(folder / "model.safetensors", cfg)
-    m.step(tokens[0])
+    m.step(0)
     m.pos = 0
-    return timed_steps(m.step, tokens)
+    return m.step
 
 
 def load_in_subprocess(fir: Path, fir_f32: bool) -> dict:
@@ -227,16 +219,26 @@ def main() -> int:
           f"{os.cpu_count()} cpus")
 
     loads = {k: load_in_subprocess(fir, k == "f32") for k in ("q4", "f32")}
-    res = {}
-    fs_q4, logits_q4, warm, machine = bench_firscope(fir, tokens, fir_f32=False)
-    res["firscope compiled q4"] = fs_q4
+    import warnings
+    warnings.filterwarnings("ignore")
+    step_q4, machine, warm = firscope_engine(fir, fir_f32=False)
+    step_f32, _, _ = firscope_engine(fir, fir_f32=True)
+    engines = {"firscope compiled q4": step_q4, "firscope compiled f32": step_f32,
+               "transformers": transformers_engine(folder, threads),
+               "numpy gpt2": numpy_engine(folder, cfg)}
+    # Round-robin, one token each per round, rotating who goes first: on a shared
+    # machine the load changes by the second, and this way every engine sees it alike.
+    res = {k: [] for k in engines}
+    last = {}
+    names = list(engines)
+    for i, tok in enumerate(tokens):
+        for k in names[i % len(names):] + names[:i % len(names)]:
+            t = time.perf_counter()
+            last[k] = np.asarray(engines[k](tok))
+            res[k].append(time.perf_counter() - t)
+    logits_q4, logits_f32 = last["firscope compiled q4"], last["firscope compiled f32"]
+    logits_hf, logits_np = last["transformers"], last["numpy gpt2"]
     rate, lane_steps = interp_rate(machine, 64)
-    del machine
-    fs_f32, logits_f32, _, machine = bench_firscope(fir, tokens, fir_f32=True)
-    res["firscope compiled f32"] = fs_f32
-    del machine
-    res["transformers"], logits_hf = bench_transformers(folder, tokens, threads)
-    res["numpy gpt2"], logits_np = bench_numpy(folder, cfg, tokens)
 
     med = {k: statistics.median(v) * 1e3 for k, v in res.items()}
     print(f"\n{'engine':<24} {'median ms/token':>16} {'min':>8} {'max':>8}")
