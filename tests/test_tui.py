@@ -268,3 +268,42 @@ def test_help_screen_lists_keys():
             await pilot.pause(0.1)
             assert not isinstance(app.screen, HelpScreen)
     run(go())
+
+
+def test_keys_typed_while_running_are_queued_and_palette_offers_commands():
+    async def go():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            for _ in range(5):
+                await pilot.press("f10")
+            await wait_idle(app, pilot)
+            for _ in range(50):
+                if not app.pending and not app.busy:
+                    break
+                await pilot.pause(0.05)
+            assert app.session.node.full_name == "qkv_bias@0"  # all five nodes ran, in order
+            from firscope.tui.palette import DebuggerCommands
+            provider = DebuggerCommands(app.screen)
+            hits = [h async for h in provider.search("break attention@2")]
+            assert hits and hits[0].text == "run: break attention@2"
+            hits[0].command()
+            await pilot.pause(0.05)
+            assert [bp.spec for bp in app.session.breakpoints.values()] == ["attention@2"]
+    run(go())
+
+
+def test_goto_node_under_cursor():
+    async def go():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            nodes = app.query_one(NodeList)
+            nodes.focus()
+            nodes.highlighted = nodes.index_of_node(app.session.model.node_index("gelu@1"))
+            await press(app, pilot, "g")
+            assert app.session.node.full_name == "gelu@1"
+            nodes.highlighted = nodes.index_of_node(app.session.model.node_index("ln2@0"))
+            await press(app, pilot, "g")  # backwards too
+            assert app.session.node.full_name == "ln2@0"
+    run(go())

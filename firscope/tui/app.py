@@ -33,6 +33,7 @@ from .screens import HelpScreen, PromptScreen
 from .source_pane import SourceLines, SourcePane
 
 DEFAULT_N = 12
+MAX_PENDING = 32
 
 
 class LoadingPanel(Vertical):
@@ -78,6 +79,7 @@ class FirscopeApp(App):
         self.tokenizer = None
         self.recorder: AttentionRecorder | None = None
         self.busy = False
+        self.pending: list = []  # engine actions typed ahead while one runs
         self.last_stop: Stop | None = None
         self.status_text = "loading"
         self.load_error: FirError | None = None
@@ -229,7 +231,11 @@ class FirscopeApp(App):
             self.notify("no model loaded", severity="warning")
             return
         if self.busy:
-            self.notify("still running — press escape to interrupt", severity="warning")
+            # Keys pressed while the engine runs are queued, like typing ahead in gdb.
+            if len(self.pending) >= MAX_PENDING:
+                self.notify("still running — press escape to interrupt", severity="warning")
+            else:
+                self.pending.append((label, fn))
             return
         self.busy = True
         self.status_text = f"running: {label} (escape interrupts)"
@@ -263,10 +269,20 @@ class FirscopeApp(App):
             if result:
                 console.write(result)
             self.status_text = f"{label}: done"
+        if self.pending and isinstance(result, Stop) and result.reason in (
+                "fault", "budget", "interrupted", "finished", "breakpoint", "watchpoint", "nan"):
+            self.pending.clear()  # something worth looking at: drop what was typed ahead
         self.refresh_views()
+        self._next_pending()
+
+    def _next_pending(self) -> None:
+        if self.pending and not self.busy:
+            label, fn = self.pending.pop(0)
+            self.engine(label, fn)
 
     def on_engine_error(self, label: str, e: FirError) -> None:
         self.busy = False
+        self.pending.clear()
         self.query_one(ConsoleView).write(f"error: {e}", "red")
         self.status_text = f"error: {e.message.splitlines()[0][:100]}"
         self.notify(str(e)[:300], severity="error", timeout=8)
@@ -307,6 +323,7 @@ class FirscopeApp(App):
 
     def action_interrupt(self) -> None:
         if self.session is not None and self.busy:
+            self.pending.clear()
             self.session.cancel.set()
             self.status_text = "interrupting…"
             self.set_status()
