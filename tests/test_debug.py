@@ -258,3 +258,23 @@ def test_batch_mode_script_and_stdin(random_model, tmp_path):
                          "1", "-n", "1", "--engine", "interp"], input="next\nprint x[0:2]\n",
                         capture_output=True, text=True, timeout=300)
     assert p2.returncode == 0 and "before positional" in p2.stdout
+
+
+def test_layer_specific_value_of_a_shared_buffer(model):
+    s = session(model)
+    s.next_token()
+    s.next_token()  # position 2: three keys, so the rows differ between layers
+    s.until("attention@1")
+    ci = CommandInterpreter(s)
+    with pytest.raises(FirError, match="layer 1 has not written 'scores' yet"):
+        ci.execute("print scores@1[0:4]")
+    s.next()  # attention@1 runs
+    s.next(3)  # later nodes of layer 1 do not touch scores
+    after1 = s.buffer_value("scores")[:3].copy()
+    assert ci.execute("print scores@1[0:2]").startswith("$ = [")
+    assert np.array_equal(s.evaluate("scores@1[0:3]"), after1)
+    s.reverse_next(4)  # back before attention@1: its value is from the future now
+    with pytest.raises(FirError, match="has not written"):
+        s.evaluate("scores@1")
+    # layer 0's value stays readable and differs from layer 1's
+    assert not np.array_equal(s.evaluate("scores@0[0:3]"), after1)

@@ -125,6 +125,9 @@ class Session:
         # Called as f(session, node) after every node completes, however it ran
         # (the UI records attention maps this way).
         self.node_observers: list = []
+        # The last value each layer left in a buffer that all layers share (scores@2,
+        # x@3): (step, node index, copy), for the current token.
+        self.layer_values: dict[tuple[str, int], tuple[int, int, np.ndarray]] = {}
         self._begin_step()
         self._note_stop()
 
@@ -391,7 +394,7 @@ class Session:
                     raise FirError(f"'{name}' has layers 0..{m.layers - 1}")
                 return m.view(m.regions[f"{name}@{lay}"])
             if layer is not None:
-                raise FirError(f"'{name}' is not per_layer")
+                return self._layer_value(name, layer)
             return m.view(m.regions[name])
         decl_layers = [w for w in m.weights.values() if w.decl == name]
         if decl_layers:
@@ -408,6 +411,17 @@ class Session:
                 return m.view(w.region).reshape(w.shape)
             return w.matrix
         raise FirError(f"no buffer, weight or register named '{name}'")
+
+    def _layer_value(self, name: str, layer: int) -> np.ndarray:
+        """``scores@2``: what layer 2 last wrote into a buffer all layers share, this token."""
+        if not 0 <= layer < self.model.layers:
+            raise FirError(f"layers are 0..{self.model.layers - 1}")
+        rec = self.layer_values.get((name, layer))
+        here = (self.step, self.node_index)
+        if rec is None or rec[0] != self.step or (rec[0], rec[1]) >= here:
+            raise FirError(f"{name}@{layer}: layer {layer} has not written '{name}' yet in this "
+                           f"token")
+        return rec[2]
 
     def evaluate(self, text: str):
         return DebugExpr(text).evaluate(self.resolve)
@@ -691,8 +705,24 @@ class Session:
         return None
 
     def _observe(self, node: PlanNode) -> None:
+        if node.layer is not None:
+            for a, b in self._write_regions(node):
+                name = self._region_names.get(a)
+                if name is not None:
+                    self.layer_values[(name, node.layer)] = (self.step, node.index,
+                                                             self.arena[a:b].copy())
         for f in self.node_observers:
             f(self, node)
+
+    @property
+    def _region_names(self) -> dict[int, str]:
+        """Arena base -> buffer name, for buffers shared by all layers."""
+        names = getattr(self, "_shared_names", None)
+        if names is None:
+            m = self.model
+            names = {m.regions[n].base: n for n, d in m.buffers.items() if not d.per_layer}
+            self._shared_names = names
+        return names
 
     def _watches_changed(self) -> list[Breakpoint]:
         out = []
