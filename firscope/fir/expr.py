@@ -22,6 +22,10 @@ Value = Union[Fraction, float]
 # Largest magnitude an expression may reach before we call it nonsense:
 # keeps a hostile file from building numbers with millions of digits.
 _MAX_ABS = Fraction(10) ** 60
+# Deepest expression tree (parentheses, unary signs, chained operators) we
+# accept: parsing and evaluating recurse once per level, and a hostile
+# "((((...))))" must be an error at its position, not a RecursionError.
+MAX_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,29 @@ def parse_expr(text: str, loc: Loc) -> Expr:
     if parser.i != len(tokens):
         _, tok, off = tokens[parser.i]
         raise FirError(f"unexpected {tok!r} in expression", loc.shifted(off))
+    _check_depth(tree)
     return tree
+
+
+def _children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Binary):
+        return (e.left, e.right)
+    if isinstance(e, Unary):
+        return (e.operand,)
+    if isinstance(e, Call):
+        return (e.arg,)
+    return ()
+
+
+def _check_depth(tree: Expr) -> None:
+    """Refuse trees deeper than MAX_DEPTH (chains like 1+1+...+1 are deep too)."""
+    stack = [(tree, 1)]
+    while stack:
+        e, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise FirError(f"expression is nested too deeply (more than {MAX_DEPTH} levels)",
+                           e.loc)
+        stack.extend((c, depth + 1) for c in _children(e))
 
 
 class _ExprParser:
@@ -104,6 +130,7 @@ class _ExprParser:
         self.loc = loc
         self.length = length
         self.i = 0
+        self.nesting = 0  # open parentheses, calls and unary signs: bounds the recursion
 
     def peek(self):
         return self.tokens[self.i] if self.i < len(self.tokens) else (None, None, self.length)
@@ -128,11 +155,19 @@ class _ExprParser:
         return left
 
     def unary(self) -> Expr:
+        # Every nested parse (parentheses, call arguments, signs) passes through here.
         kind, tok, off = self.peek()
-        if tok in ("-", "+"):
-            self.i += 1
-            return Unary(self.at(off), tok, self.unary())
-        return self.atom()
+        if self.nesting >= MAX_DEPTH:
+            raise FirError(f"expression is nested too deeply (more than {MAX_DEPTH} levels)",
+                           self.at(off))
+        self.nesting += 1
+        try:
+            if tok in ("-", "+"):
+                self.i += 1
+                return Unary(self.at(off), tok, self.unary())
+            return self.atom()
+        finally:
+            self.nesting -= 1
 
     def atom(self) -> Expr:
         kind, tok, off = self.peek()
