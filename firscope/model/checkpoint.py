@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FirError
+from ..fir.source import read_limited, regular_file_size
 
 _DTYPES = {
     "F32": (np.float32, 4),
@@ -44,13 +45,20 @@ class TensorInfo:
     nbytes: int
 
 
+def _json_int(v) -> int:
+    """An integer from a JSON header; floats, booleans and strings are corrupt."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(v)
+    return v
+
+
 class SafetensorsFile:
     def __init__(self, path: Path):
         self.path = path
         self.tensors: dict[str, TensorInfo] = {}
         self._map: np.memmap | None = None
+        size = regular_file_size(path, "a safetensors checkpoint")
         try:
-            size = path.stat().st_size
             with path.open("rb") as f:
                 head = f.read(8)
                 if len(head) < 8:
@@ -65,7 +73,10 @@ class SafetensorsFile:
             raise FirError(f"{path}: cannot read: {e.strerror}") from None
         try:
             header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except RecursionError:
+            raise FirError(f"{path}: corrupt safetensors header (JSON nested too deeply)") \
+                from None
+        except ValueError as e:  # not UTF-8, not JSON, or an integer too long to convert
             raise FirError(f"{path}: corrupt safetensors header (not JSON: {e})") from None
         if not isinstance(header, dict):
             raise FirError(f"{path}: corrupt safetensors header (not a JSON object)")
@@ -76,11 +87,11 @@ class SafetensorsFile:
                 continue
             try:
                 dtype = info["dtype"]
-                shape = tuple(int(d) for d in info["shape"])
-                begin, end = (int(x) for x in info["data_offsets"])
+                shape = tuple(_json_int(d) for d in info["shape"])
+                begin, end = (_json_int(x) for x in info["data_offsets"])
             except (KeyError, TypeError, ValueError):
                 raise FirError(f"{path}: corrupt safetensors entry for tensor '{name}'") from None
-            if dtype not in _DTYPES:
+            if not isinstance(dtype, str) or dtype not in _DTYPES:
                 raise FirError(f"{path}: tensor '{name}' has unsupported dtype {dtype}")
             if any(d < 0 for d in shape):
                 raise FirError(f"{path}: tensor '{name}' has a negative dimension {shape}")
@@ -137,14 +148,13 @@ class Checkpoint:
 
     def _add(self, path: Path) -> SafetensorsFile:
         if path not in self.files:
-            if not path.exists():
-                raise FirError(f"{path}: no such file")
             self.files[path] = SafetensorsFile(path)
         return self.files[path]
 
     def _load_index(self, index: Path) -> None:
+        raw = read_limited(index, "a safetensors index", MAX_HEADER)
         try:
-            data = json.loads(index.read_text())
+            data = json.loads(raw.decode("utf-8"))
             weight_map = data["weight_map"]
             if not isinstance(weight_map, dict):
                 raise TypeError
@@ -152,10 +162,13 @@ class Checkpoint:
             raise FirError(f"{index}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
         except (KeyError, TypeError):
             raise FirError(f"{index}: expected an object with a 'weight_map'") from None
-        except OSError as e:
-            raise FirError(f"{index}: cannot read: {e.strerror}") from None
+        except (ValueError, RecursionError) as e:
+            raise FirError(f"{index}: not usable JSON ({type(e).__name__}: {e})") from None
         for name, shard in weight_map.items():
-            shard_path = (self.folder / str(shard))
+            if not isinstance(shard, str) or not shard or "\0" in shard:
+                raise FirError(f"{index}: shard for '{name}' must be a file name, found "
+                               f"{json.dumps(shard)[:100]}")
+            shard_path = (self.folder / shard)
             if shard_path.resolve().parent != self.folder.resolve():
                 raise FirError(f"{index}: shard {shard!r} for '{name}' is outside the model folder")
             f = self._add(shard_path)

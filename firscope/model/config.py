@@ -2,26 +2,27 @@
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 
 from ..errors import FirError, Loc
+from ..fir.source import read_limited
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+# A number in a `require config` line: bounded exponent and length, because
+# Fraction("1e999999999") would build a billion-digit integer.
+_NUMBER = re.compile(r"[-+]?(\d{1,100}(\.\d{0,100})?|\.\d{1,100})([eE][-+]?\d{1,3}|/\d{1,100})?$")
 
 
 def load_config(path: Path) -> dict:
+    raw = read_limited(path, "a JSON config file", MAX_CONFIG_BYTES,
+                       missing=f"{path}: config file not found (the model file's 'config' line "
+                               "names it, relative to the .fir file's folder)")
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise FirError(f"{path}: config file is too large")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FirError(f"{path}: config file not found (the model file's 'config' line names "
-                       "it, relative to the .fir file's folder)") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise FirError(f"{path}: config file is not UTF-8 text") from None
-    except OSError as e:
-        raise FirError(f"{path}: cannot read config: {e.strerror}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -31,6 +32,8 @@ def load_config(path: Path) -> dict:
                        Loc(str(path), e.lineno, e.colno, line[:300])) from None
     except RecursionError:
         raise FirError(f"{path}: config is nested too deeply") from None
+    except ValueError as e:  # e.g. an integer with more digits than Python converts
+        raise FirError(f"{path}: config is not usable JSON: {e}") from None
     if not isinstance(data, dict):
         raise FirError(f"{path}: config must be a JSON object, found {type(data).__name__}")
     return data
@@ -47,6 +50,8 @@ def parse_require_value(text: str):
         return True
     if text == "false":
         return False
+    if not _NUMBER.match(text):
+        return text
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):

@@ -7,6 +7,7 @@ buffer sizes, weight names and shapes, kernel text, node operands, and the
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,7 @@ from ..errors import FirError, Loc
 from ..fir import syntax as S
 from ..fir.expr import Env, eval_int
 from ..fir.parser import parse_file
-from ..vm.assembler import KernelCode, Program, Region, bind, check_kernel
+from ..vm.assembler import NREGS, KernelCode, Program, Region, bind, check_kernel
 from .checkpoint import Checkpoint
 from .config import (config_matches, integer_symbols, load_config, parse_require_value,
                      show_json)
@@ -36,6 +37,12 @@ EXT_OPS = {
 INPUT_KEYS = ("token", "position")
 OUTPUT_KEYS = ("logits",)
 MAX_ELEMENTS = 1 << 40
+# The unrolled plan costs ~330 bytes and ~80 us to bind per kernel instruction;
+# these bound a hostile `repeat` (GPT-2 XL needs ~700 nodes, ~10k instructions).
+MAX_PLAN_NODES = 50_000
+MAX_PLAN_INSTRUCTIONS = 200_000
+# Per dispatched lane: the R and U register files plus the engines' scratch.
+LANE_BYTES = 2 * NREGS * 4 + 256
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class WeightEntry:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
     @property
     def stored(self) -> str:
@@ -208,12 +215,21 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
     prefix_dir = _single(fir, S.Prefix, "prefix", False)
 
     config_path = path.parent / cfg_dir.path.text
-    config = load_config(config_path)
+    try:
+        config = load_config(config_path)
+    except FirError as e:
+        if e.loc is not None:  # a position inside config.json
+            raise
+        # a missing or unusable file: the 'config' line that names it is where to look
+        raise FirError(e.message, cfg_dir.path.loc, e.hint) from None
     symbols: dict[str, Fraction | float] = dict(integer_symbols(config))
     sym_origin = {k: "config.json" for k in symbols}
     if eps_dir is not None:
         key = eps_dir.key.text
         value = config.get(key)
+        if isinstance(value, float) and not math.isfinite(value):  # 1e999 or NaN in the JSON
+            raise FirError(f"epsilon: config key '{key}' must be a finite number, found "
+                           f"{value}", eps_dir.key.loc)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise FirError(f"epsilon: config key '{key}' must be a number, found "
                            f"{show_json(value) if key in config else 'nothing'}", eps_dir.key.loc)
@@ -320,13 +336,15 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
                            w.source.loc)
         wdecls[name] = (w, shape)
 
+    _check_plan_size(fir, counts)
+
     # Size everything before allocating anything.
     arena_elems = 0
     for b in buffers.values():
         arena_elems += b.size * (layers if b.per_layer else 1)
     q4_bytes = 0
     for w, shape in wdecls.values():
-        n = int(np.prod(shape)) * (layers if w.per_layer else 1)
+        n = math.prod(shape) * (layers if w.per_layer else 1)  # Python ints: no overflow
         if w.dtype.text == "f32":
             arena_elems += n
         else:
@@ -449,12 +467,54 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
                     nodes.append(_plan_node(model, n, layer, len(nodes), wdecls))
     if not nodes:
         raise FirError("the model file has no nodes", Loc(fir.path, len(fir.lines) or 1, 1))
+    # The dispatch with the most lanes allocates registers per lane when it runs.
+    widest = max((n for n in nodes if n.kind == "micro"), key=lambda n: n.program.threads,
+                 default=None)
+    if widest is not None and limit is not None:
+        lane_bytes = widest.program.threads * LANE_BYTES
+        if need + lane_bytes > limit:
+            k = model.kernels[widest.target].syntax
+            raise FirError(f"node {widest.full_name}: kernel '{widest.target}' dispatches "
+                           f"{widest.program.threads} threads, whose registers need "
+                           f"{_mib(lane_bytes)}; with the model's {_mib(need)} that exceeds the "
+                           f"{_mib(limit)} of memory available", k.threads.loc)
     model.nodes = nodes
     t_end = time.perf_counter()
     model.timings = {"parse": t_parse - t0, "weights": t_weights - t_w,
                      "plan": t_end - t_weights, "total": t_end - t0}
     report("ready", 1.0)
     return model
+
+
+def _check_plan_size(fir: S.FirFile, counts: list[int]) -> None:
+    """Refuse a plan too big to unroll, before unrolling it (or allocating anything)."""
+    kernel_len: dict[str, int] = {}
+    for k in fir.of(S.Kernel):
+        kernel_len.setdefault(k.name.text, len(k.body))
+
+    def cost(n: S.Node) -> int:
+        return kernel_len.get(n.target.text, 0) if n.kind.text == "micro" else 0
+
+    nodes = instructions = 0
+    biggest, biggest_size = None, -1
+    repeat_counts = iter(counts)  # one per Repeat, in file order
+    for d in fir.directives:
+        if isinstance(d, S.Node):
+            nodes += 1
+            instructions += cost(d)
+        elif isinstance(d, S.Repeat):
+            c = next(repeat_counts)
+            body = c * len(d.body)
+            nodes += body
+            instructions += c * sum(cost(n) for n in d.body)
+            if body > biggest_size:
+                biggest, biggest_size = d, body
+    if nodes > MAX_PLAN_NODES or instructions > MAX_PLAN_INSTRUCTIONS:
+        loc = biggest.count.loc if biggest is not None else Loc(
+            fir.path, 1, 1, fir.lines[0] if fir.lines else "")
+        raise FirError(f"the model unrolls to {nodes} nodes with {instructions} kernel "
+                       f"instructions; firscope plans at most {MAX_PLAN_NODES} nodes and "
+                       f"{MAX_PLAN_INSTRUCTIONS} instructions", loc)
 
 
 def _check_operand_name(tok: S.Tok, k: S.Kernel) -> None:
@@ -557,6 +617,9 @@ def _named_region(model: Model, name: str, layer, full: str, loc: Loc) -> Region
 def _check_ext(op: str, d: S.Node, args, outs, where: str) -> None:
     x, w = args
     y = outs[0]
+    if x.region is None:  # only the weight operand may live outside the arena
+        raise FirError(f"{where}: {op} reads '{x.name}' from the arena, but it is a "
+                       f"{x.weight.dtype} weight stored outside it", d.args[0].loc)
     if op == "fir.embedding":
         if w.kind != "weight" or len(w.weight.shape) != 2:
             raise FirError(f"{where}: fir.embedding table '{w.name}' must be a 2-D weight",

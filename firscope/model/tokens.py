@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import FirError
+from ..fir.source import regular_file_size
+
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
 
 
 class Tokenizer:
@@ -58,6 +61,10 @@ class HFTokenizer(Tokenizer):
         except ImportError:
             raise FirError(f"{path}: reading tokenizer.json needs the 'tokenizers' package "
                            "(pip install tokenizers), or pass --tokens") from None
+        size = regular_file_size(path, "a tokenizer.json file")  # not a FIFO or /dev/zero
+        if size > MAX_TOKENIZER_BYTES:
+            raise FirError(f"{path}: {size} bytes is too large for a tokenizer.json "
+                           f"(limit {MAX_TOKENIZER_BYTES})")
         try:
             self._tok = _T.from_file(str(path))
         except Exception as e:  # the library raises its own exception types
