@@ -9,15 +9,17 @@ outside the table are refused.
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import re
+import warnings
 from typing import Callable
 
 import numpy as np
 
 from ..errors import FirError
 
-_AT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)@(\d+)")
+_AT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)@(\d+)(?![A-Za-z0-9_])")
 _AT_MANGLE = "__at__"
 
 
@@ -41,6 +43,7 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 MAX_EXPR = 500
+MAX_DEPTH = 100  # evaluation recurses once per level of the tree
 
 
 class DebugExpr:
@@ -54,12 +57,26 @@ class DebugExpr:
             raise FirError(f"expression is too long ({len(self.text)} characters)")
         mangled = _AT.sub(lambda m: f"{m.group(1)}{_AT_MANGLE}{m.group(2)}", self.text)
         try:
-            self.tree = ast.parse(mangled, mode="eval").body
-        except SyntaxError as e:
+            with warnings.catch_warnings():  # "invalid decimal literal" and the like
+                warnings.simplefilter("ignore")
+                self.tree = ast.parse(mangled, mode="eval").body
+        except (SyntaxError, RecursionError, MemoryError) as e:
+            if not isinstance(e, SyntaxError):
+                raise FirError(f"cannot parse expression {self.text!r}: nested too deeply") \
+                    from None
             col = (e.offset or 1)
             raise FirError(f"cannot parse expression {self.text!r} at column {col}: {e.msg}") \
                 from None
         self._check(self.tree)
+        self._check_depth(self.tree)
+
+    def _check_depth(self, tree) -> None:
+        stack = [(tree, 1)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > MAX_DEPTH:
+                raise FirError(f"expression is nested too deeply (more than {MAX_DEPTH} levels)")
+            stack.extend((c, depth + 1) for c in ast.iter_child_nodes(node))
 
     def _check(self, node) -> None:
         allowed = (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp,
@@ -93,7 +110,7 @@ class DebugExpr:
 
     def _eval(self, node, resolve):
         if isinstance(node, ast.Constant):
-            return node.value
+            return _tame(node.value)
         if isinstance(node, ast.Name):
             name, layer = _split(node.id)
             return resolve(name, layer)
@@ -108,18 +125,26 @@ class DebugExpr:
             raise FirError("operator not allowed")
         if isinstance(node, ast.BinOp):
             a, b = self._eval(node.left, resolve), self._eval(node.right, resolve)
-            if isinstance(node.op, ast.Pow) and np.max(np.abs(b)) > 64:
-                raise FirError("exponent too large")
+            if isinstance(node.op, ast.Pow):
+                if np.max(np.abs(b)) > 64:
+                    raise FirError("exponent too large")
+                # in floats: Python ints would grow without bound ((10**64)**64)**64...
+                a, b = _as_float(a), _as_float(b)
             try:
-                return _BINOPS[type(node.op)](a, b)
+                return _tame(_BINOPS[type(node.op)](a, b))
             except ZeroDivisionError:
                 raise FirError("division by zero") from None
+            except (ArithmeticError, TypeError, ValueError) as e:  # e.g. shapes that differ
+                raise FirError(f"cannot compute {ast.unparse(node)}: {e}") from None
         if isinstance(node, ast.Compare):
             left = self._eval(node.left, resolve)
             result = True
             for op, comp in zip(node.ops, node.comparators):
                 right = self._eval(comp, resolve)
-                r = _CMPOPS[type(op)](left, right)
+                try:
+                    r = _CMPOPS[type(op)](left, right)
+                except (TypeError, ValueError) as e:
+                    raise FirError(f"cannot compare: {e}") from None
                 result = result & r if not isinstance(result, bool) or not isinstance(r, bool) \
                     else result and r
                 left = right
@@ -136,11 +161,13 @@ class DebugExpr:
                 return np.asarray(base)[idx]
             except IndexError as e:
                 raise FirError(f"index out of range: {e}") from None
+            except (TypeError, ValueError, OverflowError) as e:  # a zero step, a huge index
+                raise FirError(f"bad index: {e}") from None
         if isinstance(node, ast.Call):
             args = [self._eval(a, resolve) for a in node.args]
             try:
-                return FUNCTIONS[node.func.id](*args)
-            except (TypeError, ValueError) as e:
+                return _tame(FUNCTIONS[node.func.id](*args))
+            except (TypeError, ValueError, ArithmeticError) as e:  # int(inf): OverflowError
                 raise FirError(f"{node.func.id}(): {e}") from None
         if isinstance(node, ast.Tuple):
             return tuple(self._eval(e, resolve) for e in node.elts)
@@ -154,6 +181,24 @@ class DebugExpr:
         if isinstance(node, ast.Tuple):
             return tuple(self._index(e, resolve) for e in node.elts)
         return _as_int(self._eval(node, resolve))
+
+
+def _tame(v):
+    """Keep values printable and cheap: no giant Python ints, no complex numbers."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        try:
+            return float(v)
+        except OverflowError:
+            return math.inf if v > 0 else -math.inf
+    if isinstance(v, complex):
+        raise FirError("the result is a complex number")
+    return v
+
+
+def _as_float(v):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return np.float64(v)
+    return v
 
 
 def _as_int(v) -> int:
