@@ -6,14 +6,17 @@ status 1, never a traceback (set FIRSCOPE_DEBUG=1 to see one anyway).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .errors import FirError
+from .errors import FirError, Interrupted
 
 SUBCOMMANDS = ("check", "run", "debug", "profile", "ui")
 DEFAULT_PROMPT = "def "
@@ -85,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
+    except Interrupted as e:  # ctrl+c during a run: say which kernel and line it was in
+        print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
+        return 130
     except FirError as e:
         print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
         return 1
@@ -208,10 +214,14 @@ def cmd_run(args) -> int:
         raise FirError("-n must be 0 or more")
     if args.temperature < 0 or not np.isfinite(args.temperature):
         raise FirError("--temperature must be a finite number >= 0")
+    if args.budget is not None and args.budget < 1:
+        raise FirError(f"--budget {args.budget}: must be at least 1 instruction")
     machine = Machine(model, engine=args.engine,
                       budget=args.budget if args.budget is not None else DEFAULT_BUDGET)
     t = time.perf_counter()
-    generated, logits = machine.generate(ids, n, temperature=args.temperature, seed=args.seed)
+    with ctrl_c_stops(machine.stop_flag):
+        generated, logits = machine.generate(ids, n, temperature=args.temperature,
+                                             seed=args.seed)
     dt = time.perf_counter() - t
     if args.logits_out:
         out = Path(args.logits_out)
@@ -227,6 +237,56 @@ def cmd_run(args) -> int:
     print(f"[{steps} steps in {dt:.2f} s, {steps / dt if dt else 0:.1f} steps/s, engine "
           f"{args.engine}]", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def ctrl_c_stops(stop_flag: threading.Event):
+    """While this runs, ctrl+c sets the machine's stop flag instead of raising at once.
+
+    The interpreter and compiled kernels poll the flag, so the run ends with an
+    Interrupted error naming the kernel, node and line it was in (exit 130).
+    Python runs signal handlers only between bytecodes, which a compiled
+    kernel never reaches, so a helper thread also sets the flag from the
+    signal wakeup fd. A second ctrl+c raises KeyboardInterrupt as usual.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    presses = 0
+
+    def on_sigint(signum, frame):
+        nonlocal presses
+        presses += 1
+        if presses > 1:
+            raise KeyboardInterrupt
+        stop_flag.set()
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+
+    def watch():
+        while True:
+            try:
+                data = os.read(r, 64)
+            except OSError:
+                return
+            if not data:  # write end closed: the run is over
+                return
+            if signal.SIGINT in data:
+                stop_flag.set()
+
+    old_handler = signal.signal(signal.SIGINT, on_sigint)
+    old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=watch, name="firscope-ctrl-c", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(old_fd)
+        signal.signal(signal.SIGINT, old_handler)
+        os.close(w)
+        watcher.join(timeout=1.0)
+        os.close(r)
 
 
 def cmd_ui(args) -> int:
