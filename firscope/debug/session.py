@@ -162,19 +162,20 @@ class Session:
     # ------------------------------------------------------------- stepping API
     def stepi(self, count: int = 1) -> Stop:
         """Execute ``count`` instructions (an ext node counts as one)."""
-        stop = None
-        for _ in range(max(count, 1)):
-            stop = self._stepi_once()
-            if stop.reason != "step":
-                break
-        return self._finish(stop)
+        return self._repeat(self._stepi_once, count)
 
     def next(self, count: int = 1) -> Stop:
         """Finish the current node and stop before the next one."""
+        def once():
+            target = self._boundary_after_current()
+            return self._resume(lambda s, i: (s, i) == target, "step")
+        return self._repeat(once, count)
+
+    def _repeat(self, once, count: int) -> Stop:
+        """Run a movement ``count`` times; anything but a plain step ends it early."""
         stop = None
         for _ in range(max(count, 1)):
-            target = self._boundary_after_current()
-            stop = self._resume(lambda s, i: (s, i) == target, "step")
+            stop = once()
             if stop.reason != "step":
                 break
         return self._finish(stop)
@@ -202,20 +203,10 @@ class Session:
         return self._finish(self._resume(None, "step", extra=bp))
 
     def reverse_next(self, count: int = 1) -> Stop:
-        stop = None
-        for _ in range(max(count, 1)):
-            stop = self._reverse_node()
-            if stop.reason != "step":
-                break
-        return self._finish(stop)
+        return self._repeat(self._reverse_node, count)
 
     def reverse_stepi(self, count: int = 1) -> Stop:
-        stop = None
-        for _ in range(max(count, 1)):
-            stop = self._reverse_instruction()
-            if stop.reason != "step":
-                break
-        return self._finish(stop)
+        return self._repeat(self._reverse_instruction, count)
 
     def goto_node(self, full_name: str) -> Stop:
         """Run forward, or back, to the start of a node of the current token."""
