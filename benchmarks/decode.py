@@ -185,6 +185,18 @@ print(json.dumps(dict(m.timings, wall=total, load_rss=load_rss,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def node_breakdown(machine, tokens) -> dict[str, float]:
+    """ms per token by node target (ext op or kernel), on the machine's next positions."""
+    from collections import defaultdict
+    acc: dict[str, float] = defaultdict(float)
+    hook = lambda m, node, dt: acc.__setitem__(node.target, acc[node.target] + dt)  # noqa: E731
+    machine.hooks.after_node.append(hook)
+    for tok in tokens:
+        machine.step(tok)
+    machine.hooks.after_node.remove(hook)
+    return {k: v / len(tokens) * 1e3 for k, v in sorted(acc.items(), key=lambda kv: -kv[1])}
+
+
 def interp_rate(machine, position: int) -> tuple[float, int]:
     """Lane-instructions per second of the step interpreter on attention at ``position``."""
     from firscope.vm.interp import Dispatch
@@ -238,6 +250,7 @@ def main() -> int:
             res[k].append(time.perf_counter() - t)
     logits_q4, logits_f32 = last["firscope compiled q4"], last["firscope compiled f32"]
     logits_hf, logits_np = last["transformers"], last["numpy gpt2"]
+    breakdown = node_breakdown(machine, tokens[:8])
     rate, lane_steps = interp_rate(machine, 64)
 
     med = {k: statistics.median(v) * 1e3 for k, v in res.items()}
@@ -252,6 +265,9 @@ def main() -> int:
     print(f"  firscope f32 vs transformers {np.abs(logits_f32 - logits_hf).max():.2e}, "
           f"vs numpy {np.abs(logits_f32 - logits_np).max():.2e}; "
           f"firscope q4 vs f32 {np.abs(logits_q4 - logits_f32).max():.2e}")
+    print(f"\nfirscope compiled q4, time per token by node kind (positions {len(tokens)}.."
+          f"{len(tokens) + 7}, timed by a node hook):")
+    print("  " + ", ".join(f"{k} {v:.2f} ms" for k, v in breakdown.items()))
     for k, t in loads.items():
         print(f"\nfirscope load ({k}, fresh process): parse {t['parse']:.2f} s, weights"
               f"{' + quantize' if k == 'q4' else ''} {t['weights']:.2f} s, plan {t['plan']:.2f} s, "

@@ -699,7 +699,8 @@ class CompiledRunner:
                 max_threads = max(max_threads, node.program.threads)
                 max_loops = max(max_loops, sum(op.spec.mnemonic == "forbegin"
                                                for op in node.program.ops))
-        self._rec = np.zeros((max_threads, REC_FIXED + max_loops), dtype=np.int64)
+        # One fault record per lane: REC_FIXED fields, then a trip number per loop level.
+        self._rec = np.zeros((max_threads, REC_FIXED + max(max_loops, 1)), dtype=np.int64)
         self._frec = np.zeros(max_threads, dtype=np.float32)
 
     # -- planning and compiling ---------------------------------------------------------
@@ -776,7 +777,10 @@ class CompiledRunner:
         ctl[C_FAULTED] = 0
         ctl[C_EPOCH] = self._epoch
         cell = stop.cell if isinstance(stop, StopFlag) else self._no_stop
-        limit = UNLIMITED if budget is None else int(budget)
+        limit = UNLIMITED if budget is None else max(int(budget), 0)
+        if program.threads > self._rec.shape[0]:  # a node from outside the model
+            self._rec = np.zeros((program.threads, self._rec.shape[1]), dtype=np.int64)
+            self._frec = np.zeros(program.threads, dtype=np.float32)
         fn(arena, plan.bases, program.threads, limit, ctl, self._rec, self._frec, cell)
         if ctl[C_FAULTED] or ctl[C_ABORT]:
             self._raise(plan, node, budget)
