@@ -359,6 +359,16 @@ rtou 0 0
 uloadf32 1 0 @in0
 ustoref32 1 0 @out0+12
 endkernel
+# Lane l fills out0[4l ..] with as many values as in0[l] says: fine up to 4.
+kernel t.fill in=1 out=1 threads=4 tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+umulk 2 0 4
+forbegin 1
+ustoref32 1 2 @out0
+uaddk 2 2 1
+forend
+endkernel
 kernel t.spin in=1 out=1 threads=4 tg=1 tgbytes=16
 rtou 0 0
 loadconstf32 1 1e9
@@ -377,6 +387,7 @@ node rtou micro t.rtou f_in -> f_out
 node nancount micro t.nancount f_in -> f_out
 node store micro t.store f_in -> f_out
 node spin micro t.spin f_in -> f_out
+node fill micro t.fill f_in -> f_out
 """
 
 
@@ -528,3 +539,21 @@ def test_parallel_lanes_give_the_same_bits(random_model):
         assert same_bits(mp.step(tok).logits, mi.step(tok).logits)
     attn = next(n for n in model_p.nodes if n.target == "g2.attn_decode")
     assert mp.kernel_runner.plan(attn).gen.parallel
+
+
+def test_lanes_leaving_their_slice_at_run_time_are_caught(fault_model):
+    from firscope.vm.compiled import LaneConflict
+    model = fault_model
+    node = node_named(model, "fill")
+    runner = CompiledRunner(model)
+    r = model.regions["f_in"]
+    model.arena[r.base: r.base + r.size] = [4, 0, 3, 1] + [0] * 12
+    a, b = run_both(model, runner, node, model.arena)
+    assert same_bits(a, b)
+    assert runner.plan(node).gen is not None  # compiled, with run-time slice checks
+    model.arena[r.base: r.base + r.size] = [5, 0, 3, 1] + [0] * 12  # lane 0 writes lane 1's
+    with pytest.raises(LaneConflict, match=r"lane 0 accessed f_out\[4\].*lane 1's slice"):
+        runner.run(node, model.arena.copy(), None)
+    assert "fill" in runner.fallbacks  # from now on interpreted, so results are lockstep's
+    a, b = run_both(model, runner, node, model.arena)
+    assert same_bits(a, b)

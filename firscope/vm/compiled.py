@@ -6,11 +6,15 @@ Python function that runs a single lane: every op contributes its OpSpec
 ``for`` loop over floor(count) trips read once on entry, ``ifbegin``/``ifend``
 an ``if R[c] != 0:``. Registers are f32 / int64 locals, constants are baked
 in as module-level ``np.float32`` values, region bases come in at run time.
-The source is written to ``$XDG_CACHE_HOME/firscope/kernels/<sha>.py`` (a temp
+The source is written to ``$XDG_CACHE_HOME/firscope/kernels/k<sha>.py`` (a temp
 dir if that is not writable), imported, and JIT-compiled by numba with
-``cache=True``, so a second process loads machine code from disk. One
-compiled function serves every node whose program has the same constants
-(``Program.constants_key``) and the same aliasing of written regions.
+``cache=True``, so a second process loads machine code from disk. The sha is
+of the generated source, which depends on the kernel's instructions and
+everything in ``Program.constants_key()`` plus which operands alias a
+written region; so one compiled function serves every node and layer with
+the same constants (GPT-2: six functions for 122 micro nodes). Kernels are
+compiled once per process, on first use or all at once by
+:meth:`CompiledRunner.warmup`.
 
 Semantics are the step interpreter's, checked bit for bit by
 tests/test_compiled.py: f32 arithmetic (np.float32 constants, the shared
@@ -24,8 +28,11 @@ lowest lane). State after a fault is not the interpreter's: other lanes ran on.
 
 Limits, on purpose:
 
-* Lanes run independently (numba ``prange`` over lanes when a kernel has
-  loops), the interpreter runs them in lockstep. The two agree when lanes do
+* Lanes run one after the other (or, with ``CompiledRunner(parallel=True)``,
+  spread over threads with numba ``prange`` for kernels with loops; off by
+  default because on a 2-core machine the OpenMP workers' spinning starves
+  the BLAS threads of the ext ops, costing far more than it gains); the
+  interpreter runs them in lockstep. The two agree when lanes do
   not communicate through memory within a dispatch. Rule: for every region a
   kernel stores to, a small affine analysis of the U registers
   (lane * L + sum of symbols * coefficients + [lo, hi]) must find a per-lane
@@ -45,8 +52,11 @@ Limits, on purpose:
   the same pc with the same message; with divergent lanes the interpreter
   can stop earlier, since lockstep steps are at least every lane's own count.
 * Stopping: pass a :class:`StopFlag` (a threading.Event) and the kernel sees
-  it within about 16k instructions; a plain threading.Event is only looked
-  at between dispatches.
+  it within about 16k instructions per lane (Interrupted names kernel, node,
+  lane, pc and line); a plain threading.Event is only looked at before a
+  dispatch.
+* A dispatch with zero lanes executes nothing (the interpreter still steps
+  through its instructions and can hit a budget smaller than the kernel).
 """
 from __future__ import annotations
 
@@ -763,7 +773,7 @@ class CompiledRunner:
         plan = self.plan(node)
         stop = stop if stop is not None else self.stop
         if stop is not None and stop.is_set():
-            raise Interrupted(f"stopped before node {node.full_name}")
+            raise Interrupted(f"stopped by the user before node {node.full_name}", node.loc)
         if (plan.gen is None or arena.dtype != np.float32 or arena.ndim != 1
                 or not arena.flags.c_contiguous or not arena.flags.writeable
                 or arena.size < plan.need):
@@ -784,8 +794,6 @@ class CompiledRunner:
         fn(arena, plan.bases, program.threads, limit, ctl, self._rec, self._frec, cell)
         if ctl[C_FAULTED] or ctl[C_ABORT]:
             self._raise(plan, node, budget)
-        if stop is not None and stop.is_set():
-            raise Interrupted(f"stopped after node {node.full_name}")
 
     def _raise(self, plan: _Plan, node, budget) -> None:
         program = plan.program
@@ -838,6 +846,7 @@ class CompiledRunner:
         if F_STOP in by_code:
             lane = min(by_code[F_STOP], key=key)
             pc = int(rec[lane, 2])
-            raise Interrupted(f"stopped in kernel '{program.name}' at node {program.node}, "
-                              f"pc {pc} (line {program.ops[pc].loc.line})")
+            op = program.ops[pc]
+            raise Interrupted(f"interrupted in kernel '{program.name}' at node {program.node}, "
+                              f"lane {lane}, pc {pc} (line {op.loc.line}: {op.text})", op.loc)
         raise FirError(f"kernel '{program.name}' at node {program.node} was aborted")
