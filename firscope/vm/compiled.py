@@ -640,14 +640,23 @@ def kernel_dir() -> Path:
     for cand in (Path(base) / "firscope" / "kernels",
                  Path(tempfile.gettempdir()) / f"firscope-kernels-{os.getuid()}"):
         try:
-            cand.mkdir(parents=True, exist_ok=True)
+            cand.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = cand.stat()
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                continue  # someone else could plant code (or numba cache files) there
             probe = cand / ".probe"
             probe.write_text("")
             probe.unlink()
             return cand
         except OSError:
             continue
-    raise FirError("no writable folder for compiled kernels (set XDG_CACHE_HOME)")
+    global _PRIVATE_DIR
+    if _PRIVATE_DIR is None:  # nothing shared is usable: a private folder for this process
+        _PRIVATE_DIR = Path(tempfile.mkdtemp(prefix="firscope-kernels-"))
+    return _PRIVATE_DIR
+
+
+_PRIVATE_DIR: Path | None = None
 
 
 def _load_module(gen: Generated):
