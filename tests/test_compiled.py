@@ -439,6 +439,9 @@ def test_rtou_fault_same(fault_model):
     ei, ec = both_errors(fault_model, "rtou", [1, 2, 3, 4, 5, np.inf, 7, 8] + [0] * 8)
     assert "lane 5" in str(ei)
     assert_same_error(ei, ec)
+    ei, ec = both_errors(fault_model, "rtou", [1, 2, 4294967040.0, 5e9] + [0] * 12)
+    assert "rtou of R1 = 5000000000.0 in lane 3" in str(ei)  # 2^32 - 256 still converts
+    assert_same_error(ei, ec)
 
 
 def test_non_finite_loop_count_same_fault(fault_model):
