@@ -307,3 +307,27 @@ def test_goto_node_under_cursor():
             await press(app, pilot, "g")  # backwards too
             assert app.session.node.full_name == "ln2@0"
     run(go())
+
+
+def test_export_key_writes_the_report_and_keeps_the_session(tmp_path):
+    async def go():
+        app = make_app(n=2)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            s = app.session
+            assert s is not None, app.load_error
+            await press(app, pilot, "t", "n", "n", "n", "n")
+            before = (s.step, s.node_index, s.arena.copy())
+            await pilot.press("e")
+            await pilot.pause(0.1)
+            inp = app.screen.query_one("#prompt-input")
+            inp.value = str(tmp_path / "rep")
+            await pilot.press("enter")
+            await wait_idle(app, pilot, timeout=120)
+            for name in ("report.html", "report.json", "trace.json"):
+                assert (tmp_path / "rep" / name).exists(), name
+            assert (s.step, s.node_index) == before[:2]
+            assert np.array_equal(s.arena, before[2])  # the export did not disturb the session
+            assert "report written to" in app.status_text + "\n".join(
+                app.query_one("#console-view").history)
+    run(go())
