@@ -19,7 +19,7 @@ import numpy as np
 from .errors import FirError, Interrupted
 
 SUBCOMMANDS = ("check", "run", "debug", "profile", "ui")
-DEFAULT_PROMPT = "def "
+DEFAULT_PROMPT = "    if "  # the UI's prompt when none is given
 
 
 def _model_arg(p: argparse.ArgumentParser) -> None:

@@ -126,7 +126,9 @@ class FirscopeApp(App):
             if self.prompt_ids is not None:
                 ids = list(self.prompt_ids)
             else:
-                ids = tok.encode(self.prompt_text if self.prompt_text is not None else "def ")
+                from ..cli import DEFAULT_PROMPT
+                ids = tok.encode(self.prompt_text if self.prompt_text is not None
+                                 else DEFAULT_PROMPT)
             session = Session(model, ids, self.n, engine=self.engine_name)
             runner = session.machine.kernel_runner
             if runner is not None and hasattr(runner, "warmup"):
