@@ -97,24 +97,26 @@ class AttentionView(VerticalScroll, can_focus=True):
         t.append("   ←/→ layer  ↑/↓ head   ")
         t.append_text(legend(0.0, 1.0))
         t.append("\n")
-        width = max(self.size.width - 12, 20)
+        width = max(self.size.width - 30, 20)
         cols = min(rows.shape[1], width)
+        cell = max(1, min(4, width // max(cols, 1)))  # widen cells when there are few keys
         for h in range(n_head):
-            r = rows[h, -cols:]
-            t.append(f"head {h:<3}" + (" ▶" if h == self.head else "  "), style="bold" if h == self.head else "")
+            r = np.repeat(rows[h, -cols:], cell)
+            t.append(f"head {h:<3}" + (" ▶" if h == self.head else "  "),
+                     style="bold" if h == self.head else "")
             t.append_text(half_block_rows(np.vstack([r, r]), 0.0, 1.0)[0])
             top = int(np.argmax(rows[h]))
             t.append(f"  max {rows[h].max():.2f}@{top}\n", style="dim")
         pieces = [self.tokenizer.piece(x) for x in s.sequence[: cur + 1]][-cols:]
         t.append("keys     ", style="dim")
-        t.append("".join(p[0] if p else "?" for p in pieces) + "\n", style="cyan")
+        t.append("".join((p[0] if p else "?").ljust(cell) for p in pieces) + "\n", style="cyan")
         # tokens-by-positions for the selected head: rows = query tokens, cols = key positions
         t.append(f"\nhead {self.head}, layer {layer}: query tokens (rows) × key positions (cols)\n",
                  style="bold")
         full = np.full((len(steps), cur + 1), np.nan)
         for i, p in enumerate(steps):
             full[i, : p + 1] = rec.maps[(p, layer)][self.head]
-        shown = full[-2 * 12:, -cols:]
+        shown = np.repeat(full[-2 * 12:, -cols:], cell, axis=1)
         masked = np.where(np.isnan(shown), 0.0, shown)
         for i, line in enumerate(half_block_rows(masked, 0.0, 1.0)):
             q0 = steps[-len(shown):][2 * i] if 2 * i < len(shown) else 0
