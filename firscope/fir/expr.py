@@ -291,7 +291,8 @@ def to_f32(v: Value) -> np.float32:
     """Round an exact value to the nearest f32 once (ties to even)."""
     if isinstance(v, float) or v.denominator == 1 and abs(v.numerator) < 2**24:
         return np.float32(v)
-    approx = np.float32(float(v))
+    with np.errstate(over="ignore"):  # beyond f32: inf, which callers report
+        approx = np.float32(float(v))
     if not np.isfinite(approx):
         return approx
     best, best_err = approx, None

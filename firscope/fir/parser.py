@@ -36,6 +36,18 @@ def parse_file(path: str | Path) -> S.FirFile:
     return parse_text(text, str(path))
 
 
+def source_lines(text: str) -> list[str]:
+    """Lines as an editor numbers them: only \n (or \r\n) ends a line.
+
+    str.splitlines() also breaks at form feeds, \x1c-\x1e, \x85 and \u2028,
+    which would shift every position reported after such a character.
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def parse_text(text: str, path: str = "<string>") -> S.FirFile:
     return _Parser(text, path).parse()
 
@@ -69,7 +81,7 @@ class _Line:
 class _Parser:
     def __init__(self, text: str, path: str):
         self.path = path
-        self.raw_lines = text.splitlines()
+        self.raw_lines = source_lines(text)
         self.i = 0
 
     # -- helpers ---------------------------------------------------------
@@ -249,7 +261,7 @@ class _Parser:
         counts = {}
         for key in ("in", "out"):
             tok = fields[key]
-            if not tok.text.isdigit() or int(tok.text) > 64:
+            if not (tok.text.isascii() and tok.text.isdigit()) or int(tok.text) > 64:
                 raise FirError(f"'{key}=' must be a small non-negative integer", tok.loc)
             counts[key] = int(tok.text)
         size_groups: tuple[S.Tok, ...] = ()

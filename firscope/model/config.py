@@ -26,7 +26,7 @@ def load_config(path: Path) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        lines = text.splitlines()
+        lines = text.split("\n")  # as json numbers them (splitlines also breaks at \x0c...)
         line = lines[e.lineno - 1] if 0 < e.lineno <= len(lines) else ""
         raise FirError(f"config is not valid JSON: {e.msg}",
                        Loc(str(path), e.lineno, e.colno, line[:300])) from None
