@@ -29,6 +29,7 @@ MAX_THREADS = 1 << 24  # lanes in one dispatch; R and U files are 256 bytes per 
 
 _ADDR = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)")
 _OPERAND = re.compile(r"(in|out)(\d+)$")
+_REGNUM = re.compile(r"-?[0-9]{1,9}")
 
 
 @dataclass(frozen=True)
@@ -193,11 +194,12 @@ def _static_operand(kind: str, tok: S.Tok, k: S.Kernel, is_buffer):
     if kind in ("Rd", "Rs", "Ud", "Us"):
         file = kind[0]
         text = tok.text
-        if text[:1] in ("R", "U", "r", "u") and text[1:].isdigit():
+        # ASCII digits only: str.isdigit() accepts "²", which int() refuses
+        if text[:1] in ("R", "U", "r", "u") and _REGNUM.fullmatch(text[1:]):
             if text[0].upper() != file:
                 raise FirError(f"expected a {file} register, found {text}", tok.loc)
             text = text[1:]
-        if not text.lstrip("-").isdigit():
+        if not _REGNUM.fullmatch(text):
             raise FirError(f"expected a register number 0..{NREGS - 1}, found {tok.text!r}",
                            tok.loc)
         n = int(text)
