@@ -283,7 +283,8 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
                            f"{buffers[name].loc.line})", b.name.loc)
         size = eval_int(b.size, env, f"size of buffer '{name}'")
         if size < 0 or size > MAX_ELEMENTS:
-            raise FirError(f"buffer '{name}' has size {size}", b.size.loc)
+            raise FirError(f"buffer '{name}' has size {size}; a buffer holds 0 to "
+                           f"{MAX_ELEMENTS} elements", b.size.loc)
         if b.per_layer and not repeats:
             raise FirError(f"buffer '{name}' is per_layer but the file has no 'repeat'", b.loc)
         inp = b.input_key.text if b.input_key else None
@@ -327,7 +328,7 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
         shape = tuple(eval_int(e, env, "dimension") for e in w.shape)
         for e, dim in zip(w.shape, shape):
             if dim < 1 or dim > MAX_ELEMENTS:
-                raise FirError(f"dimension {dim} is out of range", e.loc)
+                raise FirError(f"dimension {dim} is out of range (1 to {MAX_ELEMENTS})", e.loc)
         if w.dtype.text == "q4" and len(shape) != 2:
             raise FirError(f"q4 weight '{name}' must be 2-D [input, output], declared {list(shape)}",
                            w.loc)
@@ -340,22 +341,31 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
 
     # Size everything before allocating anything.
     arena_elems = 0
+    largest = (0, "", None)  # bytes, what, where: the error points at the biggest declaration
     for b in buffers.values():
-        arena_elems += b.size * (layers if b.per_layer else 1)
+        n = b.size * (layers if b.per_layer else 1)
+        arena_elems += n
+        largest = max(largest, (n * 4, f"buffer '{b.name}'", b.loc),
+                      key=lambda t: t[0])
     q4_bytes = 0
     for w, shape in wdecls.values():
         n = math.prod(shape) * (layers if w.per_layer else 1)  # Python ints: no overflow
         if w.dtype.text == "f32":
             arena_elems += n
+            nbytes = 4 * n
         else:
             # packed codes + scales/mins + the dequantized f32 cache
-            q4_bytes += n // 2 + 2 * 4 * (n // group + 1) + 4 * n
+            nbytes = n // 2 + 2 * 4 * (n // group + 1) + 4 * n
+            q4_bytes += nbytes
+        largest = max(largest, (nbytes, f"weight '{w.name.text}'", w.loc), key=lambda t: t[0])
     need = arena_elems * 4 + q4_bytes
     limit = memory_limit if memory_limit is not None else available_memory()
     if limit is not None and need > limit:
+        size, what, where = largest
         raise FirError(f"model needs {_mib(need)} (arena {_mib(arena_elems * 4)}, q4 weights "
-                       f"{_mib(q4_bytes)}) but only {_mib(limit)} of memory is available",
-                       Loc(fir.path, 1, 1, fir.lines[0] if fir.lines else ""))
+                       f"{_mib(q4_bytes)}) but only {_mib(limit)} of memory is available; the "
+                       f"largest is {what} with {_mib(size)}",
+                       where or Loc(fir.path, 1, 1, fir.lines[0] if fir.lines else ""))
 
     # Arena layout: buffers (per-layer instances in layer order), then f32 weights.
     regions: dict[str, Region] = {}
