@@ -1,0 +1,237 @@
+"""Fuzz firscope with hostile inputs; print what happened to every case.
+
+    python benchmarks/fuzz.py --seed 1 --count 5000
+
+Each case is one of: a mutated gpt2.fir (lines and tokens dropped,
+duplicated, swapped, corrupted; random and huge numbers), a stream of random
+tokens, random bytes or a truncation of the model file, a damaged
+model.safetensors, an edited config.json, or a debugger expression. A model
+that loads is decoded for two steps on the interpreter with a small
+instruction budget. The only acceptable failure is firscope's own FirError,
+located: in the model file with a line and column, or naming the other file.
+Anything else (KeyError, RecursionError, MemoryError, a hang...) is an
+escape; the first few are printed with their input.
+
+Not part of the test run: tests/test_fuzz.py runs the same generators under
+hypothesis with a few hundred examples.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import random
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+import numpy as np  # noqa: E402
+
+import fuzzing as F  # noqa: E402
+from conftest import SEED_FIR, write_random_gpt2  # noqa: E402
+from firscope.debug.expr import DebugExpr  # noqa: E402
+from firscope.errors import FirError  # noqa: E402
+
+CATEGORIES = {"fir": 40, "kernel": 15, "tokens": 8, "bytes": 5, "ckpt": 15, "config": 12,
+              "expr": 5}
+
+
+class Hang(BaseException):
+    """Raised by the alarm: a case ran longer than --timeout seconds."""
+
+
+def _alarm(signum, frame):
+    raise Hang()
+
+
+def random_ops(rng: random.Random, kinds, most: int = 3):
+    return [(rng.choice(kinds), rng.randrange(10**6), rng.randrange(10**6), rng.randrange(10**6))
+            for _ in range(rng.choice((1, 1, 1, 2, most)))]
+
+
+EXPR_PIECES = ["x", "y", "x@0", "x@1", "z", "R1", "1", "0", "-1", "1e308", "1e400", "10**64",
+               "2", "(", ")", "[", "]", ":", ",", "+", "-", "*", "/", "//", "%", "**", "<", ">=",
+               "==", " and ", " or ", "not ", "abs(", "max(", "min(", "sum(", "mean(", "int(",
+               "float(", "argmax(", "len(", "sqrt(", "log(", "norm(", "isnan(", "count_nan(",
+               "x[", "x[0:", "x[::", "__import__", "'a'", "lambda", ".", "@", "x@99999999999999",
+               "True", "[1]", "{}", "if", "9" * 30, "(" * 120, ")" * 120, "-" * 200]
+
+
+def expr_case(rng: random.Random):
+    text = "".join(rng.choice(EXPR_PIECES) for _ in range(rng.randint(1, 12)))
+    arrays = {"x": np.linspace(-2, 2, 8, dtype=np.float32), "y": np.float32(3.0),
+              "z": np.zeros(0, dtype=np.float32), "R1": np.array([1, np.nan], np.float32)}
+
+    def resolve(name, layer):
+        if name not in arrays:
+            raise FirError(f"unknown name {name!r}")
+        return arrays[name]
+
+    try:
+        DebugExpr(text).evaluate(resolve)
+    except FirError:
+        return F.FIRERROR, None, text
+    except Exception as e:
+        return F.ESCAPE, e, text
+    return F.DECODED, None, text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=1000)
+    ap.add_argument("--budget", type=int, default=50_000, help="instructions per dispatch")
+    ap.add_argument("--timeout", type=int, default=30, help="seconds before a case is a hang")
+    ap.add_argument("--show", type=int, default=5, help="escapes to print in full")
+    ap.add_argument("--only", choices=sorted(CATEGORIES), help="one category of cases")
+    ap.add_argument("--memory", type=int, default=6 << 30,
+                    help="address-space limit in bytes (0: none), so a runaway allocation is "
+                         "a MemoryError here instead of the machine's memory")
+    ap.add_argument("--keep", metavar="DIR", help="write each escaping input to this folder")
+    ap.add_argument("--engine", choices=("interp", "compiled"), default="interp",
+                    help="engine for the decode steps (compiled: slow, every new kernel compiles)")
+    args = ap.parse_args()
+
+    if args.memory:
+        resource.setrlimit(resource.RLIMIT_AS, (args.memory, args.memory))
+    signal.signal(signal.SIGALRM, _alarm)
+    rng = random.Random(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="firscope-fuzz-"))
+    base = work / "base"
+    fir = write_random_gpt2(base, n_layer=2, n_embd=32, n_head=4, n_positions=16, vocab=64)
+    seed_text = SEED_FIR.read_text()
+    vocab = F.fir_vocabulary(seed_text)
+    kernel_lines = F.kernel_body_lines(seed_text)
+    ckpt_bytes = (base / "model.safetensors").read_bytes()
+    config_text = (base / "config.json").read_text()
+    case_dir = work / "case"
+    shutil.copytree(base, case_dir)
+    case_fir, case_ckpt, case_cfg = case_dir / "gpt2.fir", case_dir / "model.safetensors", \
+        case_dir / "config.json"
+    keep = Path(args.keep) if args.keep else None
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
+
+    cats, weights = zip(*CATEGORIES.items())
+    counts = Counter()
+    per_cat = {c: Counter() for c in cats}
+    escapes = []
+    slowest = (0.0, "")
+    t_start = time.perf_counter()
+    for n in range(args.count):
+        cat = args.only or rng.choices(cats, weights)[0]
+        # every case starts from the pristine folder
+        case_fir.write_text(seed_text)
+        case_ckpt.write_bytes(ckpt_bytes)
+        case_cfg.write_text(config_text)
+        fir_text: str | None = seed_text
+        others = (case_ckpt, case_cfg)
+        shown = ""
+        t = time.perf_counter()
+        signal.alarm(args.timeout)
+        try:
+            if cat == "expr":
+                outcome, detail, shown = expr_case(rng)
+            else:
+                if cat == "fir":
+                    ops = random_ops(rng, F.KINDS)
+                    fir_text = F.mutate_fir(seed_text, ops)
+                    case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
+                    diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
+                                                lineterm="", n=0)
+                    shown = f"ops {ops}\n" + "\n".join(list(diff)[2:14])
+                elif cat == "kernel":  # one change inside a kernel body: loads, then runs
+                    i = rng.choice(kernel_lines)
+                    ops = [(rng.choice(F.KERNEL_KINDS), i, rng.randrange(10**6),
+                            rng.randrange(10**6))]
+                    fir_text = F.mutate_fir(seed_text, ops)
+                    case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
+                    diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
+                                                lineterm="", n=0)
+                    shown = f"ops {ops}\n" + "\n".join(list(diff)[2:14])
+                elif cat == "tokens":
+                    picks = [(rng.randrange(10**6), rng.random() < 0.2)
+                             for _ in range(rng.randint(1, 120))]
+                    fir_text = ("fir 1\n" if rng.random() < 0.7 else "") + F.token_stream(vocab, picks)
+                    case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
+                    shown = fir_text[:600]
+                elif cat == "bytes":
+                    raw = seed_text.encode()
+                    if rng.random() < 0.5:
+                        data = raw[: rng.randrange(len(raw) + 1)]
+                    else:
+                        data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 2000)))
+                        if rng.random() < 0.5:
+                            data = raw[: rng.randrange(len(raw))] + data
+                    case_fir.write_bytes(data)
+                    try:
+                        fir_text = data.decode("utf-8")
+                    except UnicodeDecodeError:
+                        fir_text = None
+                    shown = repr(data[:300])
+                elif cat == "ckpt":
+                    ops = random_ops(rng, F.CKPT_KINDS)
+                    case_ckpt.write_bytes(F.damage_safetensors(ckpt_bytes, ops))
+                    shown = f"ops {ops}"
+                elif cat == "config":
+                    ops = random_ops(rng, F.CONFIG_KINDS)
+                    text = F.damage_config(config_text, ops)
+                    case_cfg.write_text(text, encoding="utf-8", errors="surrogatepass")
+                    shown = f"ops {ops}\n{text[:500]}"
+                outcome, detail = F.run_case(case_fir, fir_text=fir_text, other_files=others,
+                                             budget=args.budget, engine=args.engine)
+        except Hang:
+            outcome, detail = F.ESCAPE, Hang(f"no answer within {args.timeout} s")
+        finally:
+            signal.alarm(0)
+        dt = time.perf_counter() - t
+        if dt > slowest[0]:
+            slowest = (dt, f"{cat} case {n}")
+        counts[outcome] += 1
+        per_cat[cat][outcome] += 1
+        if outcome == F.DECODED and cat != "expr":
+            counts["ran" if detail is None else "run_error"] += 1
+        if outcome in (F.ESCAPE, F.UNLOCATED):
+            escapes.append((n, cat, outcome, detail, shown))
+            if keep:
+                src = case_dir
+                dst = keep / f"{outcome}-{n}-{cat}"
+                shutil.copytree(src, dst)
+                (dst / "detail.txt").write_text(f"{F.describe(detail)}\n\n{shown}\n")
+        if (n + 1) % 500 == 0:
+            print(f"  ... {n + 1} cases, {len(escapes)} escapes, "
+                  f"{time.perf_counter() - t_start:.0f} s", file=sys.stderr, flush=True)
+
+    total = args.count
+    loaded = sum(per_cat[c][F.DECODED] for c in cats if c != "expr")
+    firerr = counts[F.FIRERROR]
+    escaped = counts[F.ESCAPE] + counts[F.UNLOCATED]
+    print(f"seed {args.seed}: tried {total} cases in {time.perf_counter() - t_start:.0f} s "
+          f"(slowest {slowest[0]:.1f} s: {slowest[1]})")
+    print(f"  loaded: {loaded} (decoded 2 steps: {counts['ran']}, stopped by a FirError while "
+          f"running: {counts['run_error']})")
+    print(f"  refused with a located FirError: {firerr}")
+    print(f"  escaped: {escaped} ({counts[F.ESCAPE]} non-FirError exceptions or hangs, "
+          f"{counts[F.UNLOCATED]} FirErrors without a position or file name)")
+    for c in cats:
+        pc = per_cat[c]
+        label = "evaluated" if c == "expr" else "loaded"
+        print(f"    {c:<7} {sum(pc.values()):>6} tried  {pc[F.DECODED]:>6} {label}  "
+              f"{pc[F.FIRERROR]:>6} FirError  {pc[F.ESCAPE] + pc[F.UNLOCATED]:>4} escaped")
+    for n, cat, outcome, detail, shown in escapes[: args.show]:
+        print(f"\n--- escape in case {n} ({cat}, {outcome}): {F.describe(detail)}")
+        print(shown)
+    shutil.rmtree(work, ignore_errors=True)
+    return 1 if escapes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""Hostile-input generators shared by tests/test_fuzz.py and benchmarks/fuzz.py.
+
+A mutation is a plain tuple ``(kind, a, b, c)`` of a name and three integers,
+so hypothesis can draw and shrink it and the fuzz script can make it from a
+seeded ``random.Random``; :func:`mutate_fir` applies a list of them to the
+text of a model file deterministically. Checkpoint and config damage work the
+same way. :func:`classify` runs one case and says what happened.
+"""
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+from firscope.errors import FirError
+
+# Replacement tokens: numbers of every awkward kind, syntax, keywords, garbage.
+WEIRD = [
+    "0", "1", "-1", "2", "3e9", "-3e9", "1e400", "1e-400", "3e38", "-3e38", "0.5", "1/0",
+    str(10**30), "99999999999999999999999999999999", "4294967296", "18446744073709551616",
+    "9223372036854775808", "-2147483649", "1e60", "1e61", "1" + "0" * 401, "0x10", "1_000",
+    "nan", "inf", "-inf", "1e", ".", "..", "(", ")", "()", "(1", "1)", "@", "@@", "@in0+",
+    "@in9", "@out0-1", "@nosuch", "@in0+1e9", "#", "=", "==", "->", "-> ->", ",", ":",
+    "[", "]", "[]", "[1,2]", "[0]", "[-1,3]", "[1,,2]", "[" + "1," * 40 + "1]", "{i}",
+    "h.{i}.{i}", "in0.size", "out9.size", "in0.nope", "x.size", "R99", "U-1", "R1", "U0",
+    "r32", "sqrt(", "sqrt(-1)", "sqrt()", "pi", "eps", "foo(1)", "n_embd*n_embd*n_embd",
+    "(" * 300 + "1" + ")" * 300, "-" * 400 + "1", "1" + "+1" * 1200, "sqrt(" * 200 + "4" +
+    ")" * 200, "f32", "q4", "f16", "tensor", "per_layer", "input:token", "input:position",
+    "output:logits", "input:", "output:x", "threads=1", "threads=3e9", "threads=16777216",
+    "in=99", "out=-1", "tg=0", "size=in0,out9", "expect=in0:0", "expect=:", "ext", "micro",
+    "fir.linear", "fir.embedding", "fir.linear_t", "fir.nope", "endkernel", "forbegin",
+    "forend", "ifbegin", "ifend", "kernel", "node", "repeat", "endrepeat", "buf", "weight",
+    "sym", "require", "config", "fir", "model", "\x00", "\x7f", "\u00e9", "\u200b", "\t",
+    "\x0c", "\x0b", "\x1c", "\x85", "\u2028", "\r", "\u00b2", "R\u00b2", "\u0661",
+    "in\u00b2.size", "in=\u00b2",
+    "\ufeff", "\udc80", "\U0001f600", "x" * 70000,
+]
+
+LINES = [
+    "fir 1", "fir 2", "config config.json", "config /dev/null", "config .", "config ../x.json",
+    "repeat 100000", "repeat 3e9", "repeat -1", "repeat layers", "endrepeat", "endkernel",
+    "forbegin 1", "forend", "ifbegin 1", "ifend", "loadconstf32 1 3e9",
+    "buf big f32 1e12", "buf neg f32 -1", "buf zero f32 0", "buf t f32 1 input:token",
+    "buf huge f32 " + str(2**63), "sym big = 10*10*10*10*10*10*10*10*10*10*10*10*10",
+    "sym loop = loop", "require sym 1 = 2", "require config n_embd 1e999999999",
+    "require config model_type gpt3", "weight w f32 wte.weight tensor [0]",
+    "weight w q4 wte.weight tensor [1099511627776,1099511627776]",
+    "weight w f32 wte.weight tensor [1099511627776,1099511627776,1099511627776]",
+    "kernel k in=0 out=0 threads=16777216 tg=1 tgbytes=0", "node n micro k -> x",
+    "node n ext fir.linear x wte -> x", "node n ext fir.embedding token_id qkvw -> x",
+    "prefix nope.", "epsilon n_embd", "epsilon model_type", "model " + "m" * 1000,
+]
+
+KINDS = ("drop", "dup", "swap", "move", "tok_replace", "tok_drop", "tok_dup", "tok_swap",
+         "tok_copy", "number", "char_insert", "char_delete", "char_replace", "truncate",
+         "insert_line", "wrap_parens", "join_lines", "split_line")
+
+_TOKEN = re.compile(r"\S+")
+
+
+KERNEL_KINDS = ("tok_replace", "number", "tok_copy", "tok_swap", "char_replace", "dup", "drop",
+                "swap")
+
+
+def kernel_body_lines(text: str) -> list[int]:
+    """Indexes of the lines inside kernel bodies (for mutations that should still load)."""
+    out, inside = [], False
+    for i, line in enumerate(text.split("\n")):
+        word = line.split("#")[0].split()
+        if word and word[0] == "kernel":
+            inside = True
+        elif word and word[0] == "endkernel":
+            inside = False
+        elif inside and word:
+            out.append(i)
+    return out
+
+
+def _number(b: int, c: int) -> str:
+    forms = [str(b), str(-b), str(10 ** (b % 40)), f"{b / 1000}", f"{b}e{c % 500}",
+             f"{b}e-{c % 500}", str(2 ** (b % 90)), "0", f"{b}*{c}", f"{b}/{c}", f"{b}.{c}",
+             f"-{b}*{c}*{b}*{c}", f"{b % 7}"]
+    return forms[c % len(forms)]
+
+
+def _token_spans(line: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _TOKEN.finditer(line)]
+
+
+def mutate_fir(text: str, ops) -> str:
+    """Apply mutations ``(kind, a, b, c)`` to a model file's text, one after another."""
+    lines = text.split("\n")
+    for kind, a, b, c in ops:
+        if not lines:
+            lines = [""]
+        n = len(lines)
+        i, j = a % n, b % n
+        line = lines[i]
+        spans = _token_spans(line)
+        if kind == "drop":
+            del lines[i]
+        elif kind == "dup":
+            lines.insert(j, line)
+        elif kind == "swap":
+            lines[i], lines[j] = lines[j], lines[i]
+        elif kind == "move":
+            lines.insert(j, lines.pop(i))
+        elif kind == "insert_line":
+            lines.insert(i, LINES[c % len(LINES)])
+        elif kind == "truncate":
+            flat = "\n".join(lines)
+            lines = flat[: (a * 7919 + b) % (len(flat) + 1)].split("\n")
+        elif kind == "join_lines":
+            if i + 1 < n:
+                lines[i: i + 2] = [line + " " + lines[i + 1]]
+        elif kind == "split_line":
+            if spans:
+                s, _ = spans[b % len(spans)]
+                lines[i: i + 1] = [line[:s], line[s:]]
+        elif kind in ("char_insert", "char_delete", "char_replace"):
+            pos = b % (len(line) + 1)
+            ch = WEIRD[c % len(WEIRD)][:1] or "x"
+            if kind == "char_insert":
+                lines[i] = line[:pos] + ch + line[pos:]
+            elif kind == "char_delete":
+                lines[i] = line[:pos] + line[pos + 1:]
+            else:
+                lines[i] = line[:pos] + ch + line[pos + 1:]
+        elif spans:
+            k = b % len(spans)
+            s, e = spans[k]
+            tok = line[s:e]
+            if kind == "tok_replace":
+                new = WEIRD[c % len(WEIRD)]
+            elif kind == "tok_drop":
+                new = ""
+            elif kind == "tok_dup":
+                new = tok + " " + tok
+            elif kind == "tok_copy":  # a token from elsewhere in the file
+                other = lines[c % n]
+                ospans = _token_spans(other)
+                new = other[slice(*ospans[(a + c) % len(ospans)])] if ospans else tok
+            elif kind == "tok_swap":
+                s2, e2 = spans[c % len(spans)]
+                if (s2, e2) == (s, e):
+                    new = tok
+                else:
+                    first, second = sorted([(s, e), (s2, e2)])
+                    lines[i] = (line[: first[0]] + line[second[0]: second[1]]
+                                + line[first[1]: second[0]] + line[first[0]: first[1]]
+                                + line[second[1]:])
+                    continue
+            elif kind == "number":
+                digits = [(s2, e2) for s2, e2 in spans if any(ch.isdigit() for ch in line[s2:e2])]
+                if digits:
+                    s, e = digits[b % len(digits)]
+                    tok = line[s:e]
+                    # keep the KEY= prefix or the @operand+ of an address, change the number
+                    m = re.search(r"\d[\d.eE+-]*", tok)
+                    new = tok[: m.start()] + _number(a, c) + tok[m.end():]
+                else:
+                    new = _number(a, c)
+            elif kind == "wrap_parens":
+                depth = (1, 50, 150, 300, 1000)[c % 5]
+                new = "(" * depth + tok + ")" * depth
+            else:
+                raise ValueError(kind)
+            lines[i] = line[:s] + new + line[e:]
+    return "\n".join(lines)
+
+
+def token_stream(vocab: list[str], picks) -> str:
+    """A model file made of random tokens from ``vocab``: ``picks`` are (token, newline?)."""
+    out = []
+    for t, nl in picks:
+        out.append(vocab[t % len(vocab)])
+        out.append("\n" if nl else " ")
+    return "".join(out)
+
+
+def fir_vocabulary(text: str) -> list[str]:
+    words = sorted({m.group() for m in _TOKEN.finditer(text)})
+    return words + WEIRD[:60]
+
+
+# -- checkpoint and config damage -------------------------------------------------
+CKPT_KINDS = ("truncate", "flip", "set_byte", "header_len", "header_text", "append", "zero")
+
+
+def damage_safetensors(data: bytes, ops) -> bytes:
+    """Corrupt a safetensors file: truncations, bit flips, edits of the length and JSON header."""
+    buf = bytearray(data)
+    for kind, a, b, c in ops:
+        n = len(buf)
+        if kind == "truncate":
+            del buf[a % (n + 1):]
+        elif kind == "flip" and n:
+            buf[a % n] ^= 1 << (b % 8)
+        elif kind == "set_byte" and n:
+            # mostly hit the length prefix and the JSON header, where damage matters most
+            pos = a % min(n, 8 + 600) if c % 4 else a % n
+            buf[pos] = b % 256
+        elif kind == "header_len" and n >= 8:
+            choices = [0, 1, 7, 2**63, 2**64 - 1, 100 * 1024 * 1024 + 1, b, n, n - 8, n - 7]
+            buf[:8] = struct.pack("<Q", choices[c % len(choices)] % 2**64)
+        elif kind == "header_text" and n >= 8:
+            (hl,) = struct.unpack("<Q", bytes(buf[:8]))
+            if 8 + hl <= n:
+                try:
+                    header = json.loads(bytes(buf[8: 8 + hl]))
+                except (ValueError, RecursionError):
+                    continue
+                header = _edit_header(header, a, b, c)
+                raw = json.dumps(header).encode()
+                raw += b" " * ((8 - len(raw) % 8) % 8)
+                buf[: 8 + hl] = struct.pack("<Q", len(raw)) + raw
+        elif kind == "append":
+            buf += bytes((a + k * b) % 256 for k in range(c % 4096))
+        elif kind == "zero":
+            start = a % (n + 1)
+            buf[start: start + c % 4096] = bytes(len(buf[start: start + c % 4096]))
+    return bytes(buf)
+
+
+_HEADER_VALUES = [None, True, 0, -1, 1.5, 2**64, 10**30, "F32", "F99", "", [], {}, [1, 2],
+                  [-1, 4], [2**62, 2**62], [0, 0], ["a"], [[1]], "x" * 100, {"a": 1}, [1.5]]
+
+
+def _edit_header(header, a, b, c):
+    if not isinstance(header, dict) or not header:
+        return header
+    names = sorted(header)
+    name = names[a % len(names)]
+    entry = header[name]
+    v = _HEADER_VALUES[c % len(_HEADER_VALUES)]
+    if b % 5 == 0:
+        header[name] = v
+    elif isinstance(entry, dict):
+        field = ("dtype", "shape", "data_offsets", "extra")[b % 4]
+        if b % 3 == 0:
+            entry.pop(field, None)
+        else:
+            entry[field] = v
+    return header
+
+
+CONFIG_VALUES = [None, True, False, 0, -1, 1, 3, 7, 1.5, -0.0, 1e-300, 1e300, 10**30, 2**63,
+                 -(2**63), "gpt2", "", "12", [], {}, [1], {"a": {"b": 1}}, "x" * 1000]
+CONFIG_KINDS = ("delete", "set", "add", "raw_truncate", "raw_char", "raw_replace")
+_RAW_JUNK = ["NaN", "Infinity", "-Infinity", "1e999", "9" * 5000, "[" * 100000, "{", "}",
+             "\"", "\\u0000", "\x00", "\udc80", "1.", "tru", "// c", ",", "0" * 20]
+
+
+def damage_config(text: str, ops) -> str:
+    for kind, a, b, c in ops:
+        if kind in ("delete", "set", "add"):
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(data, dict):
+                continue
+            keys = sorted(data)
+            key = keys[a % len(keys)] if keys else "n_embd"
+            if kind == "delete":
+                data.pop(key, None)
+            elif kind == "set":
+                data[key] = CONFIG_VALUES[c % len(CONFIG_VALUES)]
+            else:
+                data[f"k{b}"] = CONFIG_VALUES[c % len(CONFIG_VALUES)]
+            text = json.dumps(data, indent=1)
+        elif kind == "raw_truncate":
+            text = text[: a % (len(text) + 1)]
+        elif kind == "raw_char":
+            pos = a % (len(text) + 1)
+            text = text[:pos] + chr(32 + b % 95) + text[pos + 1:]
+        elif kind == "raw_replace":
+            # replace a value after a ':' with junk text
+            colons = [m.end() for m in re.finditer(":", text)]
+            if colons:
+                pos = colons[a % len(colons)]
+                end = min([p for p in (text.find(",", pos), text.find("}", pos)) if p >= 0],
+                          default=len(text))
+                text = text[:pos] + " " + _RAW_JUNK[c % len(_RAW_JUNK)] + text[end:]
+    return text
+
+
+# -- running one case ----------------------------------------------------------------
+LOADED, DECODED, FIRERROR, UNLOCATED, ESCAPE = "loaded", "decoded", "firerror", "unlocated", "escape"
+
+
+def located(err: FirError, fir_path: Path, fir_text: str | None, other_files=()) -> bool:
+    """Whether an error says where the problem is.
+
+    An error about the model file needs a Loc in it whose line/col and text
+    agree with the file; an error about another file must name that file.
+    """
+    loc = err.loc
+    if loc is not None:
+        if loc.path != str(fir_path):
+            return any(loc.path == str(p) for p in other_files)
+        if fir_text is None:
+            return loc.line >= 1 and loc.col >= 1
+        lines = fir_text.split("\n")  # lines as an editor counts them: only \n ends one
+        if not 1 <= loc.line <= len(lines) + 1 or loc.col < 1:
+            return False
+        if loc.line <= len(lines) and loc.text and loc.text != lines[loc.line - 1].rstrip("\r"):
+            return False
+        return True
+    msg = err.message
+    return any(str(p) in msg or Path(p).name in msg for p in (fir_path, *other_files))
+
+
+def run_case(fir_path: Path, *, fir_text: str | None, other_files=(), memory_limit=512 << 20,
+             budget=50_000, steps=2, tokens=(3, 7), engine="interp"):
+    """Load (and when that works, decode ``steps`` tokens); return (outcome, detail).
+
+    outcome is DECODED (loaded and ran or ran into a FirError at run time),
+    FIRERROR (load refused with a located error), UNLOCATED (a FirError that
+    does not say where), or ESCAPE (anything else: the detail is the exception).
+    """
+    from firscope.model import load_model
+    from firscope.runtime import Machine
+    try:
+        model = load_model(fir_path, memory_limit=memory_limit)
+    except FirError as e:
+        if located(e, fir_path, fir_text, other_files):
+            return FIRERROR, e
+        return UNLOCATED, e
+    except Exception as e:  # everything else is a bug: report it
+        return ESCAPE, e
+    try:
+        machine = Machine(model, engine=engine, budget=budget)
+        vocab = model.vocab
+        for t in tokens[:steps]:
+            if vocab:
+                machine.step(t % vocab)
+    except FirError as e:
+        return DECODED, e
+    except Exception as e:
+        return ESCAPE, e
+    return DECODED, None
+
+
+def describe(e: BaseException | None) -> str:
+    if e is None:
+        return "ok"
+    return f"{type(e).__name__}: {str(e)[:400]}"
