@@ -100,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         print("firscope: out of memory", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `firscope check | head`: the reader left; stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return 1
     except Exception as e:  # a bug in firscope: say so plainly, keep the trace opt-in
         if os.environ.get("FIRSCOPE_DEBUG"):
             raise
