@@ -96,6 +96,21 @@ def test_run_budget_end_to_end(make_model, engine, budget):
     assert f"gpt2.fir:{line_of(RUNAWAY, 'forend')}:" in p.stderr and "forend" in p.stderr
 
 
+def test_very_long_kernel_is_not_handed_to_numba(make_model):
+    """Compiling 10k straight-line instructions took numba over 15 minutes: such a
+    kernel runs on the interpreter, and the step finishes."""
+    compiled = pytest.importorskip("firscope.vm.compiled")
+    n = compiled.MAX_COMPILED_OPS + 600
+    body = "".join(f"addconst 1 1 {i}.5\n" for i in range(n))
+    text = SEED.replace("kernel g2.gelu_new in=1 out=1 size=in0,out0 threads=out0.size tg=1 "
+                        "tgbytes=16\nrtou 0 0\n", "kernel g2.gelu_new in=1 out=1 size=in0,out0 "
+                        "threads=out0.size tg=1 tgbytes=16\nrtou 0 0\n" + body)
+    m = Machine(load_model(with_fir(make_model, text)), engine="compiled")
+    m.step(1)
+    why = m.kernel_runner.fallbacks["gelu@0"]
+    assert f"{n + 10} instructions" in why
+
+
 def test_run_budget_must_be_positive(random_model):
     p = fs("run", random_model, "--tokens", "1", "--budget", "0", "--engine", "interp")
     assert p.returncode == 1 and "--budget 0: must be at least 1" in p.stderr

@@ -81,6 +81,9 @@ from .interp import (MAX_TRIPS, Dispatch, bounds_message, budget_error, fault_er
 GENERATOR_VERSION = 4  # bump when the generated code's meaning changes
 POLL = 1 << 14  # instructions between looks at the stop flag
 UNLIMITED = 1 << 62
+# numba's compile time grows faster than linearly with straight-line code (250 ops ~1 s,
+# 1000 ops ~13 s, 10000 ops > 15 min): longer kernels run on the interpreter instead.
+MAX_COMPILED_OPS = 400
 
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
@@ -729,6 +732,9 @@ class CompiledRunner:
             return plan
         program = node.program
         slicing, why = lane_partition(program)
+        if slicing is not None and len(program.ops) > MAX_COMPILED_OPS:
+            slicing, why = None, (f"{len(program.ops)} instructions: longer than "
+                                  f"{MAX_COMPILED_OPS}, which numba would take minutes to compile")
         if slicing is None:
             plan = _Plan(program, None, why)
             self.fallbacks[node.full_name] = why
