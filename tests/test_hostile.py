@@ -96,19 +96,24 @@ def test_run_budget_end_to_end(make_model, engine, budget):
     assert f"gpt2.fir:{line_of(RUNAWAY, 'forend')}:" in p.stderr and "forend" in p.stderr
 
 
-def test_very_long_kernel_is_not_handed_to_numba(make_model):
-    """Compiling 10k straight-line instructions took numba over 15 minutes: such a
-    kernel runs on the interpreter, and the step finishes."""
+@pytest.mark.parametrize("shape", ["long", "nested"])
+def test_kernels_too_big_to_compile_run_on_the_interpreter(make_model, shape):
+    """Compiling 10k straight-line instructions took numba over 15 minutes, and 30 nested
+    loops took the lane analysis 2^30 walks: such kernels run on the interpreter, and the
+    step finishes."""
     compiled = pytest.importorskip("firscope.vm.compiled")
-    n = compiled.MAX_COMPILED_OPS + 600
-    body = "".join(f"addconst 1 1 {i}.5\n" for i in range(n))
-    text = SEED.replace("kernel g2.gelu_new in=1 out=1 size=in0,out0 threads=out0.size tg=1 "
-                        "tgbytes=16\nrtou 0 0\n", "kernel g2.gelu_new in=1 out=1 size=in0,out0 "
-                        "threads=out0.size tg=1 tgbytes=16\nrtou 0 0\n" + body)
+    if shape == "long":
+        n = compiled.MAX_COMPILED_OPS + 600
+        body = "".join(f"addconst 1 1 {i}.5\n" for i in range(n))
+        expect = f"{n + 10} instructions"
+    else:
+        body = "loadconstf32 20 1\n" + "forbegin 20\n" * 30 + "forend\n" * 30
+        expect = "blocks nested 29 deep"
+    head = "kernel g2.gelu_new in=1 out=1 size=in0,out0 threads=out0.size tg=1 tgbytes=16\n"
+    text = SEED.replace(head + "rtou 0 0\n", head + "rtou 0 0\n" + body)
     m = Machine(load_model(with_fir(make_model, text)), engine="compiled")
     m.step(1)
-    why = m.kernel_runner.fallbacks["gelu@0"]
-    assert f"{n + 10} instructions" in why
+    assert expect in m.kernel_runner.fallbacks["gelu@0"]
 
 
 def test_run_budget_must_be_positive(random_model):

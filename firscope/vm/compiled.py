@@ -82,8 +82,22 @@ GENERATOR_VERSION = 4  # bump when the generated code's meaning changes
 POLL = 1 << 14  # instructions between looks at the stop flag
 UNLIMITED = 1 << 62
 # numba's compile time grows faster than linearly with straight-line code (250 ops ~1 s,
-# 1000 ops ~13 s, 10000 ops > 15 min): longer kernels run on the interpreter instead.
+# 1000 ops ~13 s, 10000 ops > 15 min), and the lane analysis walks a loop body twice
+# per enclosing loop (2^depth; Python also refuses 20 nested blocks): such kernels run
+# on the interpreter instead.
 MAX_COMPILED_OPS = 400
+MAX_COMPILED_NESTING = 8
+
+
+def _too_big_to_compile(program: Program) -> str:
+    """Why a kernel is not worth compiling (a hostile model file's kernel), or ''."""
+    if len(program.ops) > MAX_COMPILED_OPS:
+        return (f"{len(program.ops)} instructions: longer than {MAX_COMPILED_OPS}, which "
+                "numba would take minutes to compile")
+    depth = max((op.depth for op in program.ops), default=0)
+    if depth > MAX_COMPILED_NESTING:
+        return f"blocks nested {depth} deep (more than {MAX_COMPILED_NESTING})"
+    return ""
 
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
@@ -731,10 +745,9 @@ class CompiledRunner:
         if plan is not None:
             return plan
         program = node.program
-        slicing, why = lane_partition(program)
-        if slicing is not None and len(program.ops) > MAX_COMPILED_OPS:
-            slicing, why = None, (f"{len(program.ops)} instructions: longer than "
-                                  f"{MAX_COMPILED_OPS}, which numba would take minutes to compile")
+        slicing, why = None, _too_big_to_compile(program)
+        if not why:
+            slicing, why = lane_partition(program)
         if slicing is None:
             plan = _Plan(program, None, why)
             self.fallbacks[node.full_name] = why
