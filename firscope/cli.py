@@ -225,6 +225,7 @@ def cmd_run(args) -> int:
         raise FirError(f"--budget {args.budget}: must be at least 1 instruction")
     machine = Machine(model, engine=args.engine,
                       budget=args.budget if args.budget is not None else DEFAULT_BUDGET)
+    stop_between_nodes(machine)
     t = time.perf_counter()
     with ctrl_c_stops(machine.stop_flag):
         generated, logits = machine.generate(ids, n, temperature=args.temperature,
@@ -244,6 +245,16 @@ def cmd_run(args) -> int:
     print(f"[{steps} steps in {dt:.2f} s, {steps / dt if dt else 0:.1f} steps/s, engine "
           f"{args.engine}]", file=sys.stderr)
     return 0
+
+
+def stop_between_nodes(machine) -> None:
+    """Check the machine's stop flag before every node: kernels poll it while they run,
+    but short kernels and ext ops never do, so a run of them would not stop."""
+    def check(m, node):
+        if m.stop_flag.is_set():
+            raise Interrupted(f"stopped by the user before node {node.full_name} "
+                              f"(line {node.loc.line})", node.loc)
+    machine.hooks.before_node.append(check)
 
 
 @contextlib.contextmanager

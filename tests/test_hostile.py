@@ -153,11 +153,17 @@ def test_stop_flag_interrupts_the_interpreter_cooperatively(make_model):
         timer.cancel()
     assert "kernel 'g2.add' at node embeddings" in str(e.value)
     assert e.value.loc.line in (line_of(RUNAWAY, "forbegin 20"), line_of(RUNAWAY, "forend"))
-    # a set flag also stops before the next node (ext ops and short kernels do not poll)
+    # `firscope run` also stops before the next node (ext ops and short kernels do not poll)
+    from firscope.cli import stop_between_nodes
+    stop_between_nodes(m)
+    m.reset()
     with pytest.raises(Interrupted, match="before node token"):
-        m.reset()
         m.step(1)
     m.stop_flag.clear()
+    m.reset()
+    m.budget = 1000
+    with pytest.raises(BudgetExceeded):  # cleared: it runs again
+        m.step(1)
 
 
 def test_session_cancel_stops_a_runaway_continue(make_model):

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import FirError, Interrupted
+from ..errors import FirError
 from ..model.loader import Model, PlanNode
 from ..vm.interp import Dispatch
 from .extops import EXT_IMPLS
@@ -114,9 +114,6 @@ class Machine:
         return Dispatch(node.program, self.arena, **kw)
 
     def run_node(self, node: PlanNode) -> None:
-        if self.stop_flag.is_set():  # kernels poll it too, but short ones and ext ops do not
-            raise Interrupted(f"stopped by the user before node {node.full_name} "
-                              f"(line {node.loc.line})", node.loc)
         hooks = self.hooks
         if hooks.per_node:
             for h in hooks.before_node:
