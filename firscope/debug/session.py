@@ -173,6 +173,7 @@ class Session:
 
     def _repeat(self, once, count: int) -> Stop:
         """Run a movement ``count`` times; anything but a plain step ends it early."""
+        self.cancel.clear()  # an interrupt meant for an earlier run must not stop this one
         stop = None
         for _ in range(max(count, 1)):
             stop = once()
