@@ -66,9 +66,13 @@ EXPR_PIECES = ["x", "y", "x@0", "x@1", "z", "R1", "1", "0", "-1", "1e308", "1e40
 
 
 def expr_case(rng: random.Random):
-    text = "".join(rng.choice(EXPR_PIECES) for _ in range(rng.randint(1, 12)))
+    if rng.random() < 0.5:  # junk from pieces, or a well-formed expression tree
+        text = "".join(rng.choice(EXPR_PIECES) for _ in range(rng.randint(1, 12)))
+    else:
+        text = F.build_expr(rng.randrange)
     arrays = {"x": np.linspace(-2, 2, 8, dtype=np.float32), "y": np.float32(3.0),
-              "z": np.zeros(0, dtype=np.float32), "R1": np.array([1, np.nan], np.float32)}
+              "z": np.zeros(0, dtype=np.float32), "R1": np.array([1, np.nan], np.float32),
+              "empty": np.zeros(0, dtype=np.float32), "nanv": np.float32(np.nan)}
 
     def resolve(name, layer):
         if name not in arrays:
@@ -76,7 +80,10 @@ def expr_case(rng: random.Random):
         return arrays[name]
 
     try:
-        DebugExpr(text).evaluate(resolve)
+        value = DebugExpr(text).evaluate(resolve)
+        str(value)  # showable: no 5000-digit ints
+        if isinstance(value, complex):
+            raise TypeError("complex result")
     except FirError:
         return F.FIRERROR, None, text
     except Exception as e:

@@ -347,3 +347,30 @@ def describe(e: BaseException | None) -> str:
     if e is None:
         return "ok"
     return f"{type(e).__name__}: {str(e)[:400]}"
+
+
+# -- debugger expressions -------------------------------------------------------------
+EXPR_ATOMS = ["x", "y", "x@0", "x@1", "empty", "nanv", "1", "0", "-1", "1e308", "1e400", "10**64",
+              "2", "0.5", "-0.0", "64", "65", "9" * 30, "x[0]", "x[1:3]", "x[::2]", "x[-1]"]
+EXPR_BINOPS = ["+", "-", "*", "/", "//", "%", "**", "<", ">=", "==", "!=", " and ", " or "]
+EXPR_FUNCS = ["abs", "max", "min", "sum", "mean", "std", "any", "all", "sqrt", "exp", "log",
+              "isnan", "isinf", "isfinite", "argmax", "argmin", "norm", "len", "count_nan",
+              "float", "int"]
+
+
+def build_expr(pick, depth: int = 0) -> str:
+    """A well-formed debugger expression; ``pick(n)`` returns a choice in range(n)."""
+    kind = pick(9) if depth < 5 else 0
+    if kind <= 2:
+        return EXPR_ATOMS[pick(len(EXPR_ATOMS))]
+    sub = lambda: build_expr(pick, depth + 1)  # noqa: E731
+    if kind <= 4:
+        return f"({sub()}{EXPR_BINOPS[pick(len(EXPR_BINOPS))]}{sub()})"
+    if kind == 5:
+        f = EXPR_FUNCS[pick(len(EXPR_FUNCS))]
+        return f"{f}({sub()})" if pick(4) else f"{f}({sub()}, {sub()})"
+    if kind == 6:
+        return ("-", "not ", "+")[pick(3)] + sub()
+    if kind == 7:
+        return f"x[{sub()}]"
+    return f"x[{sub()}:{sub()}:{sub()}]"

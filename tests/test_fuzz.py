@@ -128,7 +128,7 @@ EXPR_PIECES = ["x", "y", "x@0", "x@1", "empty", "1", "0", "-1", "1e308", "1e400"
                "x[::", "__import__", "'a'", "lambda", ".", "@", "x@99999999999999999", "9" * 30,
                "(" * 120, ")" * 120, "-" * 150, "x@1R1"]
 ARRAYS = {"x": np.linspace(-2, 2, 8, dtype=np.float32), "y": np.float32(3.0),
-          "empty": np.zeros(0, dtype=np.float32)}
+          "empty": np.zeros(0, dtype=np.float32), "nanv": np.float32(np.nan)}
 
 
 def resolve(name, layer):
@@ -146,4 +146,16 @@ def test_debugger_expressions_evaluate_or_fail_cleanly(parts):
     except FirError:
         return
     str(value)  # whatever comes back can be shown (no 5000-digit ints, no complex)
+    assert not isinstance(value, complex)
+
+
+@fuzz_settings(60)
+@given(data=st.data())
+def test_well_formed_debugger_expressions(data):
+    text = F.build_expr(lambda n: data.draw(st.integers(0, n - 1)))
+    try:
+        value = DebugExpr(text).evaluate(resolve)
+    except FirError:
+        return
+    str(value)
     assert not isinstance(value, complex)

@@ -21,6 +21,7 @@ import time
 import tokenize
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from firscope.errors import BudgetExceeded, FirError, Interrupted
@@ -639,6 +640,32 @@ def test_pickled_checkpoint_is_never_opened(make_model):
 
 
 # --- the command line keeps its promise -------------------------------------------------------
+@pytest.mark.parametrize("text,msg", [
+    ("-(x < 0)", None),  # NumPy refuses '-' on booleans; Python's -True is -1
+    ("x[1:1] ** 2", None),  # an empty exponent has no max
+    ("x@1R1", "cannot parse"),
+    ("int(1e400)", "int()"),
+    ("((10**64)**64)**64", None),
+    ("x[::0]", "bad index"),
+    ("(1, 2) < x", "cannot compare"),
+    ("-" * 300 + "1", "nested too deeply"),
+])
+def test_debugger_expressions_found_by_the_fuzzer(text, msg):
+    from firscope.debug.expr import DebugExpr
+    x = np.linspace(-2, 2, 8, dtype=np.float32)
+
+    def resolve(name, layer):
+        return x
+
+    if msg is None:
+        value = DebugExpr(text).evaluate(resolve)
+        str(value)
+        assert not isinstance(value, complex)
+    else:
+        with pytest.raises(FirError, match=re.escape(msg)):
+            DebugExpr(text).evaluate(resolve)
+
+
 def test_hostile_inputs_on_the_command_line_exit_1_without_traceback(make_model):
     text = SEED.replace("sym mlp = 4*hidden", "sym mlp = " + "(" * 2000 + "4" + ")" * 2000)
     p = fs("check", with_fir(make_model, text))

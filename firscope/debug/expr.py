@@ -116,17 +116,20 @@ class DebugExpr:
             return resolve(name, layer)
         if isinstance(node, ast.UnaryOp):
             v = self._eval(node.operand, resolve)
-            if isinstance(node.op, ast.USub):
-                return -v
-            if isinstance(node.op, ast.UAdd):
-                return +v
+            if isinstance(node.op, (ast.USub, ast.UAdd)):
+                if np.asarray(v).dtype == np.bool_:  # like Python: -True == -1 (NumPy refuses)
+                    v = np.asarray(v).astype(np.int64)
+                try:
+                    return -v if isinstance(node.op, ast.USub) else +v
+                except (TypeError, ValueError) as e:
+                    raise FirError(f"cannot compute {ast.unparse(node)}: {e}") from None
             if isinstance(node.op, ast.Not):
                 return not _truth(v)
             raise FirError("operator not allowed")
         if isinstance(node, ast.BinOp):
             a, b = self._eval(node.left, resolve), self._eval(node.right, resolve)
             if isinstance(node.op, ast.Pow):
-                if np.max(np.abs(b)) > 64:
+                if np.size(b) and np.max(np.abs(b)) > 64:  # (an empty array has no max)
                     raise FirError("exponent too large")
                 # in floats: Python ints would grow without bound ((10**64)**64)**64...
                 a, b = _as_float(a), _as_float(b)
