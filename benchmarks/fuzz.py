@@ -40,8 +40,8 @@ from conftest import SEED_FIR, write_random_gpt2  # noqa: E402
 from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
-CATEGORIES = {"fir": 40, "kernel": 15, "tokens": 8, "bytes": 5, "ckpt": 15, "config": 12,
-              "expr": 5}
+CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "tokens": 6, "bytes": 4, "ckpt": 13,
+              "config": 12, "expr": 8}
 
 
 class Hang(BaseException):
@@ -164,6 +164,10 @@ def main() -> int:
                     diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
                                                 lineterm="", n=0)
                     shown = f"ops {ops}\n" + "\n".join(list(diff)[2:14])
+                elif cat == "program":  # a random well-formed kernel, dispatched
+                    fir_text = F.random_kernel_model(seed_text, rng.randrange)
+                    case_fir.write_text(fir_text)
+                    shown = fir_text[fir_text.index("kernel fz.k"):][:1500]
                 elif cat == "tokens":
                     picks = [(rng.randrange(10**6), rng.random() < 0.2)
                              for _ in range(rng.randint(1, 120))]

@@ -374,3 +374,63 @@ def build_expr(pick, depth: int = 0) -> str:
     if kind == 7:
         return f"x[{sub()}]"
     return f"x[{sub()}:{sub()}:{sub()}]"
+
+
+# -- random well-formed kernels ---------------------------------------------------------
+_KCONST = ["0", "1", "2", "3", "-1", "0.5", "2.5", "64", "65", "3e9", "1e30", "-3e38", "in0.size",
+           "out0.size", "in0.size-1", "4294967295", "2147483648"]
+_KOFF = ["", "+1", "-1", "+in0.size", "+out0.size-1", "+63", "+64", "-64", "+1000000"]
+_ALU3 = ["add", "sub", "mul", "div", "cmplt"]
+_ALU2 = ["sigmoid", "exp", "rsqrt"]
+
+
+def random_kernel_lines(pick, depth: int = 0, budget: list | None = None) -> list[str]:
+    """A kernel body that always assembles: random instructions, balanced loops and ifs,
+    addresses within or beyond the operands; what it does at run time is the test."""
+    budget = budget if budget is not None else [40]
+    out: list[str] = []
+    reg = lambda: str(pick(6) if pick(8) else pick(32))  # noqa: E731 - mostly a few registers
+    while budget[0] > 0 and pick(10):
+        budget[0] -= 1
+        k = pick(14)
+        if k == 0:
+            out.append(f"rtou {reg()} {reg()}")
+        elif k == 1:
+            out.append(f"uconst {reg()} {_KCONST[pick(len(_KCONST))].lstrip('-') or '0'}")
+        elif k == 2:
+            out.append(f"{('uaddk', 'umulk')[pick(2)]} {reg()} {reg()} "
+                       f"{_KCONST[pick(len(_KCONST))].lstrip('-').split('.')[0] or '1'}")
+        elif k == 3:
+            out.append(f"uadd {reg()} {reg()} {reg()}")
+        elif k in (4, 5):
+            op = ("uloadf32", "ustoref32")[pick(2)]
+            target = ("@in0", "@out0")[pick(2)]
+            out.append(f"{op} {reg()} {reg()} {target}{_KOFF[pick(len(_KOFF))]}")
+        elif k == 6:
+            out.append(f"loadconstf32 {reg()} {_KCONST[pick(len(_KCONST))]}")
+        elif k in (7, 8):
+            out.append(f"{_ALU3[pick(len(_ALU3))]} {reg()} {reg()} {reg()}")
+        elif k == 9:
+            out.append(f"{_ALU2[pick(len(_ALU2))]} {reg()} {reg()}")
+        elif k == 10:
+            out.append(f"{('mulconst', 'addconst')[pick(2)]} {reg()} {reg()} "
+                       f"{_KCONST[pick(len(_KCONST))]}")
+        elif k in (11, 12) and depth < 4:
+            opener, closer = (("forbegin", "forend"), ("ifbegin", "ifend"))[k - 11]
+            out.append(f"{opener} {reg()}")
+            out += random_kernel_lines(pick, depth + 1, budget)
+            out.append(closer)
+    return out
+
+
+_THREADS = ["1", "4", "0", "out0.size", "in0.size", "out0.size+1", "3"]
+
+
+def random_kernel_model(seed_text: str, pick) -> str:
+    """The seed model plus one random kernel, dispatched between the last layer and the head."""
+    body = "\n".join(random_kernel_lines(pick))
+    kernel = (f"kernel fz.k in=1 out=1 threads={_THREADS[pick(len(_THREADS))]} tg=1 tgbytes=0\n"
+              + (body + "\n" if body else "") + "endkernel\n")
+    text = seed_text.replace("node token ext", kernel + "node token ext", 1)
+    return text.replace("node final_norm micro", "node fz micro fz.k x -> mix\n"
+                        "node final_norm micro", 1)

@@ -159,3 +159,15 @@ def test_well_formed_debugger_expressions(data):
         return
     str(value)
     assert not isinstance(value, complex)
+
+
+@fuzz_settings(30)
+@given(data=st.data())
+def test_random_well_formed_kernels_run_or_fail_cleanly(fuzz_folder, data):
+    """Random instructions, balanced loops and ifs, addresses in and beyond the operands:
+    the interpreter either finishes, or faults / runs out of budget with a FirError."""
+    text = F.random_kernel_model(SEED, lambda n: data.draw(st.integers(0, n - 1)))
+    path = fuzz_folder / "program.fir"
+    path.write_text(text)
+    outcome, detail = F.run_case(path, fir_text=text)
+    check(outcome, detail, text[text.index("kernel fz.k"):][:2000])
