@@ -113,7 +113,7 @@ def main() -> int:
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="firscope-fuzz-"))
     base = work / "base"
-    fir = write_random_gpt2(base, n_layer=2, n_embd=32, n_head=4, n_positions=16, vocab=64)
+    write_random_gpt2(base, n_layer=2, n_embd=32, n_head=4, n_positions=16, vocab=64)
     seed_text = SEED_FIR.read_text()
     vocab = F.fir_vocabulary(seed_text)
     kernel_lines = F.kernel_body_lines(seed_text)

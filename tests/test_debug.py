@@ -1,8 +1,6 @@
 """The debugger engine: stepping, breakpoints, reverse, watchpoints, NaN, lanes, batch mode."""
-import io
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -278,3 +276,13 @@ def test_layer_specific_value_of_a_shared_buffer(model):
         s.evaluate("scores@1")
     # layer 0's value stays readable and differs from layer 1's
     assert not np.array_equal(s.evaluate("scores@0[0:3]"), after1)
+
+
+@pytest.mark.parametrize("cmd", ["break token ²", "break g2.add:²", "break ²", "info lanes R²",
+                                 "print R²", "lane ²", "stepi ²"])
+def test_unicode_digits_are_errors_not_crashes(model, cmd):
+    s = session(model)
+    s.until("attention@0")
+    s.stepi()
+    with pytest.raises(FirError):
+        CommandInterpreter(s).execute(cmd)

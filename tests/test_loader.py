@@ -1,6 +1,5 @@
 """Loading: config, requires, symbols, weights, Q4, node checks, and every load-time error."""
 import json
-import shutil
 
 import numpy as np
 import pytest

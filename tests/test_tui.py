@@ -2,7 +2,6 @@
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from firscope.tui.app import FirscopeApp
 from firscope.tui.graph_pane import NodeList

@@ -3,7 +3,6 @@
 Wall-clock times are hidden (show_times=False) so the pictures are stable.
 Update after an intended UI change with: pytest tests/test_tui_snapshots.py --snapshot-update
 """
-from pathlib import Path
 
 import pytest
 

@@ -63,6 +63,11 @@ class Breakpoint:
         return "".join(parts)
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
+    return re.fullmatch(r"[0-9]{1,12}", text) is not None
+
+
 def split_condition(text: str) -> tuple[str, DebugExpr | None]:
     m = re.search(r"\s+if\s+", " " + text)
     if not m:
@@ -82,12 +87,12 @@ def parse_location(model: Model, text: str) -> dict:
         return {"kind": "nan", "spec": "nan (NaN or Inf written)"}
     if text.startswith("token"):
         rest = text[5:].strip()
-        if not rest.isdigit():
+        if not _digits(rest):
             raise FirError(f"expected 'token N' with N a token index, found {text!r}")
         return {"kind": "token", "spec": f"token {int(rest)}", "token": int(rest)}
     if ":" in text:
         left, _, right = text.rpartition(":")
-        if not right.strip().isdigit():
+        if not _digits(right.strip()):
             raise FirError(f"expected KERNEL:LINE, found {text!r}")
         line = int(right)
         if left in model.kernels:
@@ -95,7 +100,7 @@ def parse_location(model: Model, text: str) -> dict:
         if left and (left == model.path.name or left == str(model.path)):
             return _file_line_bp(model, line)
         raise FirError(f"no kernel named '{left}' (kernels: {', '.join(model.kernels)})")
-    if text.isdigit():
+    if _digits(text):
         return _file_line_bp(model, int(text))
     m = _NODE.match(text)
     if not m:

@@ -6,7 +6,7 @@ and the caller prints it and goes on.
 """
 from __future__ import annotations
 
-import shlex
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -110,7 +110,6 @@ class CommandInterpreter:
 
     # -- stops -------------------------------------------------------------------------
     def describe_stop(self, stop: Stop) -> str:
-        loc = stop.location
         lines = []
         if stop.reason in ("finished", "history", "interrupted"):
             lines.append(stop.message)
@@ -334,7 +333,7 @@ class CommandInterpreter:
         out = [f"{d.lanes} lanes, {int(d.mask.sum())} active: {mask}"
                + ("..." if d.lanes > 256 else "")]
         if reg:
-            if len(reg) < 2 or reg[0] not in "RU" or not reg[1:].isdigit() or int(reg[1:]) > 31:
+            if re.fullmatch(r"[RU][0-9]{1,2}", reg) is None or int(reg[1:]) > 31:
                 raise FirError(f"expected a register like R3 or U5, found {reg!r}")
             i = int(reg[1:])
             vals = d.R[i] if reg[0] == "R" else d.U[i]

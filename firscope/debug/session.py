@@ -21,7 +21,7 @@ restores the node's start and replays one instruction fewer.
 """
 from __future__ import annotations
 
-import threading
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -352,7 +352,7 @@ class Session:
     def resolve(self, name: str, layer: int | None):
         """Value of a name in debugger expressions."""
         d = self.dispatch
-        if len(name) >= 2 and name[0] in "RU" and name[1:].isdigit() and layer is None:
+        if re.fullmatch(r"[RU][0-9]{1,3}", name) and layer is None:
             reg = int(name[1:])
             if reg > 31:
                 raise FirError(f"register {name} is outside 0..31")

@@ -3,6 +3,8 @@ a histogram and a sparkline; a q4 weight also shows codes, scale and min per gro
 and its dequantization error against the checkpoint's f32 values."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
@@ -95,7 +97,9 @@ class BuffersView(Vertical):
         text = self.name_shown
         name, _, layer = text.partition("@")
         try:
-            arr = s.buffer_value(name, int(layer) if layer.isdigit() else None)
+            if layer and re.fullmatch(r"[0-9]{1,6}", layer) is None:
+                raise ValueError
+            arr = s.buffer_value(name, int(layer) if layer else None)
         except FirError as e:
             stats.update(Text(str(e), style="red"))
             values.update("")

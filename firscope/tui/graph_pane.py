@@ -113,5 +113,4 @@ class GraphPane(Vertical):
         nodes.show(session)
         if follow:
             nodes.follow(session)
-        done = sum(1 for _ in session.node_times)
         self.border_subtitle = f"{len(session.model.nodes)} nodes"

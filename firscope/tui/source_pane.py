@@ -1,7 +1,6 @@
 """Kernel source: lines with .fir line numbers, pc, breakpoint gutter, nesting, heat."""
 from __future__ import annotations
 
-import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
