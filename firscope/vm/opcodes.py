@@ -200,15 +200,18 @@ def _m_rtou(d, op):
     return run
 
 
-def _m_uconst(d, op):
-    dst, k = d.Ur[op.args[0]], op.args[1]
+def _m_const(file: str):
+    """uconst and loadconstf32: a constant into one register of the active lanes."""
+    def make(d, op):
+        dst, k = getattr(d, file)[op.args[0]], op.args[1]
 
-    def run():
-        if d.full:
-            dst.fill(k)
-        else:
-            dst[d.mask] = k
-    return run
+        def run():
+            if d.full:
+                dst.fill(k)
+            else:
+                dst[d.mask] = k
+        return run
+    return make
 
 
 def _u_binary_k(ufunc):
@@ -300,15 +303,6 @@ def _m_ustoref32(d, op):
     return run
 
 
-def _m_loadconstf32(d, op):
-    dst, c = d.Rr[op.args[0]], op.args[1]
-
-    def run():
-        if d.full:
-            dst.fill(c)
-        else:
-            dst[d.mask] = c
-    return run
 
 
 def _m_cmplt(d, op):
@@ -359,7 +353,7 @@ def _spec(mnemonic, operands, names, category, summary, code, make):
 _ROWS = [
     _spec("rtou", "Ud Rs", "d s", "alu", "U[d] = uint(R[s]) (truncate)",
           "U{0} = RTOU(R{1})", _m_rtou),
-    _spec("uconst", "Ud K", "d k", "const", "U[d] = k", "U{0} = {1}", _m_uconst),
+    _spec("uconst", "Ud K", "d k", "const", "U[d] = k", "U{0} = {1}", _m_const("Ur")),
     _spec("uaddk", "Ud Us K", "d s k", "alu", "U[d] = U[s] + k", "U{0} = (U{1} + {2}) & M32",
           _u_binary_k(np.add)),
     _spec("umulk", "Ud Us K", "d s k", "alu", "U[d] = U[s] * k", "U{0} = (U{1} * {2}) & M32",
@@ -370,7 +364,7 @@ _ROWS = [
           "R{0} = LOAD({2}, U{1})", _m_uloadf32),
     _spec("ustoref32", "Rs Us A", "s u @addr", "mem", "arena[addr + U[u]] = R[s]",
           "STORE({2}, U{1}, R{0})", _m_ustoref32),
-    _spec("loadconstf32", "Rd F", "d c", "const", "R[d] = c", "R{0} = {1}", _m_loadconstf32),
+    _spec("loadconstf32", "Rd F", "d c", "const", "R[d] = c", "R{0} = {1}", _m_const("Rr")),
     _spec("add", "Rd Rs Rs", "d a b", "alu", "R[d] = R[a] + R[b]", "R{0} = R{1} + R{2}",
           _binary(np.add)),
     _spec("sub", "Rd Rs Rs", "d a b", "alu", "R[d] = R[a] - R[b]", "R{0} = R{1} - R{2}",
