@@ -84,3 +84,24 @@ def test_broken_model_file_gives_position_and_caret(make_model):
 def test_missing_model_file():
     p = fs("check", "/nonexistent/model.fir")
     assert p.returncode == 1 and "no such file" in p.stderr
+
+
+def test_tokenizer_json_beside_the_model_is_used(make_model):
+    """A tokenizer.json (HF tokenizers) turns --prompt into ids and ids back into text."""
+    tokenizers = pytest.importorskip("tokenizers")
+    path = make_model("tok", vocab=300)
+    vocab = {f"w{i}": i for i in range(298)}
+    vocab.update({"hello": 298, "[UNK]": 299})
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(path.parent / "tokenizer.json"))
+    from firscope.model.tokens import load_tokenizer
+    t = load_tokenizer(path.parent, 300)
+    assert t.kind == "tokenizer.json" and t.encode("hello w7 zzz") == [298, 7, 299]
+    p = fs("run", path, "--prompt", "hello w7", "-n", "2", "--ids", "--engine", "interp")
+    assert p.returncode == 0, p.stderr
+    ids = [int(x) for x in p.stdout.strip().split(",")]
+    assert ids[:2] == [298, 7] and len(ids) == 4
+    (path.parent / "tokenizer.json").write_text("{not json")
+    p = fs("run", path, "--prompt", "hello", "--engine", "interp")
+    assert p.returncode == 1 and "tokenizer.json: cannot read tokenizer" in p.stderr
