@@ -286,3 +286,14 @@ def test_unicode_digits_are_errors_not_crashes(model, cmd):
     s.stepi()
     with pytest.raises(FirError):
         CommandInterpreter(s).execute(cmd)
+
+
+def test_reverse_with_almost_no_history_stays_at_a_valid_place(model):
+    s = session(model, history_budget=1)  # keeps only the newest record
+    s.next_token()  # the newest record is now the token's "begin"
+    here = (s.step, s.node_index)
+    stop = s.reverse_next()
+    assert stop.reason == "history" and (s.step, s.node_index) == here
+    assert s.node.full_name == "token"
+    s.next()
+    assert s.node.full_name == "positional"

@@ -840,11 +840,10 @@ class Session:
             self._node_before = None
             self._refresh_watches()
             return self._make_stop("step", "")
-        while self.history:
+        # Token bookkeeping is only undone on the way to a node: with no node left in
+        # the (possibly truncated) history, stay where we are.
+        while self.history and any(r.kind == "node" for r in self.history):
             rec = self.history.pop()
-            if rec.kind == "begin" and rec.step == 0:
-                self.history.append(rec)
-                break
             self._undo(rec)
             if rec.kind == "node":
                 self._refresh_watches()
