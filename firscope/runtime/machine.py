@@ -128,7 +128,8 @@ class Machine:
 
     def _execute(self, node: PlanNode) -> None:
         if node.kind == "ext":
-            EXT_IMPLS[node.target](self.arena, node)
+            with np.errstate(all="ignore"):  # NaN/Inf propagate as on a GPU; break nan finds them
+                EXT_IMPLS[node.target](self.arena, node)
             return
         hooks = self.hooks
         if hooks.per_instruction:
