@@ -63,9 +63,12 @@ class BuffersView(Vertical):
         self.value_offset = 0
         self.name_shown = "x"
         self._q4_error_cache: dict[str, np.ndarray] = {}
+        self._stats_cache: dict[str, Text] = {}
 
     def bind_session(self, session: Session) -> None:
         self.session = session
+        self._stats_cache.clear()  # a reload may have changed the weights
+        self._q4_error_cache.clear()
         names = list(session.model.buffers)[:6]
         self.query_one("#buf-hint", Static).update(
             "Enter shows it · PgUp/PgDn pages · e.g. " + ", ".join(names) + ", qkvw@0")
@@ -112,27 +115,16 @@ class BuffersView(Vertical):
         flat = arr.reshape(-1)
         n = flat.size
         self.value_offset = min(self.value_offset, max(0, (n - 1) // PAGE * PAGE))
-        a64 = flat.astype(np.float64)
-        finite = a64[np.isfinite(a64)]
-        nan = int(np.isnan(a64).sum())
-        inf = int(np.isinf(a64).sum())
-        t = Text()
         shown_layer = layer if layer else (str(s.layer) if s.layer is not None and
                                            _per_layer(s, name) else "")
-        t.append(f"{name}{'@' + shown_layer if shown_layer else ''}", style="bold")
-        t.append(f"   shape {list(arr.shape)}  {n} f32")
-        if finite.size:
-            t.append(f"\nmin {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}"
-                     f"  std {finite.std():.6g}")
-        t.append("  NaN ", style="")
-        t.append(str(nan), style="bold red" if nan else "")
-        t.append("  Inf ")
-        t.append(str(inf), style="bold red" if inf else "")
-        hist, lo, hi = histogram(flat)
-        t.append(f"\nhist {lo:.3g} ")
-        t.append(hist, style="cyan")
-        t.append(f" {hi:.3g}   spark ")
-        t.append(sparkline(flat, 40), style="green")
+        label = f"{name}{'@' + shown_layer if shown_layer else ''}"
+        # Weights never change: their statistics (38M values for GPT-2's wte) are
+        # computed once, not on every stop.
+        t = self._stats_cache.get(label) if name not in s.model.buffers else None
+        if t is None:
+            t = _stats_text(label, arr)
+            if name not in s.model.buffers:
+                self._stats_cache[label] = t
         stats.update(t)
         v = Text(no_wrap=True)
         per_row = max(1, min(8, (values.size.width - 10) // 11)) if values.size.width else 8
@@ -192,6 +184,30 @@ class BuffersView(Vertical):
         err = original.astype(np.float64) - w.matrix
         self._q4_error_cache[w.name] = err
         return err
+
+
+def _stats_text(label: str, arr: np.ndarray) -> Text:
+    flat = arr.reshape(-1)
+    a64 = flat.astype(np.float64)
+    finite = a64[np.isfinite(a64)]
+    nan = int(np.isnan(a64).sum())
+    inf = int(np.isinf(a64).sum())
+    t = Text()
+    t.append(label, style="bold")
+    t.append(f"   shape {list(arr.shape)}  {flat.size} f32")
+    if finite.size:
+        t.append(f"\nmin {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}"
+                 f"  std {finite.std():.6g}")
+    t.append("  NaN ")
+    t.append(str(nan), style="bold red" if nan else "")
+    t.append("  Inf ")
+    t.append(str(inf), style="bold red" if inf else "")
+    hist, lo, hi = histogram(flat)
+    t.append(f"\nhist {lo:.3g} ")
+    t.append(hist, style="cyan")
+    t.append(f" {hi:.3g}   spark ")
+    t.append(sparkline(flat, 40), style="green")
+    return t
 
 
 def _per_layer(session: Session, name: str) -> bool:
