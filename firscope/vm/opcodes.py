@@ -250,23 +250,31 @@ def _index_plan(d, addr):
     return d.arena[start:], limit, need
 
 
+def _checked_indices(d, op, addr, u):
+    """Region indices of the active lanes (all lanes: lanes is None), bounds-checked."""
+    idx = u.astype(np.int64)
+    if addr.offset:
+        idx += addr.offset
+    if d.full:
+        d.check_bounds(op, addr, idx, None)
+        return idx, None
+    lanes = np.flatnonzero(d.mask)
+    idx = idx[lanes]
+    d.check_bounds(op, addr, idx, lanes)
+    return idx, lanes
+
+
 def _m_uloadf32(d, op):
     dst_i, u_i, addr = op.args
     dst, u = d.Rr[dst_i], d.Ur[u_i]
     view, limit, need = _index_plan(d, addr)
 
     def general():
-        idx = u.astype(np.int64)
-        if addr.offset:
-            idx += addr.offset
-        if d.full:
-            d.check_bounds(op, addr, idx, None)
+        idx, lanes = _checked_indices(d, op, addr, u)
+        if lanes is None:
             dst[...] = d.arena[addr.base + idx]
         else:
-            lanes = np.flatnonzero(d.mask)
-            ii = idx[lanes]
-            d.check_bounds(op, addr, ii, lanes)
-            dst[lanes] = d.arena[addr.base + ii]
+            dst[lanes] = d.arena[addr.base + idx]
 
     def run():
         if d.full and view is not None and u.max() < limit and (not need or u.min() >= need):
@@ -282,17 +290,8 @@ def _m_ustoref32(d, op):
     view, limit, need = _index_plan(d, addr)
 
     def general():
-        idx = u.astype(np.int64)
-        if addr.offset:
-            idx += addr.offset
-        if d.full:
-            d.check_bounds(op, addr, idx, None)
-            d.store(addr.base + idx, src)
-        else:
-            lanes = np.flatnonzero(d.mask)
-            ii = idx[lanes]
-            d.check_bounds(op, addr, ii, lanes)
-            d.store(addr.base + ii, src[lanes])
+        idx, lanes = _checked_indices(d, op, addr, u)
+        d.store(addr.base + idx, src if lanes is None else src[lanes])
 
     def run():
         if (d.full and view is not None and d.store_hook is None and u.max() < limit
