@@ -90,22 +90,22 @@ def _f32_kernels():
     return _F32_KERNELS
 
 
-def exp_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """exp in f32 exactly as the compiled kernels compute it (libm expf)."""
+def _apply_f32(name: str, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     if out is None:
         out = np.empty_like(x)
-    _f32_kernels()["exp"](x.reshape(-1), out.reshape(-1))
+    _f32_kernels()[name](x.reshape(-1), out.reshape(-1))
     return out
+
+
+def exp_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """exp in f32 exactly as the compiled kernels compute it (libm expf)."""
+    return _apply_f32("exp", x, out)
 
 
 def sigmoid_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """1 / (1 + exp(-x)) in f32, as the compiled kernels compute it."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if out is None:
-        out = np.empty_like(x)
-    _f32_kernels()["sigmoid"](x.reshape(-1), out.reshape(-1))
-    return out
+    return _apply_f32("sigmoid", x, out)
 
 
 def _rsqrt(x, out):
