@@ -15,6 +15,27 @@ SEED_FIR = SAMPLE / "gpt2.fir"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def _private_caches() -> None:
+    """Tests never read or write the user's ~/.cache/firscope: compiled kernels and numba's
+    cache go to a folder of this test run (cold, as CI is). FIRSCOPE_TEST_CACHE=DIR keeps
+    one folder across runs instead, for quick local iteration."""
+    import os
+    import tempfile
+    keep = os.environ.get("FIRSCOPE_TEST_CACHE")
+    if keep:
+        folder = Path(keep)
+    else:
+        import atexit
+        folder = Path(tempfile.mkdtemp(prefix="firscope-test-cache-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = str(folder)
+    os.environ["NUMBA_CACHE_DIR"] = str(folder / "numba")
+
+
+_private_caches()
+
+
 def write_random_gpt2(folder: Path, *, n_layer=2, n_embd=64, n_head=4, n_positions=32,
                       vocab=256, prefix="transformer.", seed=0, fir_text=None,
                       config_extra=None) -> Path:

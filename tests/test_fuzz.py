@@ -11,6 +11,8 @@ in tests/fuzzing.py; benchmarks/fuzz.py runs them by the thousand.
 """
 from __future__ import annotations
 
+import os
+
 import shutil
 
 import numpy as np
@@ -28,8 +30,13 @@ VOCAB = F.fir_vocabulary(SEED)
 BIG = st.integers(0, 10**6)
 
 
+# Derandomized, so a failure in CI reproduces with the same examples; set
+# FIRSCOPE_FUZZ_RANDOM=1 to explore new ones (then Hypothesis prints the seed).
+RANDOM = bool(os.environ.get("FIRSCOPE_FUZZ_RANDOM"))
+
+
 def fuzz_settings(n: int):
-    return settings(max_examples=n, deadline=None, database=None, derandomize=False,
+    return settings(max_examples=n, deadline=None, database=None, derandomize=not RANDOM,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

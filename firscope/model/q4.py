@@ -85,6 +85,8 @@ def warm_kernels() -> threading.Thread:
 
 
 def _build_kernels() -> None:
+    from ..jitcache import prepare_numba
+    prepare_numba()
     from numba import njit
 
     f15 = np.float32(15)

@@ -65,7 +65,6 @@ import importlib.util
 import math
 import os
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +73,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError, Interrupted
+from ..jitcache import cache_dir, prepare_numba
 from .assembler import NREGS, Address, Program, Region
 from .interp import (MAX_TRIPS, Dispatch, bounds_message, budget_error, fault_error,
                      loop_count_message, rtou_message)
@@ -130,6 +130,7 @@ class StopFlag(threading.Event):
 
 # --- numba support used by the generated modules ---------------------------------
 def _make_poll():
+    prepare_numba()
     from numba.core import types
     from numba.extending import intrinsic
 
@@ -652,31 +653,12 @@ _SIG = ("void(float32[::1], int64[::1], int64, int64, int64[::1], int64[:, ::1],
 
 
 def kernel_dir() -> Path:
-    """Where generated kernel sources (and numba's cache beside them) live."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    for cand in (Path(base) / "firscope" / "kernels",
-                 Path(tempfile.gettempdir()) / f"firscope-kernels-{os.getuid()}"):
-        try:
-            cand.mkdir(parents=True, exist_ok=True, mode=0o700)
-            st = cand.stat()
-            if st.st_uid != os.getuid() or st.st_mode & 0o022:
-                continue  # someone else could plant code (or numba cache files) there
-            probe = cand / ".probe"
-            probe.write_text("")
-            probe.unlink()
-            return cand
-        except OSError:
-            continue
-    global _PRIVATE_DIR
-    if _PRIVATE_DIR is None:  # nothing shared is usable: a private folder for this process
-        _PRIVATE_DIR = Path(tempfile.mkdtemp(prefix="firscope-kernels-"))
-    return _PRIVATE_DIR
-
-
-_PRIVATE_DIR: Path | None = None
+    """Where generated kernel sources (and numba's cache of them) live: see firscope.jitcache."""
+    return cache_dir("kernels")
 
 
 def _load_module(gen: Generated):
+    prepare_numba()
     with _MODULES_LOCK:
         mod = _MODULES.get(gen.sha)
         if mod is not None:

@@ -71,6 +71,8 @@ _F32_KERNELS: dict = {}
 
 def _f32_kernels():
     if not _F32_KERNELS:
+        from ..jitcache import prepare_numba
+        prepare_numba()
         from numba import njit
 
         one = np.float32(1.0)

@@ -1,0 +1,71 @@
+"""Where firscope keeps compiled code: one folder it owns, never beside its sources.
+
+numba's ``cache=True`` writes machine code beside the module that defines the
+function (``__pycache__``) and fails with "no locator available" when that
+folder is read-only (a system-wide install, a read-only image). Every cache
+firscope uses therefore lives under ``$XDG_CACHE_HOME/firscope`` (default
+``~/.cache/firscope``), or, when that is not usable, in a private temporary
+folder of this process. :func:`prepare_numba` must run before the first
+``import numba`` of the process (it sets ``NUMBA_CACHE_DIR``; if numba is
+already imported it sets numba's config value instead).
+
+A folder is used only if this user owns it and nobody else can write it:
+a cache someone else can write is a place to plant code.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+_LOCK = threading.Lock()
+_PRIVATE: Path | None = None
+_CHOSEN: dict[str, Path] = {}
+
+
+def _usable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = folder.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+        probe = folder / f".probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def cache_dir(name: str) -> Path:
+    """A folder for one kind of cached file (``kernels``, ``numba``), created if needed."""
+    with _LOCK:
+        got = _CHOSEN.get(name)
+        if got is not None:
+            return got
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        for cand in (Path(base) / "firscope" / name,
+                     Path(tempfile.gettempdir()) / f"firscope-{os.getuid()}" / name):
+            if _usable(cand.parent) and _usable(cand):
+                _CHOSEN[name] = cand
+                return cand
+        global _PRIVATE
+        if _PRIVATE is None:  # nothing shared is usable: a private folder for this process
+            _PRIVATE = Path(tempfile.mkdtemp(prefix="firscope-cache-"))
+        folder = _PRIVATE / name
+        folder.mkdir(exist_ok=True)
+        _CHOSEN[name] = folder
+        return folder
+
+
+def prepare_numba() -> None:
+    """Point numba's on-disk cache at a folder firscope owns (before numba compiles)."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return  # the user (or the test suite) chose one
+    folder = str(cache_dir("numba"))
+    os.environ["NUMBA_CACHE_DIR"] = folder
+    numba = sys.modules.get("numba")
+    if numba is not None:  # imported before us: its config was read already
+        numba.config.CACHE_DIR = folder
