@@ -1,0 +1,220 @@
+"""The package's shape, as DESIGN.md states it, checked from the source text.
+
+* Layers: a module imports only modules of its own layer or of layers above it
+  in DESIGN.md's list (fir, model, vm, runtime, compare, sanitize, debug,
+  profile, then tui / dap / cli); nothing imports ``cli``. Imports inside
+  functions count.
+* No import cycle between modules (imports inside functions count too).
+* Size: no module over 600 lines unless its docstring says why in a sentence
+  containing ``size:``; no function over 80 lines or cyclomatic complexity
+  over 25, except at most three whose docstring gives the reason as
+  ``length: ...`` or ``complexity: ...``.
+* Every package's ``__init__`` says what it exports (``__all__``).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PKG = REPO / "firscope"
+# Rank of each top-level part of the package: a module may import ranks <= its own.
+LAYERS = {
+    "errors": 0, "jitcache": 0, "samples": 0, "dump": 0, "text": 0, "__init__": 0,
+    "fir": 1, "model": 2, "vm": 3, "runtime": 4, "compare": 5, "sanitize": 6, "debug": 7,
+    "profile": 8, "tui": 9, "dap": 9, "cli": 10, "__main__": 11,
+}
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+MAX_COMPLEXITY = 25
+MAX_EXCUSED_FUNCTIONS = 3
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(REPO).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+MODULES = modules()
+
+
+def part_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports_of(module: str, path: Path) -> set[str]:
+    """Every firscope module this one imports, anywhere in its text."""
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+    here = module.split(".") if is_pkg else module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            subs = [f"{stem}.{a.name}" for a in node.names]
+            # `from . import syntax` imports the submodule, not (only) the package
+            names = subs if all(s in MODULES for s in subs) else [stem] + subs
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] != "firscope":
+                continue
+            # the longest prefix that is a module of ours
+            parts = name.split(".")
+            for k in range(len(parts), 0, -1):
+                cand = ".".join(parts[:k])
+                if cand in MODULES:
+                    if cand != module:
+                        found.add(cand)
+                    break
+    return found
+
+
+GRAPH = {m: imports_of(m, p) for m, p in MODULES.items()}
+
+
+def test_every_part_has_a_layer():
+    unknown = sorted({part_of(m) for m in MODULES} - set(LAYERS))
+    assert not unknown, f"add these to DESIGN.md's layer list and to LAYERS: {unknown}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_follow_the_layer_order(module):
+    me = LAYERS.get(part_of(module))
+    bad = []
+    for dep in sorted(GRAPH[module]):
+        dep_part = part_of(dep)
+        if dep_part == "cli" and part_of(module) not in ("cli", "__main__"):
+            bad.append(f"{dep} (nothing imports cli)")
+        elif dep_part != "__init__" and LAYERS.get(dep_part, 99) > me:
+            bad.append(f"{dep} (layer {dep_part} is below {part_of(module)})")
+    assert not bad, f"{module} imports " + ", ".join(bad)
+
+
+def test_no_import_cycles():
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v]:
+            if w == "firscope":
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for m in GRAPH:
+        if m not in index:
+            visit(m)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def _docstring(node) -> str:
+    return ast.get_docstring(node) or ""
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_size(module):
+    path = MODULES[module]
+    n = len(path.read_text().splitlines())
+    if n > MAX_MODULE_LINES:
+        doc = _docstring(ast.parse(path.read_text()))
+        assert "size:" in doc, (f"{path.relative_to(REPO)} has {n} lines (> {MAX_MODULE_LINES}) "
+                                "and its docstring does not say why ('size: ...')")
+
+
+def complexity(fn) -> int:
+    """McCabe's number: 1 + decision points, not counting nested functions or classes."""
+    n = 1
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While,
+                             ast.ExceptHandler, ast.match_case)):
+            n += 1
+        elif isinstance(node, ast.BoolOp):
+            n += len(node.values) - 1
+        elif isinstance(node, ast.comprehension):
+            n += 1 + len(node.ifs)
+        todo.extend(ast.iter_child_nodes(node))
+    return n
+
+
+def functions():
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield module, node
+
+
+def oversized() -> list[tuple[str, str, int, int, bool]]:
+    out = []
+    for module, fn in functions():
+        length = fn.end_lineno - fn.lineno + 1
+        cx = complexity(fn)
+        if length > MAX_FUNCTION_LINES or cx > MAX_COMPLEXITY:
+            doc = _docstring(fn)
+            excused = (("length:" in doc or length <= MAX_FUNCTION_LINES)
+                       and ("complexity:" in doc or cx <= MAX_COMPLEXITY))
+            out.append((module, f"{fn.name} (line {fn.lineno})", length, cx, excused))
+    return out
+
+
+def test_function_size_and_complexity():
+    big = oversized()
+    unexcused = [f"{m}.{f}: {ln} lines, complexity {cx}" for m, f, ln, cx, ok in big if not ok]
+    assert not unexcused, "over the limits (80 lines, complexity 25):\n" + "\n".join(unexcused)
+    assert len(big) <= MAX_EXCUSED_FUNCTIONS, (
+        f"more than {MAX_EXCUSED_FUNCTIONS} functions need an excuse: "
+        + ", ".join(f"{m}.{f}" for m, f, *_ in big))
+
+
+@pytest.mark.parametrize("package", sorted(m for m, p in MODULES.items()
+                                           if p.name == "__init__.py"))
+def test_packages_declare_exports(package):
+    tree = ast.parse(MODULES[package].read_text())
+    names = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+             if isinstance(t, ast.Name)}
+    assert "__all__" in names, f"{package}/__init__.py has no __all__"
+
+
+def test_complexity_counts_decisions():
+    """The measure itself: a function with one if, a for with an if, and an `and`."""
+    fn = ast.parse("def f(a, b):\n    if a and b:\n        return 1\n"
+                   "    return [x for x in a if x]\n").body[0]
+    assert complexity(fn) == 1 + 1 + 1 + 2
