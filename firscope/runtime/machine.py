@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import FirError
 from ..model.loader import Model, PlanNode
-from ..vm.interp import Dispatch
+from ..vm.interp import Dispatch, Observer
 from .extops import EXT_IMPLS
 
 DEFAULT_BUDGET = 50_000_000  # instructions per dispatch before a kernel counts as runaway
@@ -43,6 +43,25 @@ class Hooks:
     @property
     def per_instruction(self) -> bool:
         return bool(self.before_instruction or self.after_instruction or self.on_dispatch)
+
+
+class _HookObserver(Observer):
+    """The machine's per-instruction hook lists, seen from the dispatch's one loop."""
+
+    def __init__(self, hooks: Hooks):
+        self.hooks = hooks
+        self.wants_before = bool(hooks.before_instruction)
+        self.wants_after = bool(hooks.after_instruction)
+
+    def before(self, d, op) -> bool:
+        for h in self.hooks.before_instruction:
+            h(d, op)
+        return False
+
+    def after(self, d, op) -> bool:
+        for h in self.hooks.after_instruction:
+            h(d, op)
+        return False
 
 
 @dataclass
@@ -136,17 +155,7 @@ class Machine:
             d = self.dispatch(node)
             for h in hooks.on_dispatch:
                 h(self, node, d)
-            before, after = hooks.before_instruction, hooks.after_instruction
-            budget = self.budget
-            while not d.done:
-                if budget is not None and d.steps >= budget:
-                    d.over_budget(budget)
-                op = d.current
-                for h in before:
-                    h(d, op)
-                d.step()
-                for h in after:
-                    h(d, op)
+            d.run(self.budget, observer=_HookObserver(hooks))
             return
         if self.kernel_runner is not None:
             self.kernel_runner.run(node, self.arena, self.budget, stop=self.stop_flag)

@@ -9,6 +9,7 @@ iteration count (lanes may loop different numbers of times). One call to
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,35 @@ class Frame:
 STOP_POLL = 4096  # instructions between looks at a stop flag
 
 
+class Ended(enum.Enum):
+    """Why :meth:`Dispatch.run` returned."""
+
+    DONE = "done"  # the dispatch finished
+    LIMIT = "limit"  # the requested number of instructions executed
+    BEFORE = "before"  # the observer stopped before an instruction (pc is on it)
+    AFTER = "after"  # the observer stopped after an instruction (pc is the next one)
+
+
+class Observer:
+    """What a debugger, profiler or sanitizer sees of the instruction loop.
+
+    Override what you need and set the matching ``wants_*`` flag, so the loop
+    pays nothing for a hook nobody uses. ``before``/``after`` return True to
+    stop the run there. ``store`` is called before a store lands (the arena
+    still holds the old values) with the arena addresses and the values; set
+    it as the dispatch's ``store_hook`` to receive it.
+    """
+
+    wants_before = False
+    wants_after = False
+
+    def before(self, d: "Dispatch", op: Op) -> bool:
+        return False
+
+    def after(self, d: "Dispatch", op: Op) -> bool:
+        return False
+
+
 class Dispatch:
     """One execution of a program over ``threads`` lanes on a shared arena."""
 
@@ -60,7 +90,7 @@ class Dispatch:
         self.pc = 0
         self.steps = 0  # instructions executed
         self.lane_steps = 0  # sum of active lanes over executed instructions
-        self.line_counts: np.ndarray | None = None  # per-pc counts when instrumented
+        self._counts = [0] * len(self.ops)  # executions per pc (a list: cheap to bump)
         self.store_hook = store_hook  # called (dispatch, addresses, values) before each store
         # Per-op closures with their register rows looked up once. R and U are
         # only ever written in place (restore() too), so the row views stay valid.
@@ -91,64 +121,75 @@ class Dispatch:
     def step(self) -> Op:
         """Execute exactly one instruction; return it."""
         op = self.ops[self.pc]
-        active = self.active
-        with np.errstate(all="ignore"):
-            nxt = self._fns[self.pc]()
-        # Counted only once it executed: a faulting instruction leaves the dispatch
-        # exactly as before it (pc, steps), so the debugger can stop on it and replay.
-        if self.line_counts is not None:
-            self.line_counts[self.pc] += 1
-        self.lane_steps += active
-        self.steps += 1
-        self.pc = self.pc + 1 if nxt is None else nxt
+        self.run(limit=1)
         return op
 
-    def run(self, budget: int | None = None, stop=None) -> None:
-        """Run to the end (or until ``budget`` instructions have executed).
+    def run(self, budget: int | None = None, stop=None, *, observer: "Observer | None" = None,
+            limit: int | None = None) -> "Ended":
+        """The one instruction loop: every engine path that interprets goes through here.
 
-        ``stop`` (a threading.Event) is looked at every STOP_POLL instructions;
-        when it is set the run ends with :class:`Interrupted` naming the kernel,
-        the node and the line, and the dispatch stays resumable where it stopped.
+        Runs until the dispatch is done, ``limit`` more instructions have
+        executed, or the observer asks to stop (before or after an
+        instruction); returns which. ``budget`` bounds the dispatch's total
+        instructions (:class:`BudgetExceeded`, naming the pc it would run
+        next). ``stop`` (a threading.Event) is looked at every STOP_POLL
+        instructions and ends the run with :class:`Interrupted`; the dispatch
+        stays resumable where it stopped. An instruction that faults leaves
+        the dispatch exactly as before it (pc, steps, counts), so a debugger
+        can stop on it and replay.
         """
-        fns = self._fns
+        fns, ops = self._fns, self.ops
         n = len(fns)
-        limit = MAX_TRIPS if budget is None else self.steps + budget
-        counts = self.line_counts
+        counts = self._counts
+        before = observer.before if observer is not None and observer.wants_before else None
+        after = observer.after if observer is not None and observer.wants_after else None
         pc, steps, lane_steps = self.pc, self.steps, self.lane_steps
+        # One threshold for every check that is not needed per instruction.
+        end_at = MAX_TRIPS if limit is None else steps + max(limit, 0)
+        budget_at = MAX_TRIPS if budget is None else max(budget, 0)
+        check_at = min(end_at, budget_at, steps + STOP_POLL if stop is not None else MAX_TRIPS)
         try:
             with np.errstate(all="ignore"):
-                while True:
-                    part = limit if stop is None else min(limit, steps + STOP_POLL)
-                    if counts is None:
-                        while pc < n:
-                            if steps >= part:
-                                break
-                            lane_steps += self.active
-                            steps += 1
-                            nxt = fns[pc]()
-                            pc = pc + 1 if nxt is None else nxt
-                    else:
-                        while pc < n:
-                            if steps >= part:
-                                break
-                            counts[pc] += 1
-                            lane_steps += self.active
-                            steps += 1
-                            nxt = fns[pc]()
-                            pc = pc + 1 if nxt is None else nxt
-                    if pc >= n or steps >= limit:
-                        break
-                    if stop.is_set():
+                while pc < n:
+                    if steps >= check_at:
+                        if steps >= end_at:
+                            return Ended.LIMIT
+                        if steps >= budget_at:
+                            self.pc = pc
+                            self.over_budget(budget)
+                        if stop is not None and stop.is_set():
+                            op = ops[pc]
+                            raise Interrupted(
+                                f"interrupted in kernel '{self.program.name}' at node "
+                                f"{self.program.node}, pc {pc} (line {op.loc.line}: {op.text}) "
+                                f"after {steps} instructions", op.loc)
+                        check_at = min(end_at, budget_at,
+                                       steps + STOP_POLL if stop is not None else MAX_TRIPS)
+                    if before is not None and before(self, ops[pc]):
+                        return Ended.BEFORE
+                    active = self.active
+                    nxt = fns[pc]()
+                    counts[pc] += 1
+                    lane_steps += active
+                    steps += 1
+                    op_pc = pc
+                    pc = pc + 1 if nxt is None else nxt
+                    if after is not None:
                         self.pc, self.steps, self.lane_steps = pc, steps, lane_steps
-                        op = self.ops[pc]
-                        raise Interrupted(
-                            f"interrupted in kernel '{self.program.name}' at node "
-                            f"{self.program.node}, pc {pc} (line {op.loc.line}: {op.text}) after "
-                            f"{steps} instructions", op.loc)
+                        if after(self, ops[op_pc]):
+                            return Ended.AFTER
         finally:
             self.pc, self.steps, self.lane_steps = pc, steps, lane_steps
-        if pc < n:
-            self.over_budget(budget)
+        return Ended.DONE
+
+    @property
+    def line_counts(self) -> np.ndarray:
+        """Executions per pc in this dispatch (int64 [n_ops])."""
+        return np.asarray(self._counts, dtype=np.int64)
+
+    @line_counts.setter
+    def line_counts(self, value) -> None:
+        self._counts = [int(v) for v in value] if value is not None else [0] * len(self.ops)
 
     def over_budget(self, budget):
         raise budget_error(self.program, self.pc, budget)
