@@ -54,20 +54,21 @@ def test_session_starts_before_first_node_with_token_written(model):
 
 def test_stepi_executes_one_instruction_in_lockstep(model):
     s = session(model)
-    s.until("embeddings")
+    ci = CommandInterpreter(s)
+    ci.execute("until embeddings")
     assert s.node.full_name == "embeddings" and s.dispatch is None
-    s.set_lane(5)
-    s.stepi()  # rtou 0 0
+    ci.execute("stepi")  # rtou 0 0
+    ci.set_lane(5)
     d = s.dispatch
     assert d.pc == 1 and d.steps == 1
     assert np.array_equal(d.U[0], np.arange(64))
-    assert s.changed_registers() == {("U", 0)}
-    s.stepi(2)  # the two loads
-    assert s.changed_registers() == {("R", 1), ("R", 2)}
+    assert ci.last.lane.lane == 5 and ci.last.lane.changed == {("U", 0)}
+    ci.execute("stepi 2")  # the two loads
+    assert ci.last.lane.changed == {("R", 1), ("R", 2)}
     x = model.view(model.regions["x"])
     assert np.array_equal(d.R[1], x)
-    assert s.evaluate("R1") == x[5]
-    s.stepi(2)  # add, store: kernel done, stop before the next node
+    assert s.evaluate("R1", lane=5) == x[5] and ci.execute("print R1") == f"$ = {x[5]:.9g}"
+    ci.execute("stepi 2")  # add, store: kernel done, stop before the next node
     assert s.dispatch is None and s.node.full_name == "ln1@0"
 
 
@@ -116,13 +117,13 @@ def test_conditions_ignore_counts_hit_counts_and_temporary(model):
     s.set_ignore(bp.number, 2)
     stop = s.cont()
     assert stop.location.node == "ln1@0" and s.step == 1  # step 0: ln1@0, ln1@1 ignored
-    assert bp.hit_count == 3
+    assert s.breakpoints.get(bp.number).hit_count == 3
     s.delete_breakpoints([bp.number])
     t = s.add_breakpoint("qkv_linear@1", temporary=True)
     assert s.cont().breakpoint == t.number
     assert t.number not in s.breakpoints
     c = s.add_breakpoint("mlp_residual if max(abs(x)) > 1e9")
-    assert s.cont().reason == "finished" and c.hit_count == 0
+    assert s.cont().reason == "finished" and s.breakpoints.get(c.number).hit_count == 0
 
 
 def test_reverse_next_and_forward_again_give_identical_state(model):
@@ -213,14 +214,14 @@ def test_lanes_and_register_across_lanes(model):
     out = ci.execute("info lanes U1")
     assert "4 lanes, 4 active" in out and "U1 = 48" in out  # lane 3: head 3 * headdim 16
     with pytest.raises(FirError, match="lane 9 does not exist"):
-        s.set_lane(9)
+        ci.set_lane(9)
 
 
 def test_history_budget_bounds_memory(model):
     s = session(model, n=3, history_budget=20_000)
     s.next_token()
     s.next_token()
-    assert s.history_bytes <= 20_000 and s.history_truncated
+    assert s.history.nbytes <= 20_000 and s.history.truncated
     stop = s.reverse_next(10_000)
     assert stop.reason == "history" and "dropped" in stop.message
 

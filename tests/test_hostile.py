@@ -647,7 +647,7 @@ def test_pickled_checkpoint_is_never_opened(make_model):
     ("int(1e400)", "int()"),
     ("((10**64)**64)**64", None),
     ("x[::0]", "bad index"),
-    ("(1, 2) < x", "cannot compare"),
+    ("(1, 2) < x", "a tuple is only allowed as an index"),
     ("-" * 300 + "1", "nested too deeply"),
 ])
 def test_debugger_expressions_found_by_the_fuzzer(text, msg):

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import numpy as np
 
+from firscope.debug.breakpoints import LineBreakpoint
 from firscope.tui.app import FirscopeApp
 from firscope.tui.graph_pane import NodeList
 from firscope.tui.source_pane import SourceLines
@@ -74,7 +75,7 @@ def test_breakpoint_key_on_graph_and_on_kernel_line_then_continue():
             target = nodes.index_of_node(s.model.node_index("attention@1"))
             nodes.highlighted = target
             await press(app, pilot, "f9")
-            assert [bp.spec for bp in s.breakpoints.values()] == ["attention@1"]
+            assert [bp.spec for bp in s.breakpoints] == ["attention@1"]
             assert option_texts(nodes)[target].startswith("●")
             await press(app, pilot, "f5")
             assert s.node.full_name == "attention@1" and s.step == 0
@@ -89,8 +90,8 @@ def test_breakpoint_key_on_graph_and_on_kernel_line_then_continue():
             line = next(i for i, t in enumerate(option_texts(src)) if "cmplt 4 10 3" in t)
             src.highlighted = line
             await press(app, pilot, "f9")
-            bp = next(iter(s.breakpoints.values()))
-            assert bp.kind == "line" and bp.kernel == "g2.attn_decode"
+            bp = next(iter(s.breakpoints))
+            assert isinstance(bp, LineBreakpoint) and bp.kernel == "g2.attn_decode"
             await press(app, pilot, "c")
             loc = s.location()
             assert loc.in_kernel and loc.line == bp.line and loc.node == "attention@1"
@@ -112,7 +113,7 @@ def test_lane_choice_and_registers_across_lanes():
                 await pilot.press("backspace" if ch == "\b" else ch)
             await pilot.press("enter")
             await pilot.pause(0.1)
-            assert s.focus_lane == 3
+            assert app.ci.lane == 3
             regs = app.query_one("#registers")
             assert "lane 3 of 4" in regs.border_title
             text = plain(app.query_one("#lanes"))
@@ -288,7 +289,7 @@ def test_keys_typed_while_running_are_queued_and_palette_offers_commands():
             assert hits and hits[0].text == "run: break attention@2"
             hits[0].command()
             await pilot.pause(0.05)
-            assert [bp.spec for bp in app.session.breakpoints.values()] == ["attention@2"]
+            assert [bp.spec for bp in app.session.breakpoints] == ["attention@2"]
     run(go())
 
 

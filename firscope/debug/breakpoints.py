@@ -12,43 +12,39 @@ A location may be followed by ``if CONDITION``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from ..errors import FirError
 from ..model.loader import Model
-from .expr import DebugExpr
+from .expr import DebugExpr, truth
 
-_NODE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?:@(\d+))?$")
-_WATCH = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:@(\d+))?(?:\[\s*(-?\d*)\s*(?::\s*(-?\d*)\s*)?\])?$")
+# Numbers are ASCII digits, at most 12 of them: Python refuses to convert a 5000-digit
+# string to an int (and no model has that many layers or elements anyway).
+_NODE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?:@([0-9]{1,12}))?$")
+_WATCH = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:@([0-9]{1,12}))?"
+                    r"(?:\[\s*(-?[0-9]{1,12})?\s*(?::\s*(-?[0-9]{1,12})?\s*)?\])?$")
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Breakpoint:
-    number: int
-    kind: str  # "node", "line", "token", "nan", "watch"
+    """What every kind shares: number, enabled, disposition, condition, counts.
+
+    Records are frozen; the :class:`BreakpointTable` replaces one to change it.
+    Number 0 is a one-off location (``until``), never stored in the table.
+    """
+
+    number: int = 0
     spec: str  # the location as shown to the user
-    node: str | None = None
-    layer: int | None = None
-    kernel: str | None = None
-    line: int | None = None
-    token: int | None = None
     enabled: bool = True
     temporary: bool = False
     condition: DebugExpr | None = None
     ignore_count: int = 0
     hit_count: int = 0
-    # watchpoints: an absolute arena range and its last seen values
-    watch_start: int = 0
-    watch_stop: int = 0
-    watch_name: str = ""
-    old: np.ndarray | None = field(default=None, repr=False)
 
-    @property
-    def what(self) -> str:
-        return {"node": "breakpoint", "line": "breakpoint", "token": "breakpoint",
-                "nan": "catchpoint", "watch": "watchpoint"}[self.kind]
+    what: ClassVar[str] = "breakpoint"
 
     def describe(self) -> str:
         parts = [f"{self.number:<4}{self.what:<11}{'keep' if not self.temporary else 'del':<5}"
@@ -61,6 +57,179 @@ class Breakpoint:
             parts.append(f"\n\tbreakpoint already hit {self.hit_count} time"
                          f"{'s' if self.hit_count != 1 else ''}")
         return "".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeBreakpoint(Breakpoint):
+    """Before a node: in every layer (``attention``) or one instance (``attention@3``)."""
+
+    node: str
+    layer: int | None = None
+
+    def matches(self, node) -> bool:
+        return node.name == self.node and (self.layer is None or node.layer == self.layer)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LineBreakpoint(Breakpoint):
+    """Before a kernel instruction, in every dispatch of that kernel."""
+
+    kernel: str
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenBreakpoint(Breakpoint):
+    """At the start of decode step ``token`` (before its first node)."""
+
+    token: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class NanCatchpoint(Breakpoint):
+    """After the first node or instruction that writes NaN or Inf."""
+
+    what: ClassVar[str] = "catchpoint"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Watchpoint(Breakpoint):
+    """After a write that changes an arena range (absolute ``start:stop``)."""
+
+    region: str  # the region's display name ("x", "key_cache@2")
+    start: int
+    stop: int
+    offset: int  # where ``start`` is inside the region
+
+    what: ClassVar[str] = "watchpoint"
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a breakpoint's hit rule decided: stop or not, and why a condition failed."""
+
+    stop: bool
+    error: str | None = None
+
+
+class BreakpointTable:
+    """The breakpoints of a session, by number, and each kind's hit rule."""
+
+    def __init__(self):
+        self._bps: dict[int, Breakpoint] = {}
+        self._next = 1
+        self.watch_values: dict[int, np.ndarray] = {}  # watchpoint -> values last seen
+
+    # -- the table ----------------------------------------------------------------
+    def __iter__(self):
+        return iter(list(self._bps.values()))
+
+    def __len__(self) -> int:
+        return len(self._bps)
+
+    def __contains__(self, number: int) -> bool:
+        return number in self._bps
+
+    def get(self, number: int) -> Breakpoint:
+        if number not in self._bps:
+            raise FirError(f"no breakpoint number {number}")
+        return self._bps[number]
+
+    def add(self, bp: Breakpoint, arena: np.ndarray | None = None) -> Breakpoint:
+        bp = replace(bp, number=self._next)
+        self._next += 1
+        self._bps[bp.number] = bp
+        if isinstance(bp, Watchpoint) and arena is not None:
+            self.watch_values[bp.number] = arena[bp.start: bp.stop].copy()
+        return bp
+
+    def update(self, number: int, **changes) -> Breakpoint:
+        bp = replace(self.get(number), **changes)
+        self._bps[number] = bp
+        return bp
+
+    def delete(self, numbers: list[int] | None = None) -> None:
+        if numbers is None:
+            self._bps.clear()
+            self.watch_values.clear()
+            return
+        for n in numbers:
+            self.get(n)  # all must exist before any goes
+        for n in dict.fromkeys(numbers):  # `delete 1 1` deletes 1 once
+            del self._bps[n]
+            self.watch_values.pop(n, None)
+
+    def toggle(self, template: Breakpoint, arena=None) -> tuple[str, Breakpoint]:
+        """Delete the breakpoint at exactly this location, or add one ("added"/"deleted")."""
+        for bp in self:
+            if type(bp) is type(template) and bp.spec == template.spec:
+                self.delete([bp.number])
+                return "deleted", bp
+        return "added", self.add(template, arena)
+
+    # -- queries for the stepping core -----------------------------------------------
+    def enabled(self, kind: type[Breakpoint] = Breakpoint) -> list:
+        return [bp for bp in self._bps.values() if bp.enabled and isinstance(bp, kind)]
+
+    def at_node(self, node) -> list[NodeBreakpoint]:
+        return [bp for bp in self.enabled(NodeBreakpoint) if bp.matches(node)]
+
+    def at_token(self, step: int) -> list[TokenBreakpoint]:
+        return [bp for bp in self.enabled(TokenBreakpoint) if bp.token == step]
+
+    def lines(self, kernel: str) -> dict[int, list[LineBreakpoint]]:
+        out: dict[int, list[LineBreakpoint]] = {}
+        for bp in self.enabled(LineBreakpoint):
+            if bp.kernel == kernel:
+                out.setdefault(bp.line, []).append(bp)
+        return out
+
+    def watches(self) -> list[Watchpoint]:
+        return self.enabled(Watchpoint)
+
+    @property
+    def nan(self) -> bool:
+        return bool(self.enabled(NanCatchpoint))
+
+    def refresh_watches(self, arena: np.ndarray) -> None:
+        """Watchpoints look at the range as it is now (after a jump, an undo, a new token)."""
+        for bp in self.enabled(Watchpoint):
+            self.watch_values[bp.number] = arena[bp.start: bp.stop].copy()
+
+    def changed_watches(self, arena: np.ndarray) -> list[Watchpoint]:
+        out = []
+        for bp in self.watches():
+            old = self.watch_values.get(bp.number)
+            new = arena[bp.start: bp.stop]
+            if old is None or not np.array_equal(old.view(np.uint32), new.view(np.uint32)):
+                out.append(bp)
+        return out
+
+    # -- the hit rule ---------------------------------------------------------------------
+    def hit(self, bp: Breakpoint, evaluate: Callable[[DebugExpr], object]) -> Hit:
+        """Condition, then hit count, then ignore count, then disposition (as gdb).
+
+        A condition that cannot be evaluated stops, and says so, like gdb's
+        "Error in testing condition for breakpoint N".
+        """
+        if bp.number == 0:
+            return Hit(True)
+        if bp.condition is not None:
+            try:
+                ok = truth(evaluate(bp.condition))
+            except FirError as e:
+                self.update(bp.number, hit_count=bp.hit_count + 1)
+                return Hit(True, f"Error in testing condition for {bp.what} {bp.number}: "
+                                 f"{e.message}")
+            if not ok:
+                return Hit(False)
+        bp = self.update(bp.number, hit_count=bp.hit_count + 1)
+        if bp.ignore_count > 0:
+            self.update(bp.number, ignore_count=bp.ignore_count - 1)
+            return Hit(False)
+        if bp.temporary:
+            self.delete([bp.number])
+        return Hit(True)
 
 
 def _digits(text: str) -> bool:
@@ -77,19 +246,19 @@ def split_condition(text: str) -> tuple[str, DebugExpr | None]:
     return loc, DebugExpr(cond)
 
 
-def parse_location(model: Model, text: str) -> dict:
-    """Turn a location into Breakpoint fields; raise FirError if it names nothing."""
+def parse_location(model: Model, text: str) -> Breakpoint:
+    """Turn a location into a breakpoint template (number 0); FirError if it names nothing."""
     text = text.strip()
     if not text:
         raise FirError("a breakpoint needs a location: NODE, NODE@LAYER, KERNEL:LINE, LINE, "
                        "token N or nan")
     if text == "nan":
-        return {"kind": "nan", "spec": "nan (NaN or Inf written)"}
+        return NanCatchpoint(spec="nan (NaN or Inf written)")
     if text.startswith("token"):
         rest = text[5:].strip()
         if not _digits(rest):
             raise FirError(f"expected 'token N' with N a token index, found {text!r}")
-        return {"kind": "token", "spec": f"token {int(rest)}", "token": int(rest)}
+        return TokenBreakpoint(spec=f"token {int(rest)}", token=int(rest))
     if ":" in text:
         left, _, right = text.rpartition(":")
         if not _digits(right.strip()):
@@ -117,11 +286,11 @@ def parse_location(model: Model, text: str) -> dict:
             raise FirError(f"no node '{full}' (layers are 0..{model.layers - 1}, and '{name}' "
                            f"{'is' if any(n.name == name and n.layer is None for n in model.nodes) else 'is not'} "
                            "outside the repeat)")
-        return {"kind": "node", "spec": full, "node": name, "layer": int(layer)}
-    return {"kind": "node", "spec": name, "node": name}
+        return NodeBreakpoint(spec=full, node=name, layer=int(layer))
+    return NodeBreakpoint(spec=name, node=name)
 
 
-def _line_bp(model: Model, kernel: str, line: int) -> dict:
+def _line_bp(model: Model, kernel: str, line: int) -> LineBreakpoint:
     code = model.kernels[kernel]
     lines = sorted({op.loc.line for op in code.ops})
     if not lines:
@@ -134,20 +303,20 @@ def _line_bp(model: Model, kernel: str, line: int) -> dict:
     at = next((l for l in lines if l >= line), None)
     if at is None:
         raise FirError(f"no instruction at or after line {line} in kernel '{kernel}'")
-    return {"kind": "line", "spec": f"{kernel}:{at}", "kernel": kernel, "line": at}
+    return LineBreakpoint(spec=f"{kernel}:{at}", kernel=kernel, line=at)
 
 
-def _file_line_bp(model: Model, line: int) -> dict:
+def _file_line_bp(model: Model, line: int) -> Breakpoint:
     for name, code in model.kernels.items():
         if code.syntax.loc.line <= line <= code.syntax.end.line:
             return _line_bp(model, name, line)
     for n in model.nodes:
         if n.loc.line == line:
-            return {"kind": "node", "spec": n.name, "node": n.name}
+            return NodeBreakpoint(spec=n.name, node=n.name)
     raise FirError(f"line {line} of {model.path.name} is not inside a kernel or on a node")
 
 
-def parse_watch(model: Model, text: str) -> dict:
+def parse_watch(model: Model, text: str) -> Watchpoint:
     """``scores[0:64]``, ``scores@2[0:16]``, ``x`` -> an absolute arena range."""
     m = _WATCH.match(text.replace(" ", ""))
     if not m:
@@ -185,5 +354,5 @@ def parse_watch(model: Model, text: str) -> dict:
         hi = hi + size if hi < 0 else hi
     if not 0 <= lo < hi <= size:
         raise FirError(f"range [{lo}:{hi}] is outside {region.name}[0:{size}]")
-    return {"kind": "watch", "spec": f"{region.name}[{lo}:{hi}]", "watch_start": region.base + lo,
-            "watch_stop": region.base + hi, "watch_name": region.name}
+    return Watchpoint(spec=f"{region.name}[{lo}:{hi}]", region=region.name,
+                      start=region.base + lo, stop=region.base + hi, offset=lo)

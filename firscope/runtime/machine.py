@@ -120,8 +120,16 @@ class Machine:
                            f"{limit} (positions 0..{limit - 1})")
 
     # -- one step, in pieces -----------------------------------------------------
-    def begin_token(self, token: int) -> None:
+    def begin_token(self, token: int, *, position: int | None = None) -> None:
+        """Write ``token`` and the position into the input buffers. A debugger that went
+        back in time passes the position it is at now."""
         token = int(token)
+        if position is not None:
+            if not 0 <= position <= len(self.history):
+                raise FirError(f"position {position} is not reachable: {len(self.history)} "
+                               "tokens were fed")
+            self.position = position
+            del self.history[position:]
         self.check_token(token)
         self.check_room(1)
         m = self.model
@@ -170,6 +178,19 @@ class Machine:
         self.position += 1
         self.current_token = None
         return result
+
+    def rewind_token(self, token: int) -> None:
+        """Undo :meth:`finish_token`: the last token fed is current again (its nodes ran)."""
+        if not self.history:
+            raise FirError("no token has finished: nothing to rewind")
+        self.history.pop()
+        self.position -= 1
+        self.current_token = int(token)
+
+    def unbegin_token(self) -> None:
+        """Undo :meth:`begin_token`'s bookkeeping (the input buffers are the caller's to
+        restore: the debugger's undo log has them)."""
+        self.current_token = None
 
     def step(self, token: int) -> StepResult:
         self.begin_token(token)

@@ -18,8 +18,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import (Footer, Label, ProgressBar, Static, TabbedContent, TabPane)
 
-from ..debug.commands import CommandInterpreter
-from ..debug.session import Session, Stop
+from ..debug.commands import CommandInterpreter, Result
+from ..debug.session import Session
+from ..debug.snapshot import Stop
 from ..errors import FirError
 from .attention_view import AttentionRecorder, AttentionView
 from .buffers_view import BuffersView
@@ -209,7 +210,7 @@ class FirscopeApp(App):
         try:
             self.query_one(GraphPane).show(s, self.tokenizer, follow=follow)
             self.query_one(SourcePane).show(s)
-            self.query_one(RegistersPane).show(s)
+            self.query_one(RegistersPane).show(s, self.ci)
             self.query_one(BuffersView).show()
             att = self.query_one(AttentionView)
             if s.layer is not None:
@@ -260,19 +261,19 @@ class FirscopeApp(App):
     def on_engine_done(self, label: str, result) -> None:
         self.busy = False
         console = self.query_one(ConsoleView)
-        if isinstance(result, Stop):
-            self.last_stop = result
-            text = self.ci.describe_stop(result)
-            console.write(text, "red" if result.reason in ("fault", "budget") else None)
-            self.status_text = self._stop_summary(result)
-            if result.reason in ("fault", "budget"):
-                self.notify(result.message.splitlines()[0][:200], severity="error", timeout=8)
-        elif isinstance(result, str):
-            if result:
-                console.write(result)
+        stop = result.snapshot.stop if isinstance(result, Result) and result.snapshot else None
+        if stop is not None:
+            self.last_stop = stop
+            console.write(result.text, "red" if stop.reason.is_error else None)
+            self.status_text = self.ci.status_line(result.snapshot)
+            if stop.reason.is_error:
+                self.notify(stop.message.splitlines()[0][:200], severity="error", timeout=8)
+        else:
+            text = result.text if isinstance(result, Result) else result
+            if text:
+                console.write(text)
             self.status_text = f"{label}: done"
-        if self.pending and isinstance(result, Stop) and result.reason in (
-                "fault", "budget", "interrupted", "finished", "breakpoint", "watchpoint", "nan"):
+        if self.pending and stop is not None and stop.reason.wants_attention:
             self.pending.clear()  # something worth looking at: drop what was typed ahead
         self.refresh_views()
         self._next_pending()
@@ -290,38 +291,30 @@ class FirscopeApp(App):
         self.notify(str(e)[:300], severity="error", timeout=8)
         self.refresh_views()
 
-    def _stop_summary(self, stop: Stop) -> str:
-        loc = stop.location
-        where = loc.node or "end"
-        if loc.in_kernel and loc.line is not None:
-            where += f", line {loc.line}"
-        kinds = {"step": "stopped", "breakpoint": "stopped: " + stop.message.split(",")[0].lower(),
-                 "watchpoint": "stopped: watchpoint", "nan": "stopped: NaN/Inf written",
-                 "fault": "fault", "budget": "budget exhausted", "finished": "finished",
-                 "interrupted": "interrupted", "history": "no more history"}
-        return f"{kinds.get(stop.reason, stop.reason)} at {where}"
-
     # -- actions ------------------------------------------------------------------------------
+    def _command(self, line: str) -> None:
+        self.engine(line, lambda: self.ci.run(line))
+
     def action_cont(self) -> None:
-        self.engine("continue", lambda: self.session.cont())
+        self._command("continue")
 
     def action_next(self) -> None:
-        self.engine("next", lambda: self.session.next())
+        self._command("next")
 
     def action_stepi(self) -> None:
-        self.engine("stepi", lambda: self.session.stepi())
+        self._command("stepi")
 
     def action_finish(self) -> None:
-        self.engine("finish", lambda: self.session.finish())
+        self._command("finish")
 
     def action_token(self) -> None:
-        self.engine("next token", lambda: self.session.next_token())
+        self._command("token")
 
     def action_reverse_stepi(self) -> None:
-        self.engine("reverse-stepi", lambda: self.session.reverse_stepi())
+        self._command("reverse-stepi")
 
     def action_reverse_next(self) -> None:
-        self.engine("reverse-next", lambda: self.session.reverse_next())
+        self._command("reverse-next")
 
     def action_interrupt(self) -> None:
         if self.session is not None and self.busy:
@@ -372,20 +365,23 @@ class FirscopeApp(App):
             if not value:
                 return
             try:
-                s.set_lane(int(value))
+                self.ci.set_lane(int(value))
             except (ValueError, FirError) as e:
                 self.notify(str(e), severity="warning")
                 return
             self.refresh_views(follow=False)
 
-        self.push_screen(PromptScreen(f"focus lane (0..{s.lanes() - 1}):", str(s.focus_lane)),
+        self.push_screen(PromptScreen(f"focus lane (0..{s.lanes() - 1}):", str(self.ci.lane)),
                          chosen)
 
     def action_lane_step(self, delta: int) -> None:
         s = self.session
         if s is None or s.lanes() is None:
             return
-        s.focus_lane = (s.focus_lane + delta) % s.lanes()
+        lanes = s.lanes()
+        if not lanes or s.dispatch is None:
+            return
+        self.ci.set_lane((self.ci.lane + delta) % lanes)
         self.refresh_views(follow=False)
 
     def action_goto(self) -> None:
@@ -395,12 +391,12 @@ class FirscopeApp(App):
         nodes = self.query_one(NodeList)
         if self.focused is nodes and nodes.cursor_node() is not None:
             name = s.model.nodes[nodes.cursor_node()].full_name
-            self.engine(f"go to {name}", lambda: s.goto_node(name))
+            self._command(f"goto {name}")
             return
 
         def chosen(value: str | None) -> None:
             if value:
-                self.engine(f"go to {value}", lambda: s.goto_node(value))
+                self._command(f"goto {value}")
 
         self.push_screen(PromptScreen("go to node (e.g. attention@1):"), chosen)
 
@@ -472,13 +468,11 @@ class FirscopeApp(App):
         if self.ci is None:
             return
         word = text.split(" ", 1)[0]
-        running = {"continue", "c", "stepi", "si", "s", "step", "next", "n", "finish", "until",
-                   "advance", "token", "t", "reverse-stepi", "rsi", "reverse-next", "rn"}
         if word in ("quit", "q"):
             self.exit()
             return
-        if word in running:
-            self.engine(text, lambda: self.ci.execute(text))
+        if self.ci.resumes(text):
+            self._command(text)
             return
         try:
             out = self.ci.execute(text)

@@ -7,6 +7,7 @@ from textual.containers import Vertical
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint
 from ..debug.session import Session
 
 
@@ -44,10 +45,8 @@ class NodeList(OptionList):
 
     def show(self, session: Session, keep_cursor: bool = True) -> None:
         model = session.model
-        bp_nodes = {(bp.node, bp.layer) for bp in session.breakpoints.values()
-                    if bp.kind == "node" and bp.enabled}
-        line_kernels = {bp.kernel for bp in session.breakpoints.values()
-                        if bp.kind == "line" and bp.enabled}
+        bp_nodes = {(bp.node, bp.layer) for bp in session.breakpoints.enabled(NodeBreakpoint)}
+        line_kernels = {bp.kernel for bp in session.breakpoints.enabled(LineBreakpoint)}
         current = session.node_index if not session.finished else None
         old = self.highlighted
         options = []

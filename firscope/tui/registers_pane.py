@@ -27,7 +27,7 @@ class RegistersPane(VerticalScroll):
         self.border_title = "Registers"
         self.lane_register: tuple[str, int] | None = None
 
-    def show(self, session: Session) -> None:
+    def show(self, session: Session, ci) -> None:
         regs = self.query_one("#regs", Static)
         lanes_view = self.query_one("#lanes", Static)
         d = session.dispatch
@@ -41,8 +41,10 @@ class RegistersPane(VerticalScroll):
             regs.update(msg)
             lanes_view.update("")
             return
-        lane = min(session.focus_lane, d.lanes - 1)
-        changed = session.changed_registers()
+        lane = min(ci.lane, max(d.lanes - 1, 0))
+        snap = ci.last
+        changed = snap.lane.changed if snap.lane is not None and snap.lane.lane == lane \
+            else frozenset()
         active = bool(d.mask[lane]) if d.lanes else False
         self.border_title = f"Registers · lane {lane} of {d.lanes}" + ("" if active else " (inactive)")
         table = Table.grid(padding=(0, 1))
@@ -60,9 +62,9 @@ class RegistersPane(VerticalScroll):
             table.add_row(Text(f"R{i}", style="cyan"), Text(_f(d.R[i, lane]), style=r_style),
                           Text(f"U{i}", style="magenta"), Text(str(int(d.U[i, lane])), style=u_style))
         regs.update(table)
-        lanes_view.update(self._lanes_text(session, d))
+        lanes_view.update(self._lanes_text(ci, d))
 
-    def _lanes_text(self, session: Session, d) -> Text:
+    def _lanes_text(self, ci, d) -> Text:
         t = Text()
         reg = self.lane_register or _last_written(d)
         width = max(self.size.width - 14, 8)
@@ -78,10 +80,13 @@ class RegistersPane(VerticalScroll):
         for lane, v in enumerate(norm):
             t.append("█" if d.mask[lane] else "░", style=ramp(v).name if np.isfinite(v) else "magenta")
         t.append("\n")
-        changed = session.changed_lanes(file, i)
+        if ci.register != (file, i):
+            ci.set_register(file, i)
+        across = ci.last.across
+        changed = across.changed if across is not None else np.zeros(0, dtype=bool)
         for lane in range(min(d.lanes, 16)):
             mark = "◆" if changed.size > lane and changed[lane] else " "
-            focus = "◀" if lane == session.focus_lane else " "
+            focus = "◀" if lane == ci.lane else " "
             v = _f(d.R[i, lane]) if file == "R" else str(int(d.U[i, lane]))
             t.append(f" {lane:>3} {'■' if d.mask[lane] else '□'} {v:>12}{mark}{focus}\n")
         if d.lanes > 16:

@@ -61,7 +61,7 @@ class SourcePane(Vertical):
         d = session.dispatch if live else None
         pc_line = d.ops[d.pc].loc.line if d is not None and not d.done else None
         next_line = prog.ops[0].loc.line if live and d is None and prog.ops else None
-        bps = session.line_breakpoints(node.target)
+        bps = session.breakpoints.lines(node.target)
         counts = session.line_counts.get(node.target)
         if d is not None:
             counts = d.line_counts
