@@ -286,3 +286,32 @@ def test_list_and_info_registers_in_empty_and_zero_lane_kernels(make_model):
     assert "0 lanes" in ci.execute("info lanes")
     ci.execute("continue")
     assert s.finished
+
+
+# --- the location a stop reports is the true one (issue 12, status and history) ----------------
+def test_a_watchpoint_stops_right_after_the_write_and_everyone_says_so(model):
+    s, ci = fresh(model)
+    ci.execute("watch attn[0:16]")
+    out = ci.execute("continue")
+    stop = ci.last.stop
+    d = s.dispatch
+    assert stop.reason is StopReason.WATCHPOINT and d is not None
+    store = d.ops[d.pc - 1]
+    assert store.text.startswith("ustoref32") and f"by line {store.loc.line}" in stop.message
+    assert stop.location.pc == d.pc and stop.location.line == d.ops[d.pc].loc.line
+    assert f"pc {d.pc} at gpt2.fir:{d.ops[d.pc].loc.line}" in out  # batch's where line
+    assert ci.status_line() == f"stopped: watchpoint 1 at attention@0, line {stop.location.line}"
+    assert ci.last.lane is not None  # the registers shown belong to that same pc
+    ci.execute("reverse-next")
+    assert s.dispatch is None and ci.where_line().startswith("before attention@0")
+    ci.execute("reverse-next")
+    assert ci.where_line().startswith("before qkv_bias@0")
+
+
+def test_a_console_continue_and_a_key_report_the_same_stop(model):
+    s, ci = fresh(model)
+    ci.execute("break attention@1")
+    result = ci.run("continue")
+    assert result.resumed and result.snapshot is ci.last
+    assert ci.status_line() == "stopped: breakpoint 1 at attention@1"
+    assert not ci.run("print x[0]").resumed and ci.resumes("c") and not ci.resumes("lane")

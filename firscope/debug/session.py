@@ -23,6 +23,11 @@ its start.
 Reverse: the undo log (:mod:`.history`) keeps what each node changed; the
 tape (:mod:`.tape`) keeps what each instruction of the live dispatch stored,
 with register marks, so ``reverse-stepi`` costs about what ``stepi`` does.
+
+size: the forward loop, the backward loop and the cursor bookkeeping they share
+(token boundaries, entering and completing a dispatch) stay in this one class,
+as bdb keeps its stepping core in one; breakpoints, the undo log, name lookup,
+the tape and the stop predicates each live in their own module.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ import numpy as np
 from ..errors import BudgetExceeded, FirError, FirFault, Interrupted
 from ..model.loader import Model, PlanNode
 from ..runtime.machine import DEFAULT_BUDGET, Machine
-from ..vm.interp import Dispatch, Ended, Observer
+from ..vm.interp import Dispatch, Ended
 from .breakpoints import (Breakpoint, BreakpointTable, Hit, LineBreakpoint, NodeBreakpoint,
                           TokenBreakpoint, Watchpoint, parse_location, parse_watch,
                           split_condition)
@@ -44,6 +49,7 @@ from .history import (DEFAULT_HISTORY_BUDGET, History, Record, RecordKind, chang
                       copy_regions, restore_regions)
 from .resolver import Resolver
 from .snapshot import Location, Stop, StopReason
+from .predicates import DriveObserver, nan_written, watch_message
 from .tape import Tape
 
 __all__ = ["Goal", "Session", "DEFAULT_HISTORY_BUDGET"]
@@ -394,7 +400,7 @@ class Session:
         self.node_times[node.index] = time.perf_counter() - t
         changes = changes_since(self.arena, saved)
         watches = self.breakpoints.changed_watches(self.arena)
-        nan = self._nan_in(changes, node) if self.breakpoints.nan else None
+        nan = nan_written(self.model, self.arena, changes, node) if self.breakpoints.nan else None
         if (watches or nan) and node.kind == "micro":
             restore_regions(self.arena, saved)
             return self._replay_to_stop(node, goal, None)
@@ -428,33 +434,10 @@ class Session:
         hit = self._hit(bp, goal)
         if not hit.stop:
             return None
-        message = self._watch_message(bp, old, new, where)
+        message = watch_message(bp, old, new, where)
         if hit.error:
             message = f"{hit.error}\n{message}"
         return self._stop(StopReason.WATCHPOINT, message, bp.number, old, new)
-
-    def _watch_message(self, bp: Watchpoint, old, new, where: str) -> str:
-        diff = np.flatnonzero(old.view(np.uint32) != new.view(np.uint32))
-        i = int(diff[0]) if diff.size else 0
-        return (f"Watchpoint {bp.number}: {bp.spec} changed {where} ({diff.size} element"
-                f"{'s' if diff.size != 1 else ''}; first {bp.region}[{bp.offset + i}]: "
-                f"{float(old[i])!r} -> {float(new[i])!r})")
-
-    def _nan_in(self, changes, node: PlanNode) -> str | None:
-        for c in changes:
-            vals = self.arena[c.base + c.index]
-            bad = ~np.isfinite(vals)
-            if bad.any():
-                addr = int(c.base + c.index[np.flatnonzero(bad)[0]])
-                return (f"node {node.full_name} wrote {float(self.arena[addr])!r} to "
-                        f"{self._name_address(addr)}")
-        return None
-
-    def _name_address(self, addr: int) -> str:
-        for name, r in self.model.regions.items():
-            if r.base <= addr < r.base + r.size:
-                return f"{name}[{addr - r.base}]"
-        return f"arena[{addr}]"
 
     # -- instruction by instruction ------------------------------------------------------
     def _drive(self, goal: Goal, *, skip_first: bool, units: int | None,
@@ -463,7 +446,7 @@ class Session:
 
         Returns (stop or None, instructions executed)."""
         d = self.dispatch
-        obs = _DriveObserver(self, goal, skip_first)
+        obs = DriveObserver(self, goal, skip_first)
         d.store_hook = obs.store
         start = d.steps
         try:
@@ -685,98 +668,4 @@ class Session:
         finally:
             d.store_hook = None
         self.breakpoints.refresh_watches(self.arena)
-        return None
-
-
-class _DriveObserver(Observer):
-    """The stop predicates a dispatch's instruction loop checks for the session."""
-
-    def __init__(self, session: Session, goal: Goal, skip_first: bool):
-        self.s = session
-        self.goal = goal
-        d = session.dispatch
-        node = session.nodes[session.node_index]
-        self.node = node
-        table = session.breakpoints
-        lines = table.lines(node.target)
-        extra = goal.extra
-        if isinstance(extra, LineBreakpoint) and extra.kernel == node.target:
-            lines = dict(lines)
-            lines[extra.line] = lines.get(extra.line, []) + [extra]
-        self.lines = lines
-        self.watches = table.watches()
-        self.nan = table.nan
-        self.tape = session.tape
-        self.wants_before = bool(lines)
-        self.wants_after = True
-        self.skip_at = d.steps if skip_first else -1
-        self.stored: list = []
-        self.stop: Stop | None = None
-
-    def store(self, d, where, values) -> None:
-        if self.tape is not None:
-            self.tape.store(d, where, values)
-        if self.watches or self.nan:
-            self.stored.append((np.array(where).reshape(-1), np.array(values).reshape(-1)))
-
-    def before(self, d, op) -> bool:
-        bps = self.lines.get(op.loc.line)
-        if not bps or d.steps == self.skip_at:
-            return False
-        for bp in bps:
-            hit = self.s._hit(bp, self.goal)
-            if hit.stop:
-                self.stop = self.s._bp_stop(bp, hit)
-                return True
-        return False
-
-    def after(self, d, op) -> bool:
-        if self.tape is not None:
-            self.tape.after(d, op)
-        try:
-            if self.nan:
-                msg = self._nan_after(d, op)
-                if msg:
-                    self.stop = self.s._stop(StopReason.NAN, msg)
-                    return True
-            if self.watches and self.stored:
-                return self._watch_after(op)
-            return False
-        finally:
-            self.stored.clear()
-
-    def _watch_after(self, op) -> bool:
-        arena = self.s.arena
-        values = self.s.breakpoints.watch_values
-        for bp in self.watches:
-            old = values.get(bp.number)
-            if old is not None and np.array_equal(old.view(np.uint32),
-                                                  arena[bp.start: bp.stop].view(np.uint32)):
-                continue
-            stop = self.s._watch_fired(bp, self.goal, f"in {self.node.full_name} by line "
-                                                      f"{op.loc.line}: {op.text}")
-            if stop is not None:
-                self.stop = stop
-                return True
-        return False
-
-    def _nan_after(self, d, op) -> str | None:
-        for where, values in self.stored:
-            bad = ~np.isfinite(values)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                return (f"line {op.loc.line} ({op.text}) wrote {float(values[i])!r} "
-                        f"to {self.s._name_address(int(where[i]))}")
-        if op.spec.is_control:
-            return None
-        for file, idx in op.spec.writes:
-            if file != "R":
-                continue
-            reg = op.args[idx]
-            vals = d.R[reg]
-            bad = ~np.isfinite(vals) & d.mask
-            if bad.any():
-                lane = int(np.flatnonzero(bad)[0])
-                return (f"line {op.loc.line} ({op.text}) wrote {float(vals[lane])!r} to R{reg} "
-                        f"in lane {lane}")
         return None

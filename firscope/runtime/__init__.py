@@ -1,4 +1,4 @@
 """Arena, unrolled node plan, ext ops, decode step, event hooks."""
-from .machine import Hooks, Machine, StepResult
+from .machine import Engine, Hooks, Machine, StepResult
 
-__all__ = ["Hooks", "Machine", "StepResult"]
+__all__ = ["Engine", "Hooks", "Machine", "StepResult"]

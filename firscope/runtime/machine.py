@@ -13,6 +13,7 @@ unobserved run pays nothing for them.
 """
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,13 @@ from ..vm.interp import Dispatch, Observer
 from .extops import EXT_IMPLS
 
 DEFAULT_BUDGET = 50_000_000  # instructions per dispatch before a kernel counts as runaway
+
+
+class Engine(enum.StrEnum):
+    """How micro-kernels run: compiled per-lane code, or the step interpreter (the reference)."""
+
+    COMPILED = "compiled"
+    INTERP = "interp"
 
 
 @dataclass
@@ -72,25 +80,26 @@ class StepResult:
 
 
 class Machine:
-    def __init__(self, model: Model, *, engine: str = "interp", hooks: Hooks | None = None,
-                 budget: int | None = DEFAULT_BUDGET):
+    def __init__(self, model: Model, *, engine: str | Engine = Engine.INTERP,
+                 hooks: Hooks | None = None, budget: int | None = DEFAULT_BUDGET):
         self.model = model
         self.arena = model.arena
         self.hooks = hooks or Hooks()
         self.budget = budget
-        self.engine = engine
+        try:
+            self.engine = Engine(engine)
+        except ValueError:
+            raise FirError(f"unknown engine '{engine}' (compiled or interp)") from None
         self.position = 0
         self.history: list[int] = []  # tokens fed so far, in order
         self.current_token: int | None = None
         self.kernel_runner = None  # set by the compiled engine (vm.compiled)
         # Set from another thread (a UI key) to stop a long run between instructions.
         self.stop_flag = threading.Event()
-        if engine == "compiled":
+        if self.engine is Engine.COMPILED:
             from ..vm.compiled import CompiledRunner, StopFlag
             self.stop_flag = StopFlag()  # compiled kernels can see this one while they run
             self.kernel_runner = CompiledRunner(model)
-        elif engine != "interp":
-            raise FirError(f"unknown engine '{engine}' (compiled or interp)")
         self._buffer_slices = [(r.base, r.base + r.size) for name, r in model.regions.items()
                                if name.split("@")[0] in model.buffers]
 

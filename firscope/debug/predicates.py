@@ -1,0 +1,136 @@
+"""The stop predicates the session checks while a dispatch is interpreted.
+
+Line breakpoints are checked before an instruction; NaN catchpoints and
+watchpoints after it (on the registers it wrote and the stores it made), so
+the stop's location is the instruction after the write. The tape records
+the dispatch for stepping back.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..vm.interp import Observer
+from .breakpoints import LineBreakpoint, Watchpoint
+from .snapshot import Stop, StopReason
+
+
+def name_address(model, addr: int) -> str:
+    """``x[5]`` for an arena address (``arena[N]`` outside every region)."""
+    for name, r in model.regions.items():
+        if r.base <= addr < r.base + r.size:
+            return f"{name}[{addr - r.base}]"
+    return f"arena[{addr}]"
+
+
+def watch_message(bp: Watchpoint, old, new, where: str) -> str:
+    diff = np.flatnonzero(old.view(np.uint32) != new.view(np.uint32))
+    i = int(diff[0]) if diff.size else 0
+    return (f"Watchpoint {bp.number}: {bp.spec} changed {where} ({diff.size} element"
+            f"{'s' if diff.size != 1 else ''}; first {bp.region}[{bp.offset + i}]: "
+            f"{float(old[i])!r} -> {float(new[i])!r})")
+
+
+def nan_written(model, arena, changes, node) -> str | None:
+    """The first non-finite value a whole node wrote, as a catchpoint message."""
+    for c in changes:
+        vals = arena[c.base + c.index]
+        bad = ~np.isfinite(vals)
+        if bad.any():
+            addr = int(c.base + c.index[np.flatnonzero(bad)[0]])
+            return (f"node {node.full_name} wrote {float(arena[addr])!r} to "
+                    f"{name_address(model, addr)}")
+    return None
+
+
+class DriveObserver(Observer):
+    """The stop predicates a dispatch's instruction loop checks for the session."""
+
+    def __init__(self, session: Session, goal: Goal, skip_first: bool):
+        self.s = session
+        self.goal = goal
+        d = session.dispatch
+        node = session.nodes[session.node_index]
+        self.node = node
+        table = session.breakpoints
+        lines = table.lines(node.target)
+        extra = goal.extra
+        if isinstance(extra, LineBreakpoint) and extra.kernel == node.target:
+            lines = dict(lines)
+            lines[extra.line] = lines.get(extra.line, []) + [extra]
+        self.lines = lines
+        self.watches = table.watches()
+        self.nan = table.nan
+        self.tape = session.tape
+        self.wants_before = bool(lines)
+        self.wants_after = True
+        self.skip_at = d.steps if skip_first else -1
+        self.stored: list = []
+        self.stop: Stop | None = None
+
+    def store(self, d, where, values) -> None:
+        if self.tape is not None:
+            self.tape.store(d, where, values)
+        if self.watches or self.nan:
+            self.stored.append((np.array(where).reshape(-1), np.array(values).reshape(-1)))
+
+    def before(self, d, op) -> bool:
+        bps = self.lines.get(op.loc.line)
+        if not bps or d.steps == self.skip_at:
+            return False
+        for bp in bps:
+            hit = self.s._hit(bp, self.goal)
+            if hit.stop:
+                self.stop = self.s._bp_stop(bp, hit)
+                return True
+        return False
+
+    def after(self, d, op) -> bool:
+        if self.tape is not None:
+            self.tape.after(d, op)
+        try:
+            if self.nan:
+                msg = self._nan_after(d, op)
+                if msg:
+                    self.stop = self.s._stop(StopReason.NAN, msg)
+                    return True
+            if self.watches and self.stored:
+                return self._watch_after(op)
+            return False
+        finally:
+            self.stored.clear()
+
+    def _watch_after(self, op) -> bool:
+        arena = self.s.arena
+        values = self.s.breakpoints.watch_values
+        for bp in self.watches:
+            old = values.get(bp.number)
+            if old is not None and np.array_equal(old.view(np.uint32),
+                                                  arena[bp.start: bp.stop].view(np.uint32)):
+                continue
+            stop = self.s._watch_fired(bp, self.goal, f"in {self.node.full_name} by line "
+                                                      f"{op.loc.line}: {op.text}")
+            if stop is not None:
+                self.stop = stop
+                return True
+        return False
+
+    def _nan_after(self, d, op) -> str | None:
+        for where, values in self.stored:
+            bad = ~np.isfinite(values)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                return (f"line {op.loc.line} ({op.text}) wrote {float(values[i])!r} "
+                        f"to {name_address(self.s.model, int(where[i]))}")
+        if op.spec.is_control:
+            return None
+        for file, idx in op.spec.writes:
+            if file != "R":
+                continue
+            reg = op.args[idx]
+            vals = d.R[reg]
+            bad = ~np.isfinite(vals) & d.mask
+            if bad.any():
+                lane = int(np.flatnonzero(bad)[0])
+                return (f"line {op.loc.line} ({op.text}) wrote {float(vals[lane])!r} to R{reg} "
+                        f"in lane {lane}")
+        return None
