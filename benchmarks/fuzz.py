@@ -5,7 +5,10 @@
 Each case is one of: a mutated gpt2.fir (lines and tokens dropped,
 duplicated, swapped, corrupted; random and huge numbers), a stream of random
 tokens, random bytes or a truncation of the model file, a damaged
-model.safetensors, an edited config.json, or a debugger expression. A model
+model.safetensors, an edited config.json, a debugger expression, a
+debugger script (movements with hostile looks at the state interleaved: the
+decode must be bit-identical to the same movements without them), or a
+forward/reverse/forward walk (the state must come back bit for bit). A model
 that loads is decoded for two steps on the interpreter with a small
 instruction budget. The only acceptable failure is firscope's own FirError,
 located: in the model file with a line and column, or naming the other file.
@@ -41,7 +44,7 @@ from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
 CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "tokens": 6, "bytes": 4, "ckpt": 13,
-              "config": 12, "expr": 8}
+              "config": 12, "expr": 8, "script": 6, "reverse": 6}
 
 
 class Hang(BaseException):
@@ -91,6 +94,24 @@ def expr_case(rng: random.Random):
     return F.DECODED, None, text
 
 
+def debugger_case(cat: str, model, rng: random.Random):
+    """A debugger script or a reverse walk on the base model: a FirError is fine, any other
+    exception or a state that differs is an escape."""
+    pick = rng.randrange
+    try:
+        if cat == "script":
+            problem = F.check_read_only(model, pick)
+        else:
+            problem = F.check_reverse(model, pick)
+    except FirError as e:
+        return F.FIRERROR, e, ""
+    except Exception as e:
+        return F.ESCAPE, e, ""
+    if problem:
+        return F.ESCAPE, AssertionError(problem.splitlines()[0]), problem
+    return F.DECODED, None, ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1)
@@ -121,6 +142,8 @@ def main() -> int:
     config_text = (base / "config.json").read_text()
     case_dir = work / "case"
     shutil.copytree(base, case_dir)
+    from firscope.model import load_model
+    base_model = load_model(base / "gpt2.fir")  # for the debugger categories
     case_fir, case_ckpt, case_cfg = case_dir / "gpt2.fir", case_dir / "model.safetensors", \
         case_dir / "config.json"
     keep = Path(args.keep) if args.keep else None
@@ -147,6 +170,8 @@ def main() -> int:
         try:
             if cat == "expr":
                 outcome, detail, shown = expr_case(rng)
+            elif cat in ("script", "reverse"):
+                outcome, detail, shown = debugger_case(cat, base_model, rng)
             else:
                 if cat == "fir":
                     ops = random_ops(rng, F.KINDS)
@@ -208,7 +233,7 @@ def main() -> int:
             slowest = (dt, f"{cat} case {n}")
         counts[outcome] += 1
         per_cat[cat][outcome] += 1
-        if outcome == F.DECODED and cat != "expr":
+        if outcome == F.DECODED and cat not in ("expr", "script", "reverse"):
             counts["ran" if detail is None else "run_error"] += 1
         if outcome in (F.ESCAPE, F.UNLOCATED):
             escapes.append((n, cat, outcome, detail, shown))
@@ -222,7 +247,7 @@ def main() -> int:
                   f"{time.perf_counter() - t_start:.0f} s", file=sys.stderr, flush=True)
 
     total = args.count
-    loaded = sum(per_cat[c][F.DECODED] for c in cats if c != "expr")
+    loaded = sum(per_cat[c][F.DECODED] for c in cats if c not in ("expr", "script", "reverse"))
     firerr = counts[F.FIRERROR]
     escaped = counts[F.ESCAPE] + counts[F.UNLOCATED]
     print(f"seed {args.seed}: tried {total} cases in {time.perf_counter() - t_start:.0f} s "
@@ -234,7 +259,8 @@ def main() -> int:
           f"{counts[F.UNLOCATED]} FirErrors without a position or file name)")
     for c in cats:
         pc = per_cat[c]
-        label = "evaluated" if c == "expr" else "loaded"
+        label = {"expr": "evaluated", "script": "identical", "reverse": "identical"}.get(
+            c, "loaded")
         print(f"    {c:<7} {sum(pc.values()):>6} tried  {pc[F.DECODED]:>6} {label}  "
               f"{pc[F.FIRERROR]:>6} FirError  {pc[F.ESCAPE] + pc[F.UNLOCATED]:>4} escaped")
     for n, cat, outcome, detail, shown in escapes[: args.show]:

@@ -434,3 +434,115 @@ def random_kernel_model(seed_text: str, pick) -> str:
     text = seed_text.replace("node token ext", kernel + "node token ext", 1)
     return text.replace("node final_norm micro", "node fz micro fz.k x -> mix\n"
                         "node final_norm micro", 1)
+
+
+# -- debugger scripts: inspection must change nothing; reverse then forward is identity --------
+_HOSTILE_LOOKS = [
+    "print sum(abs(wte, wte))", "print max(wte, 0, x)", "print sum(log(qkvw@0, qkvw@0))",
+    "print exp(x, x)", "stats abs(x, x)", "print (1,) * 1000000000", "print len((1,)*100000000)",
+    "print max(wte + (wte,)*200000)", "print x[::0]", "print x@" + "9" * 40, "print R99",
+    "print int(1e400)", "print ((10**64)**64)**64", "print -" * 3 + "1", "stats (x, 1)",
+    "print wte[0:4, 0:1] * x", "print key_cache@1[0:8] > x[0:1]", "print scores@0[0:2]",
+    "print sum(x) if 1", "print x.__class__", "print __import__('os')", "lane 99",
+    "info lanes R" + "9" * 30, "info bogus", "delete 1 1", "list", "where", "info registers",
+    "info node", "info breakpoints", "print argmax(logits)", "print U1 * 4294967295",
+]
+_PLAIN_LOOKS = ["print x[0:4]", "print max(abs(x))", "stats x", "print R1", "print U2",
+                "info lanes U1", "lane 1", "lane 0", "print mean(value_cache@0)", "print pc",
+                "print position + layer", "stats wte"]
+_MOVES = ["next", "stepi", "stepi 5", "stepi 40", "next 3", "until attention@1", "token",
+          "finish", "until g2.attn_decode:156", "continue"]
+_REVERSE = ["reverse-stepi", "reverse-stepi 7", "reverse-stepi 60", "reverse-next",
+            "reverse-next 4", "reverse-continue"]
+_BREAKS = ["break ln2", "tbreak attention@1", "break g2.add:64", "watch x[0:2]",
+           "break attention if max(abs(x)) > 0", "break nan", "watch attn[3]"]
+
+
+def debug_script(pick, length: int = 10) -> tuple[list[str], list[str]]:
+    """(movements and breakpoints only, the same interleaved with looks at the state)."""
+    moves, looked = [], []
+    for _ in range(max(1, pick(length) + 1)):
+        r = pick(10)
+        if r < 1:
+            line = _BREAKS[pick(len(_BREAKS))]
+        else:
+            line = _MOVES[pick(len(_MOVES))]
+        moves.append(line)
+        looked.append(line)
+        for _ in range(pick(4)):
+            pool = _HOSTILE_LOOKS if pick(2) else _PLAIN_LOOKS
+            looked.append(pool[pick(len(pool))])
+    return moves, looked
+
+
+def run_debug_script(model, lines, prompt=(3, 7, 5), n=3, engine="interp"):
+    """Run a script; every error must be a FirError. Returns (logits bits, arena bits,
+    sequence) after a final ``continue`` with breakpoints deleted."""
+    import numpy as np
+
+    from firscope.debug import CommandInterpreter, Session
+    s = Session(model, [t % model.vocab for t in prompt], n, engine=engine)
+    ci = CommandInterpreter(s)
+    for line in lines:
+        try:
+            ci.execute(line)
+        except FirError:
+            pass
+    ci.execute("delete")
+    ci.execute("continue")
+    logits = np.stack(s.logits).view(np.uint32).copy() if s.logits else None
+    return logits, model.arena.view(np.uint32).copy(), list(s.sequence)
+
+
+def check_read_only(model, pick) -> str | None:
+    """None when looking at the state (hostile looks included) changed nothing."""
+    import numpy as np
+    moves, looked = debug_script(pick)
+    a = run_debug_script(model, moves)
+    b = run_debug_script(model, looked)
+    same = (a[2] == b[2] and np.array_equal(a[1], b[1])
+            and (a[0] is None) == (b[0] is None) and (a[0] is None or np.array_equal(a[0], b[0])))
+    return None if same else "inspection changed the decode:\n" + "\n".join(looked)
+
+
+def session_state(s):
+    import numpy as np
+    d = s.dispatch
+    regs = None if d is None else (d.pc, d.steps, d.R.tobytes(), d.U.tobytes(), d.mask.tobytes(),
+                                  tuple((str(f.kind), f.pc, f.trips) for f in d.stack))
+    return (s.step, s.node_index, s.finished, tuple(s.sequence),
+            s.arena.view(np.uint32).tobytes(), regs, tuple(l.tobytes() for l in s.logits))
+
+
+def check_reverse(model, pick, prompt=(3, 7, 5), n=3) -> str | None:
+    """Forward, then back by random reverse movements, then forward to the same place again:
+    the state must be bit-identical (None), else a description of the script."""
+    from firscope.debug import CommandInterpreter, Session
+    s = Session(model, [t % model.vocab for t in prompt], n, engine="interp")
+    ci = CommandInterpreter(s)
+    script = []
+    for _ in range(pick(4) + 1):
+        line = _MOVES[pick(len(_MOVES) - 1)]  # not continue: keep some room to go back
+        script.append(line)
+        ci.execute(line)
+    if s.finished:
+        return None
+    here = (s.step, s.node_index, s.dispatch.steps if s.dispatch else None)
+    want = session_state(s)
+    back = [_REVERSE[pick(len(_REVERSE))] for _ in range(pick(3) + 1)]
+    for line in back:
+        script.append(line)
+        ci.execute(line)
+    # forward again to exactly where we were: node by node, then instruction by instruction
+    guard = 0
+    while (s.step, s.node_index) != here[:2] and guard < 10_000:
+        ci.execute("next")
+        guard += 1
+    if here[2] is not None:
+        ci.execute(f"stepi {here[2]}" if s.dispatch is None else
+                   f"stepi {here[2] - s.dispatch.steps}" if here[2] > s.dispatch.steps else
+                   "where")
+    got = session_state(s)
+    if got != want:
+        return "reverse then forward changed the state:\n" + "\n".join(script)
+    return None

@@ -178,3 +178,24 @@ def test_random_well_formed_kernels_run_or_fail_cleanly(fuzz_folder, data):
     path.write_text(text)
     outcome, detail = F.run_case(path, fir_text=text)
     check(outcome, detail, text[text.index("kernel fz.k"):][:2000])
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    from firscope.model import load_model
+    return load_model(write_random_gpt2(tmp_path_factory.mktemp("dbg") / "m", n_layer=2,
+                                        n_embd=32, n_head=4, n_positions=16, vocab=64))
+
+
+@fuzz_settings(25)
+@given(data=st.data())
+def test_fuzz_looking_at_the_state_never_changes_the_decode(small_model, data):
+    problem = F.check_read_only(small_model, lambda n: data.draw(st.integers(0, max(n - 1, 0))))
+    assert problem is None, problem
+
+
+@fuzz_settings(25)
+@given(data=st.data())
+def test_fuzz_reverse_then_forward_is_the_identity(small_model, data):
+    problem = F.check_reverse(small_model, lambda n: data.draw(st.integers(0, max(n - 1, 0))))
+    assert problem is None, problem
