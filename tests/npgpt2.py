@@ -50,7 +50,9 @@ class NumpyGPT2:
         self.k = [[] for _ in range(self.n_layer)]  # per layer: list of [n_embd]
         self.v = [[] for _ in range(self.n_layer)]
 
-    def step(self, token: int) -> np.ndarray:  # token -> logits [vocab]
+    def step(self, token: int, patch=None) -> np.ndarray:  # token -> logits [vocab]
+        """``patch(layer, x) -> x`` is called in each layer after q, k, v are computed and
+        before the attention output is added to the residual stream (activation patching)."""
         pos = len(self.k[0])
         x = self.wte[token] + self.wpe[pos]  # [n_embd]
         hd = self.n_embd // self.n_head
@@ -65,6 +67,8 @@ class NumpyGPT2:
             qh = q.reshape(self.n_head, hd)  # [H, hd]
             att = softmax(np.einsum("hd,thd->ht", qh, K) / np.float32(np.sqrt(hd)))  # [H, T]
             a = np.einsum("ht,thd->hd", att, V).reshape(-1)  # [n_embd]
+            if patch is not None:
+                x = patch(i, x)
             x = x + a @ p["attn.c_proj.weight"] + p["attn.c_proj.bias"]
             h = layer_norm(x, p["ln_2.weight"], p["ln_2.bias"], self.eps)
             f = gelu_new(h @ p["mlp.c_fc.weight"] + p["mlp.c_fc.bias"])  # [4*n_embd]

@@ -19,9 +19,14 @@ import numpy as np
 
 from ..errors import FirError
 from ..model.tokens import ByteTokenizer, Tokenizer
-from .resolver import parse_register
+from . import info
+from .info import fmt_array, fmt_value, format_stats
 from .session import Session
-from .snapshot import Snapshot, Stop, StopReason, capture
+from .checkpoints import Checkpoints
+from .element_history import element_history
+from .expr import DebugExpr
+from .lens import lens
+from .snapshot import DisplayValue, Snapshot, Stop, StopReason, capture
 
 _NUMBER = re.compile(r"[0-9]{1,12}$")
 
@@ -62,7 +67,7 @@ def _numbers(args: list[str], what: str = "breakpoint number") -> list[int]:
     return out
 
 
-INFO_TOPICS = "registers|breakpoints|watch|lanes [REG]|node"
+INFO_TOPICS = "registers|breakpoints|watch|lanes [REG]|node|patches|display|checkpoints"
 
 
 class CommandInterpreter:
@@ -73,6 +78,10 @@ class CommandInterpreter:
         self.lane = 0  # the focused lane: registers, conditions and prints look at it
         self.register = ("R", 0)  # the register shown across lanes
         self._before_last: Snapshot | None = None
+        self.displays: dict[int, DebugExpr] = {}
+        self._display_text: dict[int, str] = {}
+        self._next_display = 1
+        self.checkpoints = Checkpoints()
         start = session.here()
         self.last: Snapshot = capture(session, start, self.where_line())
         self.table: list[Command] = [
@@ -111,6 +120,23 @@ class CommandInterpreter:
             Command(("reverse-continue", "rc"), "reverse-continue",
                     "back to the previous node or token breakpoint", self.c_rcontinue, True),
             Command(("lane",), "lane N", "focus lane N", self.c_lane),
+            Command(("set",), "set [--weight] [lane N] TARGET = EXPR",
+                    "change a register or buffer here, replayably (R3 = 1.5, x[0:4] = 0, "
+                    "R3[2] = 0, key_cache@1[5] = 0)", self.c_set),
+            Command(("unset",), "unset N", "forget patch N for later replays", self.c_unset),
+            Command(("display",), "display EXPR", "show EXPR after every stop",
+                    self.c_display),
+            Command(("undisplay",), "undisplay [N...]", "stop showing displays (all without N)",
+                    self.c_undisplay),
+            Command(("history",), "history BUF[i]",
+                    "every recorded write to one element: token, node, line, lane, old -> new",
+                    self.c_history),
+            Command(("lens",), "lens [--all] [K]",
+                    "logit lens: top-K next tokens from the residual now (--all: each layer)",
+                    self.c_lens),
+            Command(("checkpoint",), "checkpoint", "save the whole state (restart N goes back)",
+                    self.c_checkpoint),
+            Command(("restart",), "restart N", "return to checkpoint N", self.c_restart, True),
             Command(("print", "p"), "print EXPR",
                     "R3, U5, x[0:8], scores@2[0:16], max(abs(x)), stats x", self.c_print),
             Command(("stats",), "stats BUFFER", "min, max, mean, std, NaN/Inf count",
@@ -160,16 +186,20 @@ class CommandInterpreter:
         if lanes is not None and not 0 <= self.lane < max(lanes, 1):
             self.lane = 0
         text = self.describe_stop(stop)
+        displays = self._evaluate_displays()
+        if displays:
+            text += "\n" + "\n".join(f"{v.number}: {v.expr} = {v.text}" for v in displays)
         self._before_last = self.last
         self.last = capture(self.s, stop, text, lane=self.lane, register=self.register,
-                            previous=self._before_last)
+                            previous=self._before_last, displays=displays)
         return text
 
     def refocus(self) -> Snapshot:
         """The same stop seen with another lane or register (marks compare with the stop
         before it, as they did)."""
         self.last = capture(self.s, self.last.stop, self.last.description, lane=self.lane,
-                            register=self.register, previous=self._before_last)
+                            register=self.register, previous=self._before_last,
+                            displays=self._evaluate_displays(mark=False))
         return self.last
 
     def describe_stop(self, stop: Stop) -> str:
@@ -190,8 +220,8 @@ class CommandInterpreter:
         if head:
             lines.append(head)
         if stop.old is not None and stop.new is not None:
-            lines.append(f"Old value = {_fmt_array(stop.old)}")
-            lines.append(f"New value = {_fmt_array(stop.new)}")
+            lines.append(f"Old value = {fmt_array(stop.old)}")
+            lines.append(f"New value = {fmt_array(stop.new)}")
         lines.append(self.where_line())
         return "\n".join(lines)
 
@@ -341,7 +371,7 @@ class CommandInterpreter:
         if rest.startswith("stats "):
             return self.c_stats(rest[6:])
         value = self.s.evaluate(rest, lane=self.lane)
-        return f"$ = {_fmt_value(value)}"
+        return f"$ = {fmt_value(value)}"
 
     def c_stats(self, rest):
         if not rest:
@@ -352,54 +382,26 @@ class CommandInterpreter:
     def c_info(self, rest):
         what, _, arg = rest.partition(" ")
         if what in ("registers", "reg", "r"):
-            return self.info_registers()
+            return info.info_registers(self)
         if what in ("breakpoints", "break", "b", "watch", "watchpoints"):
-            return self.info_breakpoints()
+            return info.info_breakpoints(self)
         if what in ("lanes", "lane"):
-            return self.info_lanes(arg.strip() or None)
+            return info.info_lanes(self, arg.strip() or None)
         if what in ("node", "n"):
-            return self.info_node()
+            return info.info_node(self)
+        if what in ("patches", "patch", "set"):
+            return info.info_patches(self)
+        if what in ("display", "displays"):
+            return info.info_display(self)
+        if what in ("checkpoints", "checkpoint"):
+            return info.info_checkpoints(self)
         raise FirError(f"usage: info {INFO_TOPICS}")
 
     def c_where(self, rest):
-        s = self.s
-        if s.finished:
-            return f"[finished after {s.step} steps]"
-        loc = s.location()
-        node = s.node
-        out = []
-        frame = 0
-        d = s.dispatch
-        if d is not None and not d.done:
-            nest = " ".join(f"{f.kind}@{d.ops[f.pc].loc.line}" +
-                            (f"#{f.trips}" if f.kind == "for" else "") for f in d.stack)
-            out.append(f"#{frame}  {loc.kernel} pc {loc.pc} at {s.model.path.name}:{loc.line}  "
-                       f"lane {self.lane} of {d.lanes} ({int(d.mask.sum())} active)"
-                       + (f"  in {nest}" if nest else ""))
-            frame += 1
-        out.append(f"#{frame}  node {loc.node} ({node.kind} {node.target}), node "
-                   f"{loc.node_index + 1} of {len(s.nodes)}")
-        out.append(f"#{frame + 1}  token {loc.step} {self.token_text(loc.token)} at position "
-                   f"{loc.position} (step {loc.step + 1} of {s.total_steps})")
-        return "\n".join(out)
+        return info.where(self)
 
     def c_list(self, rest):
-        s = self.s
-        node = s.node
-        if node is None or node.kind != "micro":
-            raise FirError("not at a kernel")
-        lines = s.model.fir.lines
-        syntax = node.program.kernel.syntax
-        loc = s.location()
-        cur = loc.line or syntax.loc.line  # a kernel without instructions: its header
-        lo = max(syntax.loc.line, cur - 5)
-        hi = min(syntax.end.line, cur + 5)
-        bps = set(s.breakpoints.lines(node.target))
-        out = []
-        for ln in range(lo, hi + 1):
-            mark = ("●" if ln in bps else " ") + ("▶" if ln == cur and s.dispatch else " ")
-            out.append(f"{mark}{ln:5d}  {lines[ln - 1]}")
-        return "\n".join(out)
+        return info.listing(self)
 
     def c_help(self, rest):
         return "\n".join(f"  {c.usage:<44} {c.help}" for c in self.table)
@@ -408,105 +410,99 @@ class CommandInterpreter:
         self.quit = True
         return ""
 
-    # -- info ----------------------------------------------------------------------------
-    def info_registers(self) -> str:
-        s = self.s
-        d = s.dispatch
-        if d is None:
-            raise FirError("no kernel is running (use stepi to enter a micro node)")
-        if d.lanes == 0:
-            raise FirError("this dispatch has no lanes: there are no registers")
-        snap = self.last
-        lane = self.lane
-        changed = snap.lane.changed if snap.lane is not None and snap.lane.lane == lane \
-            else frozenset()
-        out = [f"lane {lane} of {d.lanes} ({'active' if d.mask[lane] else 'inactive'}), "
-               f"pc {d.pc}"]
-        for i in range(32):
-            r = d.R[i, lane]
-            u = d.U[i, lane]
-            cr = "*" if ("R", i) in changed else " "
-            cu = "*" if ("U", i) in changed else " "
-            out.append(f"R{i:<3}{float(r):>16.8g}{cr}   U{i:<3}{int(u):>12}{cu}")
+    # -- changing state, watching expressions, looking back ----------------------------------
+    def c_set(self, rest):
+        patch = self.s.set(rest, lane=self.lane)
+        self.refocus()
+        return f"Patch {patch.number}: {patch.text}  (at {patch.made_at})"
+
+    def c_unset(self, rest):
+        nums = _numbers(rest.split(), "patch number")
+        if len(nums) != 1:
+            raise FirError("usage: unset N")
+        p = self.s.patches.delete(nums[0])
+        return (f"Patch {p.number} forgotten: later replays no longer apply it (the values it "
+                "set stay until something writes them)")
+
+    def _evaluate_displays(self, mark: bool = True) -> tuple[DisplayValue, ...]:
+        out = []
+        for n, expr in self.displays.items():
+            try:
+                text, error = fmt_value(self.s.evaluate(expr, lane=self.lane)), False
+            except FirError as e:
+                text, error = f"<error: {e.message}>", True
+            changed = n in self._display_text and self._display_text[n] != text
+            if mark:
+                self._display_text[n] = text
+            out.append(DisplayValue(n, expr.text, text, changed, error))
+        return tuple(out)
+
+    def c_display(self, rest):
+        if not rest:
+            return info.info_display(self)
+        expr = DebugExpr(rest)
+        self.s.resolver.check(expr)
+        n = self._next_display
+        self._next_display += 1
+        self.displays[n] = expr
+        value = next(v for v in self._evaluate_displays() if v.number == n)
+        self.refocus()
+        return f"{n}: {expr.text} = {value.text}"
+
+    def c_undisplay(self, rest):
+        nums = _numbers(rest.split(), "display number") if rest else list(self.displays)
+        for n in nums:
+            if n not in self.displays:
+                raise FirError(f"no display number {n}")
+        for n in nums:
+            self.displays.pop(n)
+            self._display_text.pop(n, None)
+        self.refocus()
+        return ""
+
+    def c_history(self, rest):
+        text = rest.strip()
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])@([0-9]{1,12})", text)
+        if m:  # x[5]@2 is x@2[5]
+            text = f"{m.group(1)}@{m.group(3)}{m.group(2)}"
+        if not text:
+            raise FirError("usage: history BUF[i]")
+        from .breakpoints import parse_watch
+        w = parse_watch(self.s.model, text)
+        if w.stop - w.start != 1:
+            raise FirError(f"history follows one element: give an index, e.g. {w.region}[0]")
+        writes, truncated = element_history(self.s, w.start)
+        self.last_history = writes
+        head = (f"{w.region}[{w.offset}]: {len(writes)} write{'s' if len(writes) != 1 else ''} "
+                "in the recorded history (oldest first)")
+        if truncated:
+            head += "; older history was dropped to stay within the memory budget"
+        lines = [head] + [f"  #{i:<3} {wr.describe()}" for i, wr in enumerate(writes)]
+        return "\n".join(lines)
+
+    def c_lens(self, rest):
+        parts = rest.split()
+        every = "--all" in parts
+        nums = [p for p in parts if p != "--all"]
+        k = _count(nums, 5)
+        rows = lens(self.s, k=k, every_layer=every)
+        out = []
+        for row in rows:
+            cells = "  ".join(f"{self.tok.piece(t)!r} {p:.3f}" for t, p in row.top)
+            out.append(f"{row.label:<24} {cells}")
         return "\n".join(out)
 
-    def info_lanes(self, reg: str | None) -> str:
-        s = self.s
-        d = s.dispatch
-        if d is None:
-            raise FirError("no kernel is running")
-        mask = "".join("■" if m else "□" for m in d.mask[:256])
-        out = [f"{d.lanes} lanes, {int(d.mask.sum())} active: {mask}"
-               + ("..." if d.lanes > 256 else "")]
-        if reg:
-            parsed = parse_register(reg)
-            if parsed is None:
-                raise FirError(f"expected a register like R3 or U5, found {reg!r}")
-            if parsed != self.register:
-                self.set_register(*parsed)
-            across = self.last.across
-            file, i = parsed
-            vals = d.R[i] if file == "R" else d.U[i]
-            for lane in range(min(d.lanes, 256)):
-                mark = "*" if across is not None and across.changed[lane] else " "
-                act = "■" if d.mask[lane] else "□"
-                v = f"{float(vals[lane]):.8g}" if file == "R" else str(int(vals[lane]))
-                focus = "  <- focused" if lane == self.lane else ""
-                out.append(f"  lane {lane:<5}{act} {reg} = {v}{mark}{focus}")
-        return "\n".join(out)
+    def c_checkpoint(self, rest):
+        ck = self.checkpoints.save(self.s)
+        return f"checkpoint {ck.number}: {ck.made_at}"
 
-    def info_breakpoints(self) -> str:
-        bps = list(self.s.breakpoints)
-        if not bps:
-            return "No breakpoints or watchpoints."
-        out = ["Num Type       Disp Enb What"]
-        out += [bp.describe() for bp in bps]
-        return "\n".join(out)
+    def c_restart(self, rest):
+        nums = _numbers(rest.split(), "checkpoint number")
+        if len(nums) != 1:
+            raise FirError("usage: restart N")
+        ck = self.checkpoints.get(nums[0])
+        from .checkpoints import restore
+        restore(self.s, ck)
+        return self._moved(self.s.here(StopReason.STEP, f"restarted at checkpoint {ck.number}: "
+                                                       f"{ck.made_at}"))
 
-    def info_node(self) -> str:
-        s = self.s
-        node = s.node
-        if node is None:
-            return "finished"
-        out = [f"node {node.full_name}: {node.kind} {node.target}  ({s.model.path.name}:"
-               f"{node.loc.line})"]
-        for i, o in enumerate(node.args):
-            label = f"in{i}" if node.kind == "micro" else f"arg{i}"
-            out.append(f"  {label:<5} {o.display:<16} {o.kind:<7} {o.size} elements")
-        for i, o in enumerate(node.outs):
-            out.append(f"  out{i:<2} {o.display:<16} {o.kind:<7} {o.size} elements")
-        if node.kind == "micro":
-            out.append(f"  threads {node.program.threads}, {len(node.program.ops)} instructions")
-        t = s.node_times.get(node.index)
-        if t is not None:
-            out.append(f"  last run: {t * 1e3:.3f} ms")
-        return "\n".join(out)
-
-
-def _fmt_value(v) -> str:
-    if isinstance(v, np.ndarray):
-        return _fmt_array(v)
-    if isinstance(v, (np.floating, float)):
-        return f"{float(v):.9g}"
-    if isinstance(v, (np.bool_, bool)):
-        return str(bool(v)).lower()
-    return str(v)
-
-
-def _fmt_array(a: np.ndarray) -> str:
-    a = np.asarray(a)
-    with np.printoptions(precision=6, threshold=64, edgeitems=8, linewidth=100,
-                         suppress=False):
-        body = np.array2string(a, separator=", ")
-    return body if a.ndim == 0 else f"{body}  (shape {list(a.shape)})"
-
-
-def format_stats(name: str, a: np.ndarray) -> str:
-    a = np.asarray(a, dtype=np.float64)
-    finite = a[np.isfinite(a)]
-    nan = int(np.isnan(a).sum())
-    inf = int(np.isinf(a).sum())
-    if finite.size == 0:
-        return f"{name}: shape {list(a.shape)}, no finite values (NaN {nan}, Inf {inf})"
-    return (f"{name}: shape {list(a.shape)}  min {finite.min():.6g}  max {finite.max():.6g}  "
-            f"mean {finite.mean():.6g}  std {finite.std():.6g}  NaN {nan}  Inf {inf}")

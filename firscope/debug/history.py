@@ -23,6 +23,7 @@ class RecordKind(enum.Enum):
     NODE = "node"  # a node ran
     BEGIN = "begin"  # a token was written into the input buffers
     END = "end"  # a token finished (logits read, maybe a token appended)
+    PATCH = "patch"  # the user set values between nodes (``set``)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def nan_written(model, arena, changes, node) -> str | None:
 class DriveObserver(Observer):
     """The stop predicates a dispatch's instruction loop checks for the session."""
 
-    def __init__(self, session: Session, goal: Goal, skip_first: bool):
+    def __init__(self, session, goal, skip_first: bool):
         self.s = session
         self.goal = goal
         d = session.dispatch
@@ -61,7 +61,8 @@ class DriveObserver(Observer):
         self.watches = table.watches()
         self.nan = table.nan
         self.tape = session.tape
-        self.wants_before = bool(lines)
+        self.patched = session.patches.inside(session.step, session.node_index)
+        self.wants_before = bool(lines) or self.patched
         self.wants_after = True
         self.skip_at = d.steps if skip_first else -1
         self.stored: list = []
@@ -74,6 +75,8 @@ class DriveObserver(Observer):
             self.stored.append((np.array(where).reshape(-1), np.array(values).reshape(-1)))
 
     def before(self, d, op) -> bool:
+        if self.patched:
+            self.s.patches_due(d)
         bps = self.lines.get(op.loc.line)
         if not bps or d.steps == self.skip_at:
             return False
@@ -134,3 +137,22 @@ class DriveObserver(Observer):
                 return (f"line {op.loc.line} ({op.text}) wrote {float(vals[lane])!r} to R{reg} "
                         f"in lane {lane}")
         return None
+
+
+class Replay(Observer):
+    """Re-running part of a dispatch to go back in it: record the tape, apply patches."""
+
+    wants_before = True
+    wants_after = True
+
+    def __init__(self, session):
+        self.s = session
+        self.tape = session.tape
+        self.wants_before = session.patches.inside(session.step, session.node_index)
+
+    def before(self, d, op) -> bool:
+        self.s.patches_due(d)
+        return False
+
+    def after(self, d, op) -> bool:
+        return self.tape.after(d, op)

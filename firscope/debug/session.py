@@ -47,9 +47,10 @@ from .breakpoints import (Breakpoint, BreakpointTable, Hit, LineBreakpoint, Node
 from .expr import DebugExpr
 from .history import (DEFAULT_HISTORY_BUDGET, History, Record, RecordKind, changes_since,
                       copy_regions, restore_regions)
+from .patches import Patch, PatchTable, apply_patch, parse_set
 from .resolver import Resolver
 from .snapshot import Location, Stop, StopReason
-from .predicates import DriveObserver, nan_written, watch_message
+from .predicates import DriveObserver, Replay, nan_written, watch_message
 from .tape import Tape
 
 __all__ = ["Goal", "Session", "DEFAULT_HISTORY_BUDGET"]
@@ -94,6 +95,7 @@ class Session:
         self.finished = False
         self.history = History(history_budget)
         self.breakpoints = BreakpointTable()
+        self.patches = PatchTable()
         self.resolver = Resolver(self)
         self.cancel = self.machine.stop_flag  # set it (from any thread) to interrupt a run
         self.node_times: dict[int, float] = {}  # node index -> seconds of its last whole run
@@ -268,6 +270,26 @@ class Session:
     def delete_breakpoints(self, numbers: list[int] | None = None) -> None:
         self.breakpoints.delete(numbers)
 
+    # ------------------------------------------------------------ patches
+    def set(self, text: str, *, lane: int = 0) -> Patch:
+        """``set [--weight] [lane N] TARGET = EXPR``: change state here, replayably."""
+        patch = self.patches.add(parse_set(self, text, lane))
+        self._apply_patch(patch)
+        return patch
+
+    def _apply_patch(self, patch: Patch) -> None:
+        apply_patch(self, patch)
+
+    def _arrive(self) -> None:
+        """The forward loop reached a node boundary: patches made here apply again."""
+        for patch in self.patches.at(self.step, self.node_index, None):
+            apply_patch(self, patch)
+
+    def patches_due(self, d: Dispatch) -> None:
+        """Inside a dispatch: apply the patches made at this instruction count."""
+        for patch in self.patches.at(self.step, self.node_index, d.steps):
+            apply_patch(self, patch)
+
     # ------------------------------------------------------------ expressions
     def evaluate(self, text: str | DebugExpr, *, lane: int = 0):
         expr = text if isinstance(text, DebugExpr) else DebugExpr(text)
@@ -343,6 +365,8 @@ class Session:
     def _needs_instructions(self, node: PlanNode, goal: Goal) -> bool:
         """Whether this kernel must be interpreted instruction by instruction."""
         if self.breakpoints.lines(node.target) or self.breakpoints.nan:
+            return True
+        if self.patches.inside(self.step, node.index):
             return True
         extra = goal.extra
         return isinstance(extra, LineBreakpoint) and extra.kernel == node.target
@@ -460,6 +484,8 @@ class Session:
         finally:
             d.store_hook = None
         executed = d.steps - start
+        if not d.done:
+            self.patches_due(d)  # stopped at a count where something was set: it holds here
         if ended is Ended.DONE and obs.stop is None and locate:
             return None, executed
         if obs.stop is not None and ended is Ended.AFTER and d.done:
@@ -547,6 +573,8 @@ class Session:
         self.node_index += 1
         if self.node_index >= len(self.nodes):
             self._end_step()
+        if not self.finished:
+            self._arrive()
 
     def _end_message(self) -> str:
         return f"end of generation after {self.step} steps"
@@ -621,6 +649,8 @@ class Session:
             elif rec.kind is RecordKind.BEGIN:
                 self.machine.unbegin_token()
                 self.step, self.node_index = rec.step - 1, len(self.nodes)
+            elif rec.kind is RecordKind.PATCH:
+                continue  # undone with the node boundary it was made at
             else:
                 self.step, self.node_index = rec.step, rec.node
                 return True
@@ -637,7 +667,7 @@ class Session:
         d = self.dispatch
         d.store_hook = self.tape.store
         try:
-            d.run(None, self.cancel, observer=self.tape)
+            d.run(None, self.cancel, observer=Replay(self))
         except Interrupted:
             restore_regions(self.arena, self._node_before)
             self._leave_dispatch()
@@ -662,10 +692,11 @@ class Session:
             todo = steps
         d.store_hook = tape.store
         try:
-            d.run(None, self.cancel, observer=tape, limit=todo)
+            d.run(None, self.cancel, observer=Replay(self), limit=todo)
         except Interrupted:
             return self._stop(StopReason.INTERRUPTED, "interrupted by the user")
         finally:
             d.store_hook = None
+        self.patches_due(d)  # the state at this count includes what was set here
         self.breakpoints.refresh_watches(self.arena)
         return None

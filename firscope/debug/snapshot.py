@@ -126,6 +126,17 @@ class AcrossLanes:
 
 
 @dataclass(frozen=True)
+class DisplayValue:
+    """One ``display`` expression's value at a stop, and whether it changed since the last."""
+
+    number: int
+    expr: str
+    text: str  # the value as shown, or the error
+    changed: bool
+    error: bool = False
+
+
+@dataclass(frozen=True)
 class Snapshot:
     stop: Stop
     description: str  # the stop description, as batch mode prints it
@@ -142,6 +153,7 @@ class Snapshot:
     dispatch_key: tuple[int, int] | None = None  # (step, node index) of the live dispatch
     all_R: np.ndarray | None = field(default=None, repr=False)  # every lane's registers
     all_U: np.ndarray | None = field(default=None, repr=False)
+    displays: tuple[DisplayValue, ...] = ()
 
     @property
     def location(self) -> Location:
@@ -159,7 +171,8 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 def capture(session, stop: Stop, description: str, *, lane: int = 0,
-            register: tuple[str, int] = ("R", 0), previous: Snapshot | None = None) -> Snapshot:
+            register: tuple[str, int] = ("R", 0), previous: Snapshot | None = None,
+            displays: tuple[DisplayValue, ...] = ()) -> Snapshot:
     """Freeze what the views show at this stop.
 
     Changed marks compare with ``previous`` when it was taken in the same
@@ -205,7 +218,7 @@ def capture(session, stop: Stop, description: str, *, lane: int = 0,
         sequence=tuple(session.sequence), lane=lane_view, across=across, frames=frames,
         node_lanes=session.lanes(), line_counts=None if counts is None else _frozen(counts),
         node_times=MappingProxyType(dict(session.node_times)), dispatch_key=key,
-        all_R=all_R, all_U=all_U)
+        all_R=all_R, all_U=all_U, displays=displays)
 
 
 def _frame_view(d, f, lane: int) -> FrameView:

@@ -168,6 +168,7 @@ class Dispatch:
                     if before is not None and before(self, ops[pc]):
                         return Ended.BEFORE
                     active = self.active
+                    self.pc = pc  # handlers and store observers see the instruction's pc
                     nxt = fns[pc]()
                     counts[pc] += 1
                     lane_steps += active

@@ -1,0 +1,126 @@
+"""gdb's ``checkpoint`` / ``restart N``: save the whole session state, come back to it.
+
+A checkpoint copies every buffer of the arena (and any weight a ``set
+--weight`` patch changed), the cursor (token, node, and the live dispatch's
+registers, mask and frames), the sequence and logits so far, and the undo log
+as it is (its records are immutable, so that is a list of references): after
+``restart`` reverse execution works from the restored place as it did then.
+The patches stay as they are (they belong to the run, not to a place in it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..errors import FirError
+from .history import Regions, copy_regions, restore_regions
+from .tape import Tape
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    number: int
+    made_at: str
+    cursor: tuple[int, int]
+    finished: bool
+    sequence: tuple[int, ...]
+    logits: tuple[np.ndarray, ...]
+    arena: Regions
+    records: tuple
+    history_bytes: int
+    history_truncated: bool
+    machine: tuple  # position, tokens fed, current token
+    layer_values: dict
+    node_times: dict
+    line_counts: dict
+    dispatch: tuple | None = None  # (state, counts, node_before)
+    nbytes: int = field(default=0)
+
+
+def _spans(session) -> list[tuple[int, int]]:
+    m = session.model
+    spans = [(r.base, r.base + r.size) for name, r in m.regions.items()
+             if name.split("@")[0] in m.buffers]
+    for p in session.patches:
+        if p.weight and p.addresses is not None:
+            spans.append((int(p.addresses.min()), int(p.addresses.max()) + 1))
+    return spans
+
+
+def take(session, number: int, made_at: str) -> Checkpoint:
+    d = session.dispatch
+    disp = None
+    if d is not None:
+        disp = (d.snapshot(), tuple(d._counts),
+                [(a, data.copy()) for a, data in session._node_before])
+    arena = copy_regions(session.arena, _spans(session))
+    mach = session.machine
+    ck = Checkpoint(
+        number, made_at, session.cursor, session.finished, tuple(session.sequence),
+        tuple(l.copy() for l in session.logits), arena, tuple(session.history.records),
+        session.history.nbytes, session.history.truncated,
+        (mach.position, tuple(mach.history), mach.current_token),
+        {k: (a, b, v.copy()) for k, (a, b, v) in session.layer_values.items()},
+        dict(session.node_times), {k: v.copy() for k, v in session.line_counts.items()}, disp)
+    size = sum(data.nbytes for _, data in arena) + sum(l.nbytes for l in ck.logits)
+    return replace(ck, nbytes=size)
+
+
+def restore(session, ck: Checkpoint) -> None:
+    from collections import deque
+    restore_regions(session.arena, ck.arena)
+    session.step, session.node_index = ck.cursor
+    session.finished = ck.finished
+    session.sequence = list(ck.sequence)
+    session.logits = [l.copy() for l in ck.logits]
+    h = session.history
+    h.records = deque(ck.records)
+    h.nbytes, h.truncated = ck.history_bytes, ck.history_truncated
+    mach = session.machine
+    mach.position, mach.current_token = ck.machine[0], ck.machine[2]
+    mach.history = list(ck.machine[1])
+    session.layer_values = {k: (a, b, v.copy()) for k, (a, b, v) in ck.layer_values.items()}
+    session.node_times = dict(ck.node_times)
+    session.line_counts = {k: v.copy() for k, v in ck.line_counts.items()}
+    session._leave_dispatch()
+    if ck.dispatch is not None:
+        state, counts, before = ck.dispatch
+        node = session.nodes[session.node_index]
+        d = session.machine.dispatch(node)
+        d.restore(state)
+        d._counts = list(counts)
+        session.dispatch = d
+        session._node_before = [(a, data.copy()) for a, data in before]
+        tape = Tape(d)
+        tape.complete = False  # stepping back replays from the node's start
+        session.tape = tape
+    session.breakpoints.refresh_watches(session.arena)
+
+
+class Checkpoints:
+    def __init__(self):
+        self._all: dict[int, Checkpoint] = {}
+        self._next = 1
+
+    def __iter__(self):
+        return iter(list(self._all.values()))
+
+    def save(self, session) -> Checkpoint:
+        loc = session.location()
+        made_at = "end of generation" if session.finished else (
+            f"token {session.step}, " + (f"{loc.node} pc {loc.pc}" if loc.in_kernel
+                                         else f"before {loc.node}"))
+        ck = take(session, self._next, made_at)
+        self._all[ck.number] = ck
+        self._next += 1
+        return ck
+
+    def get(self, number: int) -> Checkpoint:
+        if number not in self._all:
+            raise FirError(f"no checkpoint number {number}")
+        return self._all[number]
+
+    def delete(self, number: int) -> None:
+        self.get(number)
+        del self._all[number]

@@ -1,0 +1,175 @@
+"""What the debugger's looking commands print: where, list, info ..., values, stats.
+
+Plain functions of a :class:`~firscope.debug.commands.CommandInterpreter`
+(the session and the focused lane), so the command table stays a table.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FirError
+from .resolver import parse_register
+
+
+def where(ci) -> str:
+    s = ci.s
+    if s.finished:
+        return f"[finished after {s.step} steps]"
+    loc = s.location()
+    node = s.node
+    out = []
+    frame = 0
+    d = s.dispatch
+    if d is not None and not d.done:
+        nest = " ".join(f"{f.kind}@{d.ops[f.pc].loc.line}" +
+                        (f"#{f.trips}" if f.kind == "for" else "") for f in d.stack)
+        out.append(f"#{frame}  {loc.kernel} pc {loc.pc} at {s.model.path.name}:{loc.line}  "
+                   f"lane {ci.lane} of {d.lanes} ({int(d.mask.sum())} active)"
+                   + (f"  in {nest}" if nest else ""))
+        frame += 1
+    out.append(f"#{frame}  node {loc.node} ({node.kind} {node.target}), node "
+               f"{loc.node_index + 1} of {len(s.nodes)}")
+    out.append(f"#{frame + 1}  token {loc.step} {ci.token_text(loc.token)} at position "
+               f"{loc.position} (step {loc.step + 1} of {s.total_steps})")
+    return "\n".join(out)
+
+def listing(ci) -> str:
+    s = ci.s
+    node = s.node
+    if node is None or node.kind != "micro":
+        raise FirError("not at a kernel")
+    lines = s.model.fir.lines
+    syntax = node.program.kernel.syntax
+    loc = s.location()
+    cur = loc.line or syntax.loc.line  # a kernel without instructions: its header
+    lo = max(syntax.loc.line, cur - 5)
+    hi = min(syntax.end.line, cur + 5)
+    bps = set(s.breakpoints.lines(node.target))
+    out = []
+    for ln in range(lo, hi + 1):
+        mark = ("●" if ln in bps else " ") + ("▶" if ln == cur and s.dispatch else " ")
+        out.append(f"{mark}{ln:5d}  {lines[ln - 1]}")
+    return "\n".join(out)
+
+
+def info_display(ci) -> str:
+    if not ci.displays:
+        return "There are no auto-display expressions now."
+    vals = ci._evaluate_displays(mark=False)
+    return "Auto-display expressions now in effect:\n" + "\n".join(
+        f"{v.number}:   {v.expr} = {v.text}" for v in vals)
+
+
+def info_patches(ci) -> str:
+    patches = list(ci.s.patches)
+    if not patches:
+        return "No patches."
+    return "Num What (made at)\n" + "\n".join(p.describe() for p in patches)
+
+def info_checkpoints(ci) -> str:
+    cks = list(ci.checkpoints)
+    if not cks:
+        return "No checkpoints."
+    return "\n".join(f"{c.number:<4}{c.made_at}  ({c.nbytes / 2**20:.1f} MiB)" for c in cks)
+
+
+def info_registers(ci) -> str:
+    s = ci.s
+    d = s.dispatch
+    if d is None:
+        raise FirError("no kernel is running (use stepi to enter a micro node)")
+    if d.lanes == 0:
+        raise FirError("this dispatch has no lanes: there are no registers")
+    snap = ci.last
+    lane = ci.lane
+    changed = snap.lane.changed if snap.lane is not None and snap.lane.lane == lane \
+        else frozenset()
+    out = [f"lane {lane} of {d.lanes} ({'active' if d.mask[lane] else 'inactive'}), "
+           f"pc {d.pc}"]
+    for i in range(32):
+        r = d.R[i, lane]
+        u = d.U[i, lane]
+        cr = "*" if ("R", i) in changed else " "
+        cu = "*" if ("U", i) in changed else " "
+        out.append(f"R{i:<3}{float(r):>16.8g}{cr}   U{i:<3}{int(u):>12}{cu}")
+    return "\n".join(out)
+
+def info_lanes(ci, reg: str | None) -> str:
+    s = ci.s
+    d = s.dispatch
+    if d is None:
+        raise FirError("no kernel is running")
+    mask = "".join("■" if m else "□" for m in d.mask[:256])
+    out = [f"{d.lanes} lanes, {int(d.mask.sum())} active: {mask}"
+           + ("..." if d.lanes > 256 else "")]
+    if reg:
+        parsed = parse_register(reg)
+        if parsed is None:
+            raise FirError(f"expected a register like R3 or U5, found {reg!r}")
+        if parsed != ci.register:
+            ci.set_register(*parsed)
+        across = ci.last.across
+        file, i = parsed
+        vals = d.R[i] if file == "R" else d.U[i]
+        for lane in range(min(d.lanes, 256)):
+            mark = "*" if across is not None and across.changed[lane] else " "
+            act = "■" if d.mask[lane] else "□"
+            v = f"{float(vals[lane]):.8g}" if file == "R" else str(int(vals[lane]))
+            focus = "  <- focused" if lane == ci.lane else ""
+            out.append(f"  lane {lane:<5}{act} {reg} = {v}{mark}{focus}")
+    return "\n".join(out)
+
+def info_breakpoints(ci) -> str:
+    bps = list(ci.s.breakpoints)
+    if not bps:
+        return "No breakpoints or watchpoints."
+    out = ["Num Type       Disp Enb What"]
+    out += [bp.describe() for bp in bps]
+    return "\n".join(out)
+
+def info_node(ci) -> str:
+    s = ci.s
+    node = s.node
+    if node is None:
+        return "finished"
+    out = [f"node {node.full_name}: {node.kind} {node.target}  ({s.model.path.name}:"
+           f"{node.loc.line})"]
+    for i, o in enumerate(node.args):
+        label = f"in{i}" if node.kind == "micro" else f"arg{i}"
+        out.append(f"  {label:<5} {o.display:<16} {o.kind:<7} {o.size} elements")
+    for i, o in enumerate(node.outs):
+        out.append(f"  out{i:<2} {o.display:<16} {o.kind:<7} {o.size} elements")
+    if node.kind == "micro":
+        out.append(f"  threads {node.program.threads}, {len(node.program.ops)} instructions")
+    t = s.node_times.get(node.index)
+    if t is not None:
+        out.append(f"  last run: {t * 1e3:.3f} ms")
+    return "\n".join(out)
+
+def fmt_value(v) -> str:
+    if isinstance(v, np.ndarray):
+        return fmt_array(v)
+    if isinstance(v, (np.floating, float)):
+        return f"{float(v):.9g}"
+    if isinstance(v, (np.bool_, bool)):
+        return str(bool(v)).lower()
+    return str(v)
+
+
+def fmt_array(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    with np.printoptions(precision=6, threshold=64, edgeitems=8, linewidth=100,
+                         suppress=False):
+        body = np.array2string(a, separator=", ")
+    return body if a.ndim == 0 else f"{body}  (shape {list(a.shape)})"
+
+
+def format_stats(name: str, a: np.ndarray) -> str:
+    a = np.asarray(a, dtype=np.float64)
+    finite = a[np.isfinite(a)]
+    nan = int(np.isnan(a).sum())
+    inf = int(np.isinf(a).sum())
+    if finite.size == 0:
+        return f"{name}: shape {list(a.shape)}, no finite values (NaN {nan}, Inf {inf})"
+    return (f"{name}: shape {list(a.shape)}  min {finite.min():.6g}  max {finite.max():.6g}  "
+            f"mean {finite.mean():.6g}  std {finite.std():.6g}  NaN {nan}  Inf {inf}")
