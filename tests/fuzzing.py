@@ -320,7 +320,7 @@ def run_case(fir_path: Path, *, fir_text: str | None, other_files=(), memory_lim
     FIRERROR (load refused with a located error), UNLOCATED (a FirError that
     does not say where), or ESCAPE (anything else: the detail is the exception).
     """
-    from firscope.model import load_model
+    from firscope.runtime import load_model
     from firscope.runtime import Machine
     try:
         model = load_model(fir_path, memory_limit=memory_limit)

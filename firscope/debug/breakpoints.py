@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import FirError
-from ..model.loader import Model
+from ..runtime import Model
 from .expr import DebugExpr
 
 _NODE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?:@(\d+))?$")

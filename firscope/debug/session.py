@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import BudgetExceeded, FirError, FirFault, Interrupted
-from ..model.loader import Model, PlanNode
+from ..runtime import Model, PlanNode
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch
 from .breakpoints import Breakpoint, parse_location, parse_watch, split_condition

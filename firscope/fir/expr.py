@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping, Union
+from typing import Union
 
 import numpy as np
 
@@ -210,6 +211,26 @@ class _ExprParser:
         if self.peek()[1] != ")":
             raise FirError("missing ')'", self.at(self.peek()[2]))
         self.i += 1
+
+
+@dataclass(frozen=True, eq=False)
+class SymbolTable(Mapping):
+    """Symbol values by name, and where each came from."""
+
+    values: Mapping[str, Value]
+    origins: Mapping[str, str] = field(default_factory=dict)  # "config.json", "line 12"
+
+    def __getitem__(self, name: str) -> Value:
+        return self.values[name]
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def origin(self, name: str) -> str:
+        return self.origins.get(name, "built in")
 
 
 @dataclass

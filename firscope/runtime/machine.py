@@ -21,9 +21,10 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError
-from ..model.loader import Model, PlanNode
 from ..vm.interp import Dispatch
 from .extops import EXT_IMPLS
+from .load import Model
+from .plan import PlanNode
 
 DEFAULT_BUDGET = 50_000_000  # instructions per dispatch before a kernel counts as runaway
 
@@ -72,8 +73,7 @@ class Machine:
             self.kernel_runner = CompiledRunner(model)
         elif engine != "interp":
             raise FirError(f"unknown engine '{engine}' (compiled or interp)")
-        self._buffer_slices = [(r.base, r.base + r.size) for name, r in model.regions.items()
-                               if name.split("@")[0] in model.buffers]
+        self._buffer_slices = [(r.base, r.base + r.size) for r in model.buffer_regions()]
 
     # -- state ---------------------------------------------------------------
     def reset(self) -> None:
