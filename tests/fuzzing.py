@@ -13,6 +13,8 @@ import re
 import struct
 from pathlib import Path
 
+import numpy as np
+
 from firscope.errors import FirError
 
 # Replacement tokens: numbers of every awkward kind, syntax, keywords, garbage.
@@ -330,6 +332,7 @@ def run_case(fir_path: Path, *, fir_text: str | None, other_files=(), memory_lim
         return UNLOCATED, e
     except Exception as e:  # everything else is a bug: report it
         return ESCAPE, e
+    weights = _weight_values(model)
     try:
         machine = Machine(model, engine=engine, budget=budget)
         vocab = model.vocab
@@ -337,10 +340,24 @@ def run_case(fir_path: Path, *, fir_text: str | None, other_files=(), memory_lim
             if vocab:
                 machine.step(t % vocab)
     except FirError as e:
-        return DECODED, e
+        return _weights_kept(model, weights) or (DECODED, e)
     except Exception as e:
         return ESCAPE, e
-    return DECODED, None
+    return _weights_kept(model, weights) or (DECODED, None)
+
+
+def _weight_values(model) -> dict:
+    return {name: model.view(r).copy() for name, r in model.regions.items() if r.is_weight}
+
+
+def _weights_kept(model, before: dict):
+    """None when every f32 weight still holds what was loaded (weights are read-only);
+    else an ESCAPE naming the weights a run changed."""
+    changed = [name for name, values in before.items()
+               if not np.array_equal(model.view(model.regions[name]), values, equal_nan=True)]
+    if changed:
+        return ESCAPE, AssertionError(f"weights changed by running: {', '.join(changed[:5])}")
+    return None
 
 
 def describe(e: BaseException | None) -> str:
@@ -434,3 +451,24 @@ def random_kernel_model(seed_text: str, pick) -> str:
     text = seed_text.replace("node token ext", kernel + "node token ext", 1)
     return text.replace("node final_norm micro", "node fz micro fz.k x -> mix\n"
                         "node final_norm micro", 1)
+
+
+# -- stores aimed at weights -------------------------------------------------------------------
+# Addresses a store may name: f32 weights by name, and operands that some node binds to a
+# weight (g2.add's in1 for the biases, g2.layernorm's in1/in2), or to a buffer.
+_STORE_TARGETS = ["@wte", "@wpe", "@lnfw", "@lnfb", "@ln1w", "@qkvb", "@projb", "@in0", "@in1",
+                  "@in2", "@out0", "@x", "@norm", "@qkvw"]
+
+
+def weight_store_model(seed_text: str, pick) -> str:
+    """The seed with 1-3 stores inserted into kernel bodies, mostly aimed at weights.
+
+    Loading must refuse every store that can reach a weight (located at the store);
+    a model that loads must leave every weight as loaded (run_case checks this)."""
+    lines = seed_text.split("\n")
+    for _ in range(1 + pick(3)):
+        body = kernel_body_lines("\n".join(lines))
+        at = body[pick(len(body))] + pick(2)
+        target = _STORE_TARGETS[pick(len(_STORE_TARGETS))] + _KOFF[pick(len(_KOFF))]
+        lines.insert(at, f"ustoref32 {pick(16)} {pick(8)} {target}")
+    return "\n".join(lines)

@@ -9,7 +9,8 @@ the assembler (vm/), so they live here. Phases:
 * :func:`unroll_plan` unrolls ``repeat`` blocks into :class:`PlanNode` rows,
   binds each node's operands to buffer or weight instances, checks the
   ext ops' shapes and the kernels' ``size=``/``expect=`` contracts (naming
-  node, layer and sizes), and binds each micro node's program.
+  node, layer and sizes), binds each micro node's program, and refuses a
+  program that stores into a weight (weights are read-only in the format).
 * :func:`check_lane_memory` refuses a dispatch whose registers cannot fit.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..model.layout import MemoryBudget, Region, mib
 from ..model.loader import ModelParts
 from ..model.ref import Ref
 from ..model.weights import WeightEntry
-from ..vm.assembler import NREGS, KernelCode, Program, bind, check_kernel
+from ..vm.assembler import NREGS, Address, KernelCode, Program, bind, check_kernel
 
 EXT_OPS = {
     # name: (number of args, number of outs, usage)
@@ -204,6 +205,7 @@ def _bind_micro(scope: _Scope, d: S.Node, layer: int | None, args, outs, where: 
                    operands={n: o.region for n, o in bound.items()},
                    resolve_buffer=lambda name: _named_region(scope, name, layer, full, d.loc),
                    node=full, layer=layer, node_loc=d.loc)
+    _refuse_weight_stores(program, where)
     return program
 
 
@@ -240,6 +242,24 @@ def _named_region(scope: _Scope, name: str, layer: int | None, full: str, loc: L
     if entry is None or entry.region is None:
         raise FirError(f"node {full}: '@{name}' is not an arena buffer", loc)
     return entry.region
+
+
+def _refuse_weight_stores(program: Program, where: str) -> None:
+    """Weights are read-only: a store into one (through ``@NAME`` or an ``inN`` bound to a
+    weight) would change the model for every later token and run, so it is refused here."""
+    stored = {r.name for r in program.written_regions() if r.is_weight}
+    if not stored:
+        return
+    for op in program.ops:
+        if op.spec.writes:  # writes a register: a load, not a store
+            continue
+        for a in op.args:
+            if isinstance(a, Address) and a.region.name in stored:
+                raise FirError(f"{where}: kernel '{program.name}' stores into weight "
+                               f"'{a.region.name}' through @{a.operand}; weights are read-only",
+                               op.loc)
+    raise FirError(f"{where}: kernel '{program.name}' stores into weight "
+                   f"'{sorted(stored)[0]}'; weights are read-only", program.kernel.syntax.loc)
 
 
 def _check_ext(d: S.Node, args, outs, where: str) -> None:
