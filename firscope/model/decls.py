@@ -22,8 +22,8 @@ from typing import Mapping
 from ..errors import FirError, Loc
 from ..fir import syntax as S
 from ..fir.expr import Env, SymbolTable, eval_int, evaluate
-from .config import (ConfigFile, config_matches, integer_symbols, parse_require_value,
-                     show_json)
+from .config import (ConfigFile, config_matches, integer_symbols, non_integer_keys,
+                     parse_require_value, show_json)
 
 INPUT_KEYS = ("token", "position")
 OUTPUT_KEYS = ("logits",)
@@ -75,7 +75,7 @@ def define_symbols(fir: S.FirFile, header: Header, config: ConfigFile) -> Symbol
     """Config integers, ``eps``, then ``sym`` lines; ``require`` lines checked on the way."""
     values: dict[str, Fraction | float] = dict(integer_symbols(config.data))
     origins = {k: "config.json" for k in values}
-    table = SymbolTable(values, origins)
+    table = SymbolTable(values, origins, non_integer_keys(config.data, config.path.name))
     if header.epsilon is not None:
         values["eps"] = _epsilon(header.epsilon, config.data)
         origins["eps"] = f"epsilon at line {header.epsilon.loc.line}"
@@ -95,7 +95,8 @@ def define_symbols(fir: S.FirFile, header: Header, config: ConfigFile) -> Symbol
             if left != right:
                 raise FirError(f"require failed: left side is {_show(left)}, right side is "
                                f"{_show(right)}", d.loc)
-    return SymbolTable(MappingProxyType(values), MappingProxyType(origins))
+    return SymbolTable(MappingProxyType(values), MappingProxyType(origins),
+                       table.not_symbols)
 
 
 def _epsilon(d: S.Epsilon, config: Mapping) -> Fraction:

@@ -105,7 +105,8 @@ def assemble_kernels(fir: S.FirFile, buffers: Buffers,
     return MappingProxyType(kernels)
 
 
-_OPERAND = re.compile(r"(in|out)(\d+)$")
+# Written as the node binds them: "in00" or "in²" would pass int() but name no operand.
+_OPERAND = re.compile(r"(in|out)(0|[1-9][0-9]{0,2})$")
 
 
 def _check_operand_name(tok: S.Tok, k: S.Kernel) -> None:
