@@ -53,3 +53,32 @@ def test_reset_zeroes_buffers_only(random_model):
     assert all(not m.view(r).any() for r in m.buffer_regions())
     assert np.array_equal(np.concatenate([m.view(r) for r in m.regions.values() if r.is_weight]),
                           weights)
+
+
+def test_buffers_view_reads_name_at_layer_through_ref():
+    """The UI's buffer box parses what is typed with Ref: a layer shows that instance,
+    a bad one (5000 digits, a non-ASCII digit) is an error line and the view goes on."""
+    from pathlib import Path
+
+    from firscope.tui.app import FirscopeApp
+    from tui_util import plain, press, run, wait_loaded
+    from conftest import SAMPLE
+
+    async def go():
+        app = FirscopeApp(Path(SAMPLE / "gpt2.fir"), engine="interp", n=2, prompt_text="de")
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_loaded(app, pilot)
+            await press(app, pilot, "n", "n")
+            app.action_tab("buffers")
+            view = app.query_one("#buffers-view")
+            for bad in ("key_cache@" + "9" * 5000, "key_cache@\u0663"):
+                view.show_name(bad)
+                await pilot.pause(0.05)
+                assert "bad layer in 'key_cache@" in plain(app.query_one("#buf-stats"))
+            view.show_name("ln1w@1")
+            await pilot.pause(0.05)
+            w = app.session.model.weights["ln1w@1"]
+            stats = plain(app.query_one("#buf-stats"))
+            assert stats.startswith("ln1w@1") and f"max {app.session.model.view(w.region).max():.6g}" \
+                in stats
+    run(go())
