@@ -1,4 +1,4 @@
-"""``name@layer`` is parsed and printed in one place: :class:`firscope.model.Ref` (issue 11 §5).
+"""``name@layer`` is parsed and printed in one place, firscope.model.Ref (issue 11 §5).
 
 Regions and plan nodes carry their declaration and layer, so nothing takes a
 name apart again.
