@@ -124,7 +124,7 @@ class NumpyGPT2:
 
 # --- the engines: each factory returns step(token) -> logits, warmed up, at position 0 ---
 def firscope_engine(fir: Path, fir_f32: bool):
-    from firscope.model import load_model
+    from firscope.runtime import load_model
     from firscope.runtime import Machine
     model = load_model(fir, fir_f32=fir_f32)
     machine = Machine(model, engine="compiled")
@@ -168,7 +168,7 @@ def load_in_subprocess(fir: Path, fir_f32: bool) -> dict:
     code = f"""
 import json, resource, sys, time
 sys.path.insert(0, {str(REPO)!r})
-from firscope.model import load_model
+from firscope.runtime import load_model
 t = time.perf_counter()
 m = load_model({str(fir)!r}, fir_f32={fir_f32!r})
 total = time.perf_counter() - t

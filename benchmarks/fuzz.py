@@ -5,12 +5,13 @@
 Each case is one of: a mutated gpt2.fir (lines and tokens dropped,
 duplicated, swapped, corrupted; random and huge numbers), a stream of random
 tokens, random bytes or a truncation of the model file, a damaged
-model.safetensors, an edited config.json, a debugger expression, a
-debugger script (movements with hostile looks at the state interleaved: the
-decode must be bit-identical to the same movements without them), or a
-forward/reverse/forward walk (the state must come back bit for bit). A model
-that loads is decoded for two steps on the interpreter with a small
-instruction budget. The only acceptable failure is firscope's own FirError,
+model.safetensors, an edited config.json, a kernel with stores aimed at
+weights, a debugger expression, a debugger script (movements with hostile
+looks at the state interleaved: the decode must be bit-identical to the same
+movements without them), or a forward/reverse/forward walk (the state must
+come back bit for bit). A model that loads is decoded for two steps on the
+interpreter with a small instruction budget, and must leave every weight as it
+was loaded (weights are read-only). The only acceptable failure is firscope's own FirError,
 located: in the model file with a line and column, or naming the other file.
 Anything else (KeyError, RecursionError, MemoryError, a hang...) is an
 escape; the first few are printed with their input.
@@ -43,8 +44,8 @@ from conftest import SEED_FIR, write_random_gpt2  # noqa: E402
 from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
-CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "tokens": 6, "bytes": 4, "ckpt": 13,
-              "config": 12, "expr": 8, "script": 6, "reverse": 6}
+CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "store": 6, "tokens": 6, "bytes": 4,
+              "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6}
 
 
 class Hang(BaseException):
@@ -142,7 +143,7 @@ def main() -> int:
     config_text = (base / "config.json").read_text()
     case_dir = work / "case"
     shutil.copytree(base, case_dir)
-    from firscope.model import load_model
+    from firscope.runtime import load_model
     base_model = load_model(base / "gpt2.fir")  # for the debugger categories
     case_fir, case_ckpt, case_cfg = case_dir / "gpt2.fir", case_dir / "model.safetensors", \
         case_dir / "config.json"
@@ -193,6 +194,12 @@ def main() -> int:
                     fir_text = F.random_kernel_model(seed_text, rng.randrange)
                     case_fir.write_text(fir_text)
                     shown = fir_text[fir_text.index("kernel fz.k"):][:1500]
+                elif cat == "store":  # stores aimed at weights: refused, or weights unchanged
+                    fir_text = F.weight_store_model(seed_text, rng.randrange)
+                    case_fir.write_text(fir_text)
+                    diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
+                                                lineterm="", n=0)
+                    shown = "\n".join(list(diff)[2:14])
                 elif cat == "tokens":
                     picks = [(rng.randrange(10**6), rng.random() < 0.2)
                              for _ in range(rng.randint(1, 120))]

@@ -133,7 +133,7 @@ def resolve_model(arg: str | None) -> Path:
 
 
 def load(args, progress=None):
-    from .model import load_model
+    from .runtime import load_model
     if args.group < 1 or args.group > 1 << 20:
         raise FirError(f"--group {args.group}: must be a positive group size")
     return load_model(resolve_model(args.model), fir_f32=args.fir_f32, group=args.group,
@@ -164,7 +164,7 @@ def cmd_check(args) -> int:
 
 
 def describe_model(model) -> str:
-    from .model.loader import Model
+    from .runtime import Model
     assert isinstance(model, Model)
     lines = [f"{model.path}: model '{model.family}', {'f32' if model.fir_f32 else 'q4'} "
              f"linears (group {model.group}), {model.layers} layers, "

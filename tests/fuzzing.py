@@ -13,6 +13,8 @@ import re
 import struct
 from pathlib import Path
 
+import numpy as np
+
 from firscope.errors import FirError
 
 # Replacement tokens: numbers of every awkward kind, syntax, keywords, garbage.
@@ -247,7 +249,10 @@ def _edit_header(header, a, b, c):
 
 CONFIG_VALUES = [None, True, False, 0, -1, 1, 3, 7, 1.5, -0.0, 1e-300, 1e300, 10**30, 2**63,
                  -(2**63), "gpt2", "", "12", [], {}, [1], {"a": {"b": 1}}, "x" * 1000]
-CONFIG_KINDS = ("delete", "set", "add", "raw_truncate", "raw_char", "raw_replace")
+CONFIG_KINDS = ("delete", "set", "add", "raw_truncate", "raw_char", "raw_replace", "secret")
+# A model file can name any file as its config: what a config holds must never be quoted
+# in an error beyond a short value. Longer than any value an error may show (40 chars).
+SECRET_MARK = "s3cr3t-" * 8
 _RAW_JUNK = ["NaN", "Infinity", "-Infinity", "1e999", "9" * 5000, "[" * 100000, "{", "}",
              "\"", "\\u0000", "\x00", "\udc80", "1.", "tru", "// c", ",", "0" * 20]
 
@@ -270,6 +275,8 @@ def damage_config(text: str, ops) -> str:
             else:
                 data[f"k{b}"] = CONFIG_VALUES[c % len(CONFIG_VALUES)]
             text = json.dumps(data, indent=1)
+        elif kind == "secret":
+            text = _plant_secret(text, a, b, c)
         elif kind == "raw_truncate":
             text = text[: a % (len(text) + 1)]
         elif kind == "raw_char":
@@ -284,6 +291,22 @@ def damage_config(text: str, ops) -> str:
                           default=len(text))
                 text = text[:pos] + " " + _RAW_JUNK[c % len(_RAW_JUNK)] + text[end:]
     return text
+
+
+def _plant_secret(text: str, a: int, b: int, c: int) -> str:
+    """Put SECRET_MARK in a config: as a value, inside an object, or as raw text (not JSON)."""
+    if c % 3 == 2:
+        pos = a % (len(text) + 1)
+        return text[:pos] + SECRET_MARK + text[pos:]
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return text + SECRET_MARK
+    if not isinstance(data, dict) or not data:
+        return text
+    keys = sorted(data)
+    data[keys[a % len(keys)]] = SECRET_MARK if c % 3 == 0 else {"token": SECRET_MARK}
+    return json.dumps(data, indent=1)
 
 
 # -- running one case ----------------------------------------------------------------
@@ -313,23 +336,27 @@ def located(err: FirError, fir_path: Path, fir_text: str | None, other_files=())
 
 
 def run_case(fir_path: Path, *, fir_text: str | None, other_files=(), memory_limit=512 << 20,
-             budget=50_000, steps=2, tokens=(3, 7), engine="interp"):
+             budget=50_000, steps=2, tokens=(3, 7), engine="interp", secret=SECRET_MARK):
     """Load (and when that works, decode ``steps`` tokens); return (outcome, detail).
 
     outcome is DECODED (loaded and ran or ran into a FirError at run time),
     FIRERROR (load refused with a located error), UNLOCATED (a FirError that
-    does not say where), or ESCAPE (anything else: the detail is the exception).
+    does not say where), or ESCAPE (anything else: the detail is the exception;
+    also a run that changed a weight, and an error that quotes ``secret``).
     """
-    from firscope.model import load_model
+    from firscope.runtime import load_model
     from firscope.runtime import Machine
     try:
         model = load_model(fir_path, memory_limit=memory_limit)
     except FirError as e:
+        if secret and secret in str(e):
+            return ESCAPE, AssertionError(f"an error quotes a file's content: {str(e)[:300]}")
         if located(e, fir_path, fir_text, other_files):
             return FIRERROR, e
         return UNLOCATED, e
     except Exception as e:  # everything else is a bug: report it
         return ESCAPE, e
+    weights = _weight_values(model)
     try:
         machine = Machine(model, engine=engine, budget=budget)
         vocab = model.vocab
@@ -337,10 +364,24 @@ def run_case(fir_path: Path, *, fir_text: str | None, other_files=(), memory_lim
             if vocab:
                 machine.step(t % vocab)
     except FirError as e:
-        return DECODED, e
+        return _weights_kept(model, weights) or (DECODED, e)
     except Exception as e:
         return ESCAPE, e
-    return DECODED, None
+    return _weights_kept(model, weights) or (DECODED, None)
+
+
+def _weight_values(model) -> dict:
+    return {name: model.view(r).copy() for name, r in model.regions.items() if r.is_weight}
+
+
+def _weights_kept(model, before: dict):
+    """None when every f32 weight still holds what was loaded (weights are read-only);
+    else an ESCAPE naming the weights a run changed."""
+    changed = [name for name, values in before.items()
+               if not np.array_equal(model.view(model.regions[name]), values, equal_nan=True)]
+    if changed:
+        return ESCAPE, AssertionError(f"weights changed by running: {', '.join(changed[:5])}")
+    return None
 
 
 def describe(e: BaseException | None) -> str:
@@ -546,3 +587,24 @@ def check_reverse(model, pick, prompt=(3, 7, 5), n=3) -> str | None:
     if got != want:
         return "reverse then forward changed the state:\n" + "\n".join(script)
     return None
+
+
+# -- stores aimed at weights -------------------------------------------------------------------
+# Addresses a store may name: f32 weights by name, and operands that some node binds to a
+# weight (g2.add's in1 for the biases, g2.layernorm's in1/in2), or to a buffer.
+_STORE_TARGETS = ["@wte", "@wpe", "@lnfw", "@lnfb", "@ln1w", "@qkvb", "@projb", "@in0", "@in1",
+                  "@in2", "@out0", "@x", "@norm", "@qkvw"]
+
+
+def weight_store_model(seed_text: str, pick) -> str:
+    """The seed with 1-3 stores inserted into kernel bodies, mostly aimed at weights.
+
+    Loading must refuse every store that can reach a weight (located at the store);
+    a model that loads must leave every weight as loaded (run_case checks this)."""
+    lines = seed_text.split("\n")
+    for _ in range(1 + pick(3)):
+        body = kernel_body_lines("\n".join(lines))
+        at = body[pick(len(body))] + pick(2)
+        target = _STORE_TARGETS[pick(len(_STORE_TARGETS))] + _KOFF[pick(len(_KOFF))]
+        lines.insert(at, f"ustoref32 {pick(16)} {pick(8)} {target}")
+    return "\n".join(lines)

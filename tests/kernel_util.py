@@ -5,7 +5,8 @@ import numpy as np
 
 from firscope.fir import parse_text
 from firscope.fir import syntax as S
-from firscope.vm.assembler import Region, bind, check_kernel
+from firscope.model import Region
+from firscope.vm.assembler import bind, check_kernel
 from firscope.vm.interp import Dispatch
 
 

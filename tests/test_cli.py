@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from firscope.model import load_model
+from firscope.runtime import load_model
 from firscope.runtime import Machine
 from conftest import SEED_FIR
 

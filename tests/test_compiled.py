@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, SEED_FIR, write_random_gpt2
 from firscope.errors import BudgetExceeded, FirError, FirFault, Interrupted
-from firscope.model import load_model
+from firscope.runtime import load_model
 from firscope.runtime import Machine
 from firscope.vm.compiled import CompiledRunner, StopFlag, generate, lane_partition
 from firscope.vm.interp import Dispatch

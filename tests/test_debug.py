@@ -8,7 +8,7 @@ import pytest
 from firscope.debug.commands import CommandInterpreter
 from firscope.debug.session import Session
 from firscope.errors import FirError
-from firscope.model import load_model
+from firscope.runtime import load_model
 from conftest import SEED_FIR
 
 SEED = SEED_FIR.read_text()

@@ -182,7 +182,7 @@ def test_random_well_formed_kernels_run_or_fail_cleanly(fuzz_folder, data):
 
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory):
-    from firscope.model import load_model
+    from firscope.runtime import load_model
     return load_model(write_random_gpt2(tmp_path_factory.mktemp("dbg") / "m", n_layer=2,
                                         n_embd=32, n_head=4, n_positions=16, vocab=64))
 

@@ -26,8 +26,8 @@ import pytest
 
 from firscope.errors import BudgetExceeded, FirError, Interrupted
 from firscope.fir.parser import MAX_FILE_BYTES, parse_file
-from firscope.model import load_model
-from firscope.model.loader import MAX_PLAN_INSTRUCTIONS
+from firscope.runtime import load_model
+from firscope.model.decls import MAX_PLAN_INSTRUCTIONS
 from firscope.runtime import Machine
 from conftest import REPO, SEED_FIR
 

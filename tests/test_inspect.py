@@ -10,7 +10,7 @@ from safetensors.numpy import load_file
 from firscope.debug.commands import CommandInterpreter
 from firscope.debug.session import Session
 from firscope.errors import FirError
-from firscope.model import load_model
+from firscope.runtime import load_model
 from npgpt2 import NumpyGPT2
 
 

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from firscope.errors import FirError, FirFault
-from firscope.model import load_model
-from firscope.runtime import Machine
+from firscope.runtime import Machine, load_model
 from conftest import SEED_FIR
 
 SEED = SEED_FIR.read_text()

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from firscope.model import load_model
+from firscope.runtime import load_model
 from firscope.runtime import Machine
 from conftest import SAMPLE, SEED_FIR
 

@@ -21,7 +21,7 @@ from safetensors.numpy import load_file
 
 import npgpt2
 from conftest import SEED_FIR, write_random_gpt2
-from firscope.model import load_model
+from firscope.runtime import load_model
 from firscope.runtime import Machine
 
 NASTY = "m<b>&\"'x"  # a legal folder name that means something to HTML

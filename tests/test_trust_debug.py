@@ -18,7 +18,7 @@ from firscope.debug.commands import CommandInterpreter
 from firscope.debug.session import Session
 from firscope.debug.snapshot import StopReason
 from firscope.errors import FirError
-from firscope.model import load_model
+from firscope.runtime import load_model
 from firscope.vm import interp
 
 SEED = SEED_FIR.read_text()

@@ -18,7 +18,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from ..errors import FirError
-from ..model.loader import Model
+from ..runtime import Model
 from .expr import DebugExpr, truth
 
 # Numbers are ASCII digits, at most 12 of them: Python refuses to convert a 5000-digit

@@ -40,8 +40,7 @@ class Checkpoint:
 
 def _spans(session) -> list[tuple[int, int]]:
     m = session.model
-    spans = [(r.base, r.base + r.size) for name, r in m.regions.items()
-             if name.split("@")[0] in m.buffers]
+    spans = [(r.base, r.base + r.size) for r in m.buffer_regions()]
     for p in session.patches:
         if p.weight and p.addresses is not None:
             spans.append((int(p.addresses.min()), int(p.addresses.max()) + 1))

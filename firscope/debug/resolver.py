@@ -16,6 +16,7 @@ import re
 import numpy as np
 
 from ..errors import FirError
+from ..model import Ref
 from ..vm.assembler import NREGS
 from .expr import DebugExpr
 
@@ -129,13 +130,14 @@ class Resolver:
         m = self.s.model
         weights = {w.decl for w in m.weights.values()}
         for full in sorted(expr.names()):
-            name, _, layer = full.partition("@")
-            if not layer and parse_register(name) is not None:
+            ref = Ref.parse(full)
+            name, layer = ref.name, ref.layer
+            if layer is None and parse_register(name) is not None:
                 continue
-            if not layer and name in SPECIALS:
+            if layer is None and name in SPECIALS:
                 continue
             if name in m.buffers or name in weights:
-                if layer and int(layer) >= m.layers:
+                if layer is not None and layer >= m.layers:
                     raise FirError(f"'{full}': layers are 0..{m.layers - 1}")
                 continue
             raise FirError(f"no buffer, weight or register named '{name}'")

@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import BudgetExceeded, FirError, FirFault, Interrupted
-from ..model.loader import Model, PlanNode
+from ..runtime import Model, PlanNode
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch, Ended
 from .breakpoints import (Breakpoint, BreakpointTable, Hit, LineBreakpoint, NodeBreakpoint,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping, Union
+from typing import Union
 
 import numpy as np
 
@@ -212,6 +213,32 @@ class _ExprParser:
         self.i += 1
 
 
+@dataclass(frozen=True, eq=False)
+class SymbolTable(Mapping):
+    """Symbol values by name, where each came from, and why some names are not symbols.
+
+    ``not_symbols`` maps a name that looks like a symbol but is not one (a
+    config key whose value is ``true`` or ``1.5``) to the reason, so that
+    using it says what is wrong with the value instead of "undefined symbol".
+    """
+
+    values: Mapping[str, Value]
+    origins: Mapping[str, str] = field(default_factory=dict)  # "config.json", "line 12"
+    not_symbols: Mapping[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Value:
+        return self.values[name]
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def origin(self, name: str) -> str:
+        return self.origins.get(name, "built in")
+
+
 @dataclass
 class Env:
     """What names mean while evaluating: symbols, and operand sizes in a kernel."""
@@ -219,6 +246,11 @@ class Env:
     symbols: Mapping[str, Value]
     operand_sizes: Mapping[str, int] | None = None
     what: str = "symbol"  # used in the "undefined ..." message
+
+    def undefined(self, name: str, loc: Loc) -> FirError:
+        if isinstance(self.symbols, SymbolTable) and name in self.symbols.not_symbols:
+            return FirError(self.symbols.not_symbols[name], loc)
+        return FirError(f"undefined {self.what} '{name}'", loc)
 
 
 def evaluate(expr: Expr, env: Env) -> Value:
@@ -229,7 +261,7 @@ def evaluate(expr: Expr, env: Env) -> Value:
             return math.pi
         if expr.name in env.symbols:
             return env.symbols[expr.name]
-        raise FirError(f"undefined {env.what} '{expr.name}'", expr.loc)
+        raise env.undefined(expr.name, expr.loc)
     if isinstance(expr, OperandSize):
         if env.operand_sizes is None:
             raise FirError(f"'{expr.operand}.size' is only defined inside a kernel", expr.loc)

@@ -4,6 +4,8 @@ The header is parsed and checked here (size, JSON, offsets, dtype sizes) so
 that a truncated or corrupt file gets an error naming the file and the
 tensor; tensor bytes are memory-mapped, not copied. Pickled checkpoints
 (``pytorch_model.bin``, ``*.pt``) are refused: unpickling runs code.
+Errors name the file, the tensor and the reason; what a header holds is shown
+only as short, escaped names (:func:`shown`), never as raw text.
 """
 from __future__ import annotations
 
@@ -45,6 +47,17 @@ class TensorInfo:
     nbytes: int
 
 
+MAX_SHOWN_NAME = 80
+
+
+def shown(text) -> str:
+    """A name read from a file, as an error message may quote it: escaped and short."""
+    text = str(text)
+    if len(text) > MAX_SHOWN_NAME:
+        text = text[: MAX_SHOWN_NAME - 3] + "..."
+    return ascii(text)[1:-1]
+
+
 def _json_int(v) -> int:
     """An integer from a JSON header; floats, booleans and strings are corrupt."""
     if isinstance(v, bool) or not isinstance(v, int):
@@ -76,7 +89,10 @@ class SafetensorsFile:
         except RecursionError:
             raise FirError(f"{path}: corrupt safetensors header (JSON nested too deeply)") \
                 from None
-        except ValueError as e:  # not UTF-8, not JSON, or an integer too long to convert
+        except UnicodeDecodeError as e:  # its message quotes the bytes
+            raise FirError(f"{path}: corrupt safetensors header (not JSON: not UTF-8 text at "
+                           f"byte {8 + e.start})") from None
+        except ValueError as e:  # not JSON, or an integer too long to convert
             raise FirError(f"{path}: corrupt safetensors header (not JSON: {e})") from None
         if not isinstance(header, dict):
             raise FirError(f"{path}: corrupt safetensors header (not a JSON object)")
@@ -90,19 +106,22 @@ class SafetensorsFile:
                 shape = tuple(_json_int(d) for d in info["shape"])
                 begin, end = (_json_int(x) for x in info["data_offsets"])
             except (KeyError, TypeError, ValueError):
-                raise FirError(f"{path}: corrupt safetensors entry for tensor '{name}'") from None
+                raise FirError(f"{path}: corrupt safetensors entry for tensor "
+                               f"'{shown(name)}'") from None
             if not isinstance(dtype, str) or dtype not in _DTYPES:
-                raise FirError(f"{path}: tensor '{name}' has unsupported dtype {dtype}")
+                what = (shown(dtype) if isinstance(dtype, str)
+                        else f"of JSON type {type(dtype).__name__}")
+                raise FirError(f"{path}: tensor '{shown(name)}' has unsupported dtype {what}")
             if any(d < 0 for d in shape):
-                raise FirError(f"{path}: tensor '{name}' has a negative dimension {shape}")
+                raise FirError(f"{path}: tensor '{shown(name)}' has a negative dimension {shape}")
             count = int(np.prod(shape, dtype=object)) if shape else 1
             want = count * _DTYPES[dtype][1]
             if not 0 <= begin <= end or end - begin != want:
-                raise FirError(f"{path}: corrupt safetensors entry for tensor '{name}': "
+                raise FirError(f"{path}: corrupt safetensors entry for tensor '{shown(name)}': "
                                f"offsets [{begin}, {end}) do not hold {shape} {dtype}")
             if end > data_len:
-                raise FirError(f"{path}: truncated safetensors file: tensor '{name}' needs bytes "
-                               f"up to {data_start + end} but the file has {size}")
+                raise FirError(f"{path}: truncated safetensors file: tensor '{shown(name)}' needs "
+                               f"bytes up to {data_start + end} but the file has {size}")
             self.tensors[name] = TensorInfo(name, dtype, shape, path, data_start + begin, want)
 
     def read(self, name: str) -> np.ndarray:
@@ -166,14 +185,17 @@ class Checkpoint:
             raise FirError(f"{index}: not usable JSON ({type(e).__name__}: {e})") from None
         for name, shard in weight_map.items():
             if not isinstance(shard, str) or not shard or "\0" in shard:
-                raise FirError(f"{index}: shard for '{name}' must be a file name, found "
-                               f"{json.dumps(shard)[:100]}")
+                what = "an empty string" if shard == "" else f"JSON type {type(shard).__name__}"
+                raise FirError(f"{index}: shard for '{shown(name)}' must be a file name, found "
+                               f"{what}")
             shard_path = (self.folder / shard)
             if shard_path.resolve().parent != self.folder.resolve():
-                raise FirError(f"{index}: shard {shard!r} for '{name}' is outside the model folder")
+                raise FirError(f"{index}: shard '{shown(shard)}' for '{shown(name)}' is outside "
+                               "the model folder")
             f = self._add(shard_path)
             if name not in f.tensors:
-                raise FirError(f"{shard_path}: tensor '{name}' listed in {index.name} is missing")
+                raise FirError(f"{shown(shard_path)}: tensor '{shown(name)}' listed in "
+                               f"{index.name} is missing")
             self.where[name] = f
 
     def __contains__(self, name: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..model.loader import Model, PlanNode
+from ..runtime import Model, PlanNode
 from ..runtime.machine import Hooks, Machine
 from .data import (AttentionMaps, AttentionSite, InstructionProfile, NodeInstructions,
                    ProfileData, TokenTiming)
@@ -48,8 +48,7 @@ def find_attention_sites(model: Model) -> list[AttentionSite]:
         if node.kind != "micro" or node.program is None:
             continue
         for region in node.program.written_regions():
-            base_name = region.name.split("@")[0]
-            if base_name in model.buffers and region.size == n_head * n_pos:
+            if region.is_buffer and region.size == n_head * n_pos:
                 sites.append(AttentionSite(node.index, node.full_name, node.layer, region.name,
                                            region.base, n_head, n_pos))
                 break
@@ -57,8 +56,7 @@ def find_attention_sites(model: Model) -> list[AttentionSite]:
 
 
 def buffer_slices(model: Model) -> list[tuple[int, int]]:
-    return [(r.base, r.base + r.size) for name, r in model.regions.items()
-            if name.split("@")[0] in model.buffers]
+    return [(r.base, r.base + r.size) for r in model.buffer_regions()]
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.loader import Model, PlanNode
+from ..runtime import Model, PlanNode
 
 
 @dataclass(frozen=True)

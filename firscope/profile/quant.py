@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import FirError
 from ..model.checkpoint import Checkpoint
-from ..model.loader import Model, load_model
+from ..runtime import Model, load_model
 from .collect import make_machine, preserved_state
 from .data import ActivationError, LogitStats, QuantComparison, WeightStats
 from .progress import Progress, Silent

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import FirError
-from ..model.loader import Model
+from ..runtime import Model
 from . import figures as F
 from .collect import Profiler, make_machine, run_instrumented
 from .data import ProfileData

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..errors import FirFault
-from ..model.loader import Operand, PlanNode
+from .plan import Operand, PlanNode
 
 
 def _view(arena: np.ndarray, o: Operand) -> np.ndarray:

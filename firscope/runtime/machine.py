@@ -22,9 +22,10 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError
-from ..model.loader import Model, PlanNode
 from ..vm.interp import Dispatch, Observer
 from .extops import EXT_IMPLS
+from .load import Model
+from .plan import PlanNode
 
 DEFAULT_BUDGET = 50_000_000  # instructions per dispatch before a kernel counts as runaway
 
@@ -100,8 +101,7 @@ class Machine:
             from ..vm.compiled import CompiledRunner, StopFlag
             self.stop_flag = StopFlag()  # compiled kernels can see this one while they run
             self.kernel_runner = CompiledRunner(model)
-        self._buffer_slices = [(r.base, r.base + r.size) for name, r in model.regions.items()
-                               if name.split("@")[0] in model.buffers]
+        self._buffer_slices = [(r.base, r.base + r.size) for r in model.buffer_regions()]
 
     # -- state ---------------------------------------------------------------
     def reset(self) -> None:

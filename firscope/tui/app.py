@@ -113,7 +113,7 @@ class FirscopeApp(App):
     # -- loading ------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="load")
     def load(self) -> None:
-        from ..model import load_model
+        from ..runtime import load_model
         from ..model.tokens import load_tokenizer
 
         def progress(what: str, frac: float) -> None:

@@ -3,8 +3,6 @@ a histogram and a sparkline; a q4 weight also shows codes, scale and min per gro
 and its dequantization error against the checkpoint's f32 values."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,6 +12,7 @@ from textual.widgets import Input, Static
 
 from ..debug.session import Session
 from ..errors import FirError
+from ..model import Ref
 from .heat import histogram, sparkline
 
 PAGE = 64  # values per page (8 rows of 8)
@@ -98,19 +97,15 @@ class BuffersView(Vertical):
         if s is None:
             return
         text = self.name_shown
-        name, _, layer = text.partition("@")
         try:
-            if layer and re.fullmatch(r"[0-9]{1,6}", layer) is None:
-                raise ValueError
-            arr = s.buffer_value(name, int(layer) if layer else None)
+            ref = Ref.parse(text)
+            arr = s.buffer_value(ref.name, ref.layer)
         except FirError as e:
             stats.update(Text(str(e), style="red"))
             values.update("")
             q4.display = False
             return
-        except ValueError:
-            stats.update(Text(f"bad layer in {text!r}", style="red"))
-            return
+        name, layer = ref.name, "" if ref.layer is None else str(ref.layer)
         arr = np.asarray(arr)
         flat = arr.reshape(-1)
         n = flat.size

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import FirError, Loc
 from ..fir import syntax as S
 from ..fir.expr import Env, Expr, eval_f32, eval_int, parse_expr, uses_operand_size
+from ..model.layout import Region
 from .opcodes import BLOCKS, CLOSERS, OPCODES, OpSpec
 
 NREGS = 32
@@ -65,15 +66,6 @@ class KernelCode:
 
     def operand_names(self) -> list[str]:
         return [f"in{i}" for i in range(self.n_in)] + [f"out{i}" for i in range(self.n_out)]
-
-
-@dataclass(frozen=True)
-class Region:
-    """A named extent of the arena: a buffer instance or an f32 weight."""
-
-    name: str  # display name: "scores", "key_cache@3", "ln1w@0"
-    base: int
-    size: int
 
 
 @dataclass(frozen=True)

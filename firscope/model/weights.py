@@ -1,0 +1,123 @@
+"""Weights from the checkpoint: finding each instance's tensor, then reading it.
+
+Phases: :func:`find_tensors` (every name and shape checked before any data
+is read) -> :func:`read_weights` (threaded: f32 weights copied into the
+arena, q4 weights transposed to ``[out, in]`` and quantized).
+"""
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..errors import FirError, Loc
+from .checkpoint import Checkpoint
+from .layout import Region, WeightSlot
+from .q4 import Q4Matrix, quantize
+from .ref import Ref
+
+MAX_READ_THREADS = 4
+
+
+@dataclass(frozen=True)
+class WeightEntry:
+    """One weight instance (``qkvw@3``), however it is stored."""
+
+    name: str  # display name, str(self.ref)
+    decl: str  # name in the model file
+    layer: int | None
+    dtype: str  # declared dtype: f32 or q4
+    tensor: str  # checkpoint tensor name actually used
+    shape: tuple[int, ...]  # declared (checkpoint) shape
+    loc: Loc
+    region: Region | None = None  # arena placement (f32 weights)
+    q4: Q4Matrix | None = None  # q4 weights: codes, scales, mins ([out, in])
+    matrix: np.ndarray | None = None  # [out, in] f32: dequantized q4, or --fir-f32 copy
+
+    @property
+    def ref(self) -> Ref:
+        return Ref(self.decl, self.layer)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def stored(self) -> str:
+        if self.region is not None:
+            return "arena f32"
+        return "q4" if self.q4 is not None else "f32 [out,in]"
+
+    @property
+    def nbytes(self) -> int:
+        if self.q4 is not None:
+            return self.q4.nbytes
+        return self.size * 4
+
+
+def find_tensors(slots: tuple[WeightSlot, ...], ckpt: Checkpoint,
+                 prefix: str) -> Mapping[str, str]:
+    """The checkpoint tensor of every weight instance, by instance name; shapes checked."""
+    found: dict[str, str] = {}
+    for slot in slots:
+        w = slot.decl.syntax
+        source = slot.decl.source(slot.layer)
+        if source in ckpt:
+            tensor = source
+        elif prefix and prefix + source in ckpt:
+            tensor = prefix + source
+        else:
+            tried = f" (also tried '{prefix + source}')" if prefix else ""
+            raise FirError(f"weight '{slot.name}': tensor '{source}' not found in "
+                           f"{ckpt.folder.name}/model.safetensors{tried}", w.source.loc)
+        info = ckpt.info(tensor)
+        if info.shape != slot.decl.shape:
+            raise FirError(f"weight '{slot.name}': tensor '{tensor}' has shape "
+                           f"{list(info.shape)}, the model file declares {list(slot.decl.shape)}",
+                           w.shape[0].loc if w.shape else w.loc)
+        found[slot.name] = tensor
+    return MappingProxyType(found)
+
+
+def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt: Checkpoint,
+                 arena: np.ndarray, *, fir_f32: bool, group: int,
+                 progress: Callable[[float], None] | None = None) -> Mapping[str, WeightEntry]:
+    """Read every weight: f32 ones into their arena regions (the one thing this phase
+    writes), q4 ones transposed and quantized (or kept f32 with ``fir_f32``)."""
+    def load_one(slot: WeightSlot) -> WeightEntry | None:
+        tensor = tensors[slot.name]
+        data = ckpt.read(tensor)
+        q4 = matrix = None
+        if slot.region is not None:
+            view = arena[slot.region.base: slot.region.stop]
+            view[:] = data.reshape(-1)
+            finite = np.isfinite(view).all()
+        else:
+            t = np.ascontiguousarray(data.T)  # Conv1D [in, out] -> [out, in]
+            finite = np.isfinite(t).all()
+            if finite and fir_f32:
+                matrix = t
+            elif finite:
+                q4 = quantize(t, group)
+                matrix = q4.dequantize()
+        d = slot.decl
+        entry = WeightEntry(slot.name, d.name, slot.layer, d.dtype, tensor, d.shape, d.loc,
+                            slot.region, q4, matrix)
+        return entry if finite else None
+
+    entries: dict[str, WeightEntry] = {}
+    workers = min(MAX_READ_THREADS, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for slot, entry in zip(slots, pool.map(load_one, slots)):
+            if progress is not None:
+                progress((len(entries) + 1) / max(len(slots), 1))
+            if entry is None:
+                raise FirError(f"weight '{slot.name}': tensor '{tensors[slot.name]}' contains "
+                               "NaN or Inf", slot.decl.loc)
+            entries[slot.name] = entry
+    return MappingProxyType(entries)

@@ -1,0 +1,122 @@
+"""Loading a model: the model layer's phases, then kernels and the node plan.
+
+:func:`load_model` is the one entry point: it runs
+:func:`firscope.model.load_parts` (parse, config, symbols, buffers,
+weights, memory budget, layout, checkpoint), then
+:func:`~firscope.runtime.plan.assemble_kernels`,
+:func:`~firscope.runtime.plan.unroll_plan` and
+:func:`~firscope.runtime.plan.check_lane_memory`, and builds the frozen
+:class:`Model` the machine, the debugger and the profiler share. Everything
+that can be checked before running is checked, with the position of the
+directive at fault.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from ..fir import syntax as S
+from ..fir.expr import SymbolTable
+from ..model.decls import BufferDecl, WeightDecl
+from ..model.layout import Region
+from ..model.loader import ModelParts, Progress, load_parts
+from ..model.q4 import DEFAULT_GROUP
+from ..model.ref import Ref
+from ..model.weights import WeightEntry
+from ..vm.assembler import KernelCode
+from .plan import PlanNode, assemble_kernels, check_lane_memory, unroll_plan
+
+
+@dataclass(frozen=True)
+class Model:
+    """A loaded, checked model. Frozen: only its arena changes, as it runs."""
+
+    path: Path
+    fir: S.FirFile
+    family: str
+    config_path: Path
+    config: Mapping[str, object]
+    symbols: SymbolTable
+    prefix: str
+    layers: int
+    fir_f32: bool
+    group: int
+    buffers: Mapping[str, BufferDecl]
+    weight_decls: Mapping[str, WeightDecl]
+    regions: Mapping[str, Region]  # every arena region by display name
+    weights: Mapping[str, WeightEntry]  # every weight instance by display name
+    kernels: Mapping[str, KernelCode]
+    nodes: tuple[PlanNode, ...]
+    arena: np.ndarray
+    inputs: Mapping[str, Region]  # "token", "position"
+    outputs: Mapping[str, Region]  # "logits"
+    timings: Mapping[str, float]  # seconds: "parse", "weights", "plan", "total"
+
+    @property
+    def vocab(self) -> int:
+        return self.outputs["logits"].size
+
+    @property
+    def n_positions(self) -> int | None:
+        v = self.config.get("n_positions")
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def buffer_region(self, name: str, layer: int | None) -> Region:
+        decl = self.buffers[name]
+        return self.regions[str(Ref(name, layer if decl.per_layer else None))]
+
+    def buffer_regions(self) -> list[Region]:
+        """Every buffer instance (what a reset zeroes; weights are never written)."""
+        return [r for r in self.regions.values() if r.is_buffer]
+
+    def view(self, region: Region) -> np.ndarray:
+        return self.arena[region.base: region.base + region.size]
+
+    def node_index(self, full_name: str) -> int:
+        for n in self.nodes:
+            if n.full_name == full_name:
+                return n.index
+        raise KeyError(full_name)
+
+    @property
+    def buffer_elements(self) -> int:
+        return sum(r.size for r in self.buffer_regions())
+
+
+def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_GROUP,
+               progress: Progress | None = None, memory_limit: int | None = None) -> Model:
+    """Load and check a model file; raise :class:`~firscope.errors.FirError` on any problem."""
+    parts = load_parts(path, fir_f32=fir_f32, group=group, progress=progress,
+                       memory_limit=memory_limit)
+    t_plan = time.perf_counter()
+    kernels = assemble_kernels(parts.fir, parts.buffers, parts.weight_decls)
+    nodes = unroll_plan(parts, kernels)
+    check_lane_memory(nodes, kernels, parts.budget)
+    plan_seconds = time.perf_counter() - t_plan
+    model = _assemble(parts, kernels, nodes, plan_seconds)
+    if progress is not None:
+        progress("ready", 1.0)
+    return model
+
+
+def _assemble(parts: ModelParts, kernels: Mapping[str, KernelCode],
+              nodes: tuple[PlanNode, ...], plan_seconds: float) -> Model:
+    regions = parts.layout.regions
+    return Model(
+        path=parts.path, fir=parts.fir, family=parts.header.family,
+        config_path=parts.config.path, config=parts.config.data, symbols=parts.symbols,
+        prefix=parts.header.prefix, layers=parts.repeats.layers, fir_f32=parts.fir_f32,
+        group=parts.group, buffers=parts.buffers.decls, weight_decls=parts.weight_decls,
+        regions=regions, weights=parts.weights, kernels=kernels, nodes=nodes, arena=parts.arena,
+        inputs={key: regions[d.name] for key, d in parts.buffers.inputs.items()},
+        outputs={key: regions[d.name] for key, d in parts.buffers.outputs.items()},
+        timings={"parse": parts.timings["parse"], "weights": parts.timings["weights"],
+                 "plan": plan_seconds, "total": parts.timings["total"] + plan_seconds})
