@@ -104,6 +104,41 @@ class Watchpoint(Breakpoint):
     what: ClassVar[str] = "watchpoint"
 
 
+@dataclass(frozen=True, kw_only=True)
+class NodeCheck(Breakpoint):
+    """A kind that decides after a node completes, however it ran (``break diverge``).
+
+    Subclasses implement :meth:`fired`: a message when the node just completed
+    should stop the run, else None. The hit rule (condition, ignore count,
+    disposition) applies as for every breakpoint.
+    """
+
+    what: ClassVar[str] = "catchpoint"
+
+    def fired(self, session, node) -> str | None:
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstructionCheck(Breakpoint):
+    """A kind that looks at a dispatch instruction by instruction (``break race``).
+
+    :meth:`wants` says whether a node must be interpreted for it; :meth:`observer`
+    gives a :class:`~firscope.vm.interp.Observer` for that dispatch whose
+    ``before``/``after`` return True to stop there, with ``message`` saying why
+    and ``lane`` (optional) the lane to focus. A ``store`` method, if it has one,
+    sees every store before it lands.
+    """
+
+    what: ClassVar[str] = "catchpoint"
+
+    def wants(self, session, node) -> bool:
+        return False
+
+    def observer(self, session, node):
+        return None
+
+
 @dataclass(frozen=True)
 class Hit:
     """What a breakpoint's hit rule decided: stop or not, and why a condition failed."""
@@ -187,6 +222,12 @@ class BreakpointTable:
     def watches(self) -> list[Watchpoint]:
         return self.enabled(Watchpoint)
 
+    def node_checks(self) -> list[NodeCheck]:
+        return self.enabled(NodeCheck)
+
+    def instruction_checks(self, session, node) -> list[InstructionCheck]:
+        return [bp for bp in self.enabled(InstructionCheck) if bp.wants(session, node)]
+
     @property
     def nan(self) -> bool:
         return bool(self.enabled(NanCatchpoint))
@@ -214,6 +255,10 @@ class BreakpointTable:
         """
         if bp.number == 0:
             return Hit(True)
+        # Callers hold the record they started with; the counts are the table's, now.
+        bp = self._bps.get(bp.number)
+        if bp is None or not bp.enabled:
+            return Hit(False)
         if bp.condition is not None:
             try:
                 ok = truth(evaluate(bp.condition))

@@ -62,7 +62,12 @@ class DriveObserver(Observer):
         self.nan = table.nan
         self.tape = session.tape
         self.patched = session.patches.inside(session.step, session.node_index)
-        self.wants_before = bool(lines) or self.patched
+        # kinds that watch every instruction (break race, ...), each with its observer
+        self.checks = [(bp, bp.observer(session, node))
+                       for bp in table.instruction_checks(session, node)]
+        self.checks = [(bp, o) for bp, o in self.checks if o is not None]
+        self.wants_before = bool(lines) or self.patched or any(o.wants_before
+                                                               for _, o in self.checks)
         self.wants_after = True
         self.skip_at = d.steps if skip_first else -1
         self.stored: list = []
@@ -71,12 +76,18 @@ class DriveObserver(Observer):
     def store(self, d, where, values) -> None:
         if self.tape is not None:
             self.tape.store(d, where, values)
+        for _, o in self.checks:
+            if hasattr(o, "store"):
+                o.store(d, where, values)
         if self.watches or self.nan:
             self.stored.append((np.array(where).reshape(-1), np.array(values).reshape(-1)))
 
     def before(self, d, op) -> bool:
         if self.patched:
             self.s.patches_due(d)
+        for bp, o in self.checks:
+            if o.wants_before and o.before(d, op) and self._check_fired(bp, o):
+                return True
         bps = self.lines.get(op.loc.line)
         if not bps or d.steps == self.skip_at:
             return False
@@ -91,6 +102,9 @@ class DriveObserver(Observer):
         if self.tape is not None:
             self.tape.after(d, op)
         try:
+            for bp, o in self.checks:
+                if o.wants_after and o.after(d, op) and self._check_fired(bp, o):
+                    return True
             if self.nan:
                 msg = self._nan_after(d, op)
                 if msg:
@@ -101,6 +115,15 @@ class DriveObserver(Observer):
             return False
         finally:
             self.stored.clear()
+
+    def _check_fired(self, bp, obs) -> bool:
+        hit = self.s._hit(bp, self.goal)
+        if not hit.stop:
+            return False
+        text = f"{bp.what.capitalize()} {bp.number}, {getattr(obs, 'message', bp.spec)}"
+        self.stop = self.s._stop(StopReason.BREAKPOINT, f"{hit.error}\n{text}" if hit.error
+                                 else text, bp.number, lane=getattr(obs, "lane", None))
+        return True
 
     def _watch_after(self, op) -> bool:
         arena = self.s.arena

@@ -337,7 +337,9 @@ class Session:
                     return stop
                 if not self.dispatch.done:  # the units ran out inside the kernel
                     return self._stop(StopReason.STEP, "")
-                self._complete_dispatch()
+                stop = self._complete_dispatch(goal)
+                if stop is not None:
+                    return stop
                 if self._goal_reached(goal, units):
                     return self._at_goal(goal)
             first = False
@@ -365,6 +367,8 @@ class Session:
     def _needs_instructions(self, node: PlanNode, goal: Goal) -> bool:
         """Whether this kernel must be interpreted instruction by instruction."""
         if self.breakpoints.lines(node.target) or self.breakpoints.nan:
+            return True
+        if self.breakpoints.instruction_checks(self, node):
             return True
         if self.patches.inside(self.step, node.index):
             return True
@@ -431,6 +435,9 @@ class Session:
         self.history.push(Record(RecordKind.NODE, self.step, node.index, changes))
         self._observe(node)
         self._advance_node()
+        stop = self._after_node(node, goal)
+        if stop is not None:
+            return stop
         for bp in watches:
             stop = self._watch_fired(bp, goal, f"at {node.full_name}")
             if stop is not None:
@@ -445,7 +452,9 @@ class Session:
         stop, _ = self._drive(goal, skip_first=False, units=None, locate=True)
         if stop is not None:
             return stop
-        self._complete_dispatch()
+        stop = self._complete_dispatch(goal)
+        if stop is not None:
+            return stop
         if fault is not None:  # the interpreter ran it without a fault: engines disagree
             return self._stop(StopReason.FAULT, f"{fault} (the interpreter ran this node without "
                                                 "a fault: please report)")
@@ -512,7 +521,19 @@ class Session:
         self.dispatch = d
         self.tape = Tape(d, max(self.history.budget // 8, 1 << 20))
 
-    def _complete_dispatch(self) -> None:
+    def _after_node(self, node: PlanNode, goal: Goal) -> Stop | None:
+        """Kinds that decide after a node completes (break diverge)."""
+        for bp in self.breakpoints.node_checks():
+            message = bp.fired(self, node)
+            if message:
+                hit = self._hit(bp, goal)
+                if hit.stop:
+                    text = f"{bp.what.capitalize()} {bp.number}, {message}"
+                    return self._stop(StopReason.BREAKPOINT,
+                                      f"{hit.error}\n{text}" if hit.error else text, bp.number)
+        return None
+
+    def _complete_dispatch(self, goal: Goal | None = None) -> Stop | None:
         node = self.nodes[self.node_index]
         d = self.dispatch
         self.line_counts[node.target] = d.line_counts
@@ -521,6 +542,7 @@ class Session:
         self._leave_dispatch()
         self._observe(node)
         self._advance_node()
+        return self._after_node(node, goal) if goal is not None else None
 
     def _leave_dispatch(self) -> None:
         self.dispatch = None
