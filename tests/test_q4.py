@@ -46,3 +46,43 @@ def test_packing_two_codes_per_byte():
     q = quantize(w)
     assert q.packed.dtype == np.uint8 and q.packed.shape == (3, 32)
     assert q.nbytes == 3 * 32 + 2 * 3 * 2 * 4
+
+
+# --- the overflow of issue 10.15: finite weights must never become NaN ---------------------------
+def test_group_range_beyond_f32_is_refused_not_nan():
+    from firscope.model.q4 import Q4RangeError, quantize_numpy
+    w = np.zeros((3, 40), dtype=np.float32)
+    w[2, 33], w[2, 38] = 3e38, -3e38  # row 2, group 1 (columns 32..39)
+    for f in (quantize, quantize_numpy):
+        with pytest.raises(Q4RangeError) as e:
+            f(w, 32)
+        assert (e.value.row, e.value.group_index, e.value.first, e.value.last) == (2, 1, 32, 39)
+        assert "-3e+38 to 3e+38" in str(e.value)
+
+
+def test_wide_group_that_fits_stays_finite_and_within_half_a_step():
+    w = np.array([[1.5e38, -1.5e38, 0.0, 7e37] + [1.0] * 28], dtype=np.float32)
+    q = quantize(w, 32)
+    deq = q.dequantize()
+    assert np.isfinite(q.scale).all() and np.isfinite(deq).all()
+    assert np.abs(deq.astype(np.float64) - w).max() <= q.scale.max() / 2 * (1 + 1e-6)
+
+
+def test_loader_names_the_tensor_whose_range_overflows(make_model):
+    from safetensors.numpy import load_file, save_file
+    from firscope.errors import FirError
+    from firscope.model import load_model
+    fir = make_model("wide")
+    ck = fir.parent / "model.safetensors"
+    t = load_file(str(ck))
+    name = "transformer.h.1.mlp.c_proj.weight"  # Conv1D [in, out]: a group runs along 'in'
+    t[name][3, 5], t[name][4, 5] = 3e38, -3e38
+    save_file(t, str(ck))
+    with pytest.raises(FirError) as e:
+        load_model(fir)
+    msg = str(e.value)
+    assert "weight 'projw@1'" in msg and f"tensor '{name}'" in msg
+    assert "row 5" in msg and "--fir-f32" in msg
+    assert e.value.loc is not None and "projw" in e.value.loc.text
+    m = load_model(fir, fir_f32=True)  # the suggested way out works
+    assert np.isfinite(m.weights["projw@1"].matrix).all()

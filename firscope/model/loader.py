@@ -26,7 +26,7 @@ from ..vm.assembler import NREGS, KernelCode, Program, Region, bind, check_kerne
 from .checkpoint import Checkpoint
 from .config import (config_matches, integer_symbols, load_config, parse_require_value,
                      show_json)
-from .q4 import DEFAULT_GROUP, Q4Matrix, quantize, warm_kernels
+from .q4 import DEFAULT_GROUP, Q4Matrix, Q4RangeError, quantize, warm_kernels
 
 EXT_OPS = {
     # name: (number of args, number of outs, usage)
@@ -428,7 +428,11 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
             if fir_f32:
                 entry.matrix = t
             else:
-                entry.q4 = quantize(t, group)
+                try:
+                    entry.q4 = quantize(t, group)
+                except Q4RangeError as e:
+                    raise FirError(f"weight '{entry.name}': tensor '{entry.tensor}' {e} (load it "
+                                   "as f32 with --fir-f32)", entry.loc) from None
                 entry.matrix = entry.q4.dequantize()
         return None
 

@@ -5,6 +5,10 @@ elements is a group with ``scale = (max - min) / 15`` and
 ``q = clip(round((w - min) / scale), 0, 15)``; ``w' = q * scale + min``.
 A group whose max equals its min gets scale 1 and q 0. Codes are packed two
 per byte, low nibble first. Rounding is NumPy's round-half-to-even.
+
+A group whose range ``max - min`` is beyond the f32 maximum (a group holding
++3e38 and -3e38) has no f32 scale: :func:`quantize` refuses it with
+:class:`Q4RangeError` (the loader names the tensor) instead of storing NaN.
 """
 from __future__ import annotations
 
@@ -14,6 +18,19 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_GROUP = 32
+
+
+class Q4RangeError(ValueError):
+    """A group's range does not fit in f32, so it has no int4 step (``max - min`` / 15)."""
+
+    def __init__(self, row: int, group_index: int, first: int, last: int, lo: float,
+                 hi: float):
+        self.row, self.group_index, self.first, self.last = row, group_index, first, last
+        self.lo, self.hi = lo, hi
+        super().__init__(
+            f"row {row} (an output), columns {first}..{last} (group {group_index}) span "
+            f"{lo:.7g} to {hi:.7g}: the int4 step (max - min) / 15 and the largest code's "
+            "value do not fit in f32, so this tensor cannot be quantized to q4")
 
 
 @dataclass(frozen=True)
@@ -168,7 +185,26 @@ def quantize(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
     scale = np.empty((rows, ng), dtype=np.float32)
     minimum = np.empty((rows, ng), dtype=np.float32)
     _kernels()["quantize"](w, group, packed, scale, minimum)
+    _check_range(w, group, scale, minimum)
     return Q4Matrix(rows, cols, group, packed, scale, minimum)
+
+
+def _check_range(w: np.ndarray, group: int, scale: np.ndarray, minimum: np.ndarray) -> None:
+    """Raise :class:`Q4RangeError` for the first group whose step or top code overflows f32.
+
+    ``hi - lo`` overflows when a group holds +3e38 and -3e38; then the scale is
+    inf and every dequantized weight NaN. Even when it fits, ``15 * scale + min``
+    (the largest code's value) can round past the f32 maximum.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = np.float32(15) * scale + minimum
+    bad = ~(np.isfinite(scale) & np.isfinite(top))
+    if not bad.any():
+        return
+    row, g = (int(i) for i in np.argwhere(bad)[0])
+    first, last = g * group, min(g * group + group, w.shape[1]) - 1
+    seg = w[row, first: last + 1]
+    raise Q4RangeError(row, g, first, last, float(seg.min()), float(seg.max()))
 
 
 def quantize_numpy(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
@@ -187,12 +223,16 @@ def quantize_numpy(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
     grouped = w.reshape(rows, ng, group)
     lo = grouped.min(axis=2)
     hi = grouped.max(axis=2)
-    scale = ((hi - lo) / np.float32(15)).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = ((hi - lo) / np.float32(15)).astype(np.float32)
     flat = scale == 0
     scale[flat] = 1.0
     # (w - min) / scale in f64: with f32 inputs this is exact enough that the
     # rounded code is the nearest one, so |w - w'| <= scale/2 up to f32 rounding.
-    q = np.rint((grouped - lo[:, :, None]).astype(np.float64) / scale[:, :, None])
+    if np.isfinite(w).all():  # non-finite weights are the loader's error, not a range one
+        _check_range(w[:, :cols], group, scale, lo)
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = np.rint((grouped - lo[:, :, None]).astype(np.float64) / scale[:, :, None])
     np.clip(q, 0, 15, out=q)
     q = q.astype(np.uint8).reshape(rows, padded)
     if padded % 2:
