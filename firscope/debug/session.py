@@ -401,7 +401,7 @@ class Session:
                     raise FirError(f"'{name}' has layers 0..{m.layers - 1}")
             if w.region is not None:
                 return m.view(w.region).reshape(w.shape)
-            return w.matrix
+            return w.dense()  # a q4 weight is dequantized when first looked at
         raise FirError(f"no buffer, weight or register named '{name}'")
 
     def _layer_value(self, name: str, layer: int) -> np.ndarray:

@@ -26,7 +26,7 @@ from ..vm.assembler import NREGS, KernelCode, Program, Region, bind, check_kerne
 from .checkpoint import Checkpoint
 from .config import (config_matches, integer_symbols, load_config, parse_require_value,
                      show_json)
-from .q4 import DEFAULT_GROUP, Q4Matrix, Q4RangeError, quantize, warm_kernels
+from .q4 import DEFAULT_GROUP, Q4_PATHS, Q4Matrix, Q4RangeError, quantize, warm_kernels
 
 EXT_OPS = {
     # name: (number of args, number of outs, usage)
@@ -68,7 +68,7 @@ class WeightEntry:
     loc: Loc
     region: Region | None = None  # arena placement (f32 weights)
     q4: Q4Matrix | None = None  # q4 weights: codes, scales, mins ([out, in])
-    matrix: np.ndarray | None = None  # [out, in] f32: dequantized q4, or --fir-f32 copy
+    matrix: np.ndarray | None = None  # [out, in] f32: --fir-f32 copy, or q4 with q4_path="dequant"
 
     @property
     def size(self) -> int:
@@ -85,6 +85,13 @@ class WeightEntry:
         if self.q4 is not None:
             return self.q4.nbytes
         return self.size * 4
+
+    def dense(self) -> np.ndarray | None:
+        """[out, in] f32 for a viewer: the stored matrix, or the q4 one dequantized on demand
+        (kept until :meth:`Q4Matrix.drop_dense`); None for arena weights (view the arena)."""
+        if self.matrix is not None:
+            return self.matrix
+        return self.q4.dense() if self.q4 is not None else None
 
 
 @dataclass(frozen=True)
@@ -196,11 +203,19 @@ def available_memory() -> int | None:
 
 def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_GROUP,
                progress: Callable[[str, float], None] | None = None,
-               memory_limit: int | None = None) -> Model:
-    """Load and check a model file; raise :class:`FirError` on any problem."""
+               memory_limit: int | None = None, q4_path: str = "packed") -> Model:
+    """Load and check a model file; raise :class:`FirError` on any problem.
+
+    ``q4_path``: "packed" (q4 linears multiply by the packed codes) or "dequant"
+    (each q4 matrix is also dequantized to f32 at load and multiplied by BLAS: the
+    comparison path).
+    """
     t0 = time.perf_counter()
+    if q4_path not in Q4_PATHS:
+        raise FirError(f"unknown q4 path '{q4_path}' ({', '.join(Q4_PATHS)})")
     if not fir_f32:
-        warm_kernels()  # numba's import and kernel load overlap parsing and reading
+        # numba's import and kernel load overlap parsing and reading
+        warm_kernels(matvec=q4_path == "packed")
     path = Path(path)
     report = progress or (lambda what, frac: None)
     report("parse", 0.0)
@@ -354,8 +369,8 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
             arena_elems += n
             nbytes = 4 * n
         else:
-            # packed codes + scales/mins + the dequantized f32 cache
-            nbytes = n // 2 + 2 * 4 * (n // group + 1) + 4 * n
+            # packed codes + scales/mins (+ the dequantized f32 copy on the dequant path)
+            nbytes = n // 2 + 2 * 4 * (n // group + 1) + (4 * n if q4_path == "dequant" else 0)
             q4_bytes += nbytes
         largest = max(largest, (nbytes, f"weight '{w.name.text}'", w.loc), key=lambda t: t[0])
     need = arena_elems * 4 + q4_bytes
@@ -433,7 +448,8 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
                 except Q4RangeError as e:
                     raise FirError(f"weight '{entry.name}': tensor '{entry.tensor}' {e} (load it "
                                    "as f32 with --fir-f32)", entry.loc) from None
-                entry.matrix = entry.q4.dequantize()
+                if q4_path == "dequant":
+                    entry.matrix = entry.q4.dequantize()
         return None
 
     t_w = time.perf_counter()
