@@ -97,16 +97,43 @@ def write_checkpoint(folder: Path, shape: dict, seed: int = 0) -> None:
     (folder / "config.json").write_text(json.dumps(config, indent=2))
 
 
+class RssSampler:
+    """Peak anonymous and file-backed resident memory, sampled every 20 ms in a thread:
+    the peak of a load is either copies (anon) or checkpoint pages still mapped (file)."""
+
+    def __init__(self):
+        import threading
+        self.peak = {"RssAnon": 0, "RssFile": 0}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.wait(0.02):
+            with open("/proc/self/status") as f:
+                for line in f:
+                    key = line.split(":")[0]
+                    if key in self.peak:
+                        self.peak[key] = max(self.peak[key], int(line.split()[1]) * 1024)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._t.join()
+        return dict(self.peak)
+
+
 def child(folder: Path, steps: int) -> dict:
     """Load, decode and step one token in the debugger; everything in this process."""
     from firscope.debug.session import Session
     from firscope.runtime import Machine
     load1 = os.getloadavg()[0]
     a = cpu_snapshot()
+    sampler = RssSampler()
     t = time.perf_counter()
     model = load_firscope(folder / "gpt2.fir", dict(fir_f32=False, q4_path="packed"))
     load_s = time.perf_counter() - t
     rss_load, peak_load = rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak_split = sampler.stop()
     machine = Machine(model, engine="compiled")
     machine.kernel_runner.warmup()
     rng = np.random.default_rng(0)
@@ -126,7 +153,8 @@ def child(folder: Path, steps: int) -> dict:
     debug_s = time.perf_counter() - t
     b = cpu_snapshot()
     return {"load_s": load_s, "timings": model.timings, "rss_load": rss_load,
-            "peak_load": peak_load, "ms": statistics.median(times) * 1e3,
+            "peak_load": peak_load, "peak_anon": peak_split["RssAnon"],
+            "peak_file": peak_split["RssFile"], "ms": statistics.median(times) * 1e3,
             "ms_range": [min(times) * 1e3, max(times) * 1e3], "debug_token_s": debug_s,
             "history_bytes": session.history_bytes, "history_records": len(session.history),
             "peak_end": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -195,6 +223,10 @@ def main() -> int:
               f"{r['q4_bytes'] / 2**20:>7.0f} {r['ms']:>9.1f} {r['debug_token_s']:>13.2f} "
               f"{r['history_bytes'] / 2**20:>12.1f}Mi {max(r['loadavg']):>9.2f} "
               f"{r['others_cpu']:>10.2f}")
+    for name, r in rows.items():
+        if "error" not in r:
+            print(f"{name}: during load, peak anonymous RSS {r['peak_anon'] / 2**20:.0f} MiB, "
+                  f"peak file-backed RSS (checkpoint pages mapped) {r['peak_file'] / 2**20:.0f} MiB")
     print("(RSS load: VmRSS right after load; peak load: peak RSS during load; peak: over the "
           "whole run (decode and the debugger's token included); "
           "undo log/token: Session.history_bytes after next_token with an unbounded history)")

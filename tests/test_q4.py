@@ -209,6 +209,9 @@ def test_packed_and_dequant_paths_decode_alike(sample_fir):
     scale = np.abs(b).max()
     assert np.abs(a - b).max() <= 1e-4 * scale
     assert (a.argmax(axis=1) == b.argmax(axis=1)).all()
+    from firscope.profile.data import describe_model
+    assert describe_model(packed)["q4_path"] == "packed"
+    assert describe_model(deq)["q4_path"] == "dequant"
     with pytest.raises(FirError, match="unknown q4 path 'fast'"):
         load_model(sample_fir, q4_path="fast")
 

@@ -308,6 +308,8 @@ def describe_model(model: Model) -> dict:
         "n_positions": model.n_positions,
         "q4_weights": len(q4),
         "q4_bytes": int(sum(w.nbytes for w in q4)),
+        # how q4 linears ran: on the packed codes, or on f32 copies made at load
+        "q4_path": "dequant" if any(w.matrix is not None for w in q4) else "packed",
     }
 
 
