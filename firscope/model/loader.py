@@ -207,8 +207,8 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
     """Load and check a model file; raise :class:`FirError` on any problem.
 
     ``q4_path``: "packed" (q4 linears multiply by the packed codes) or "dequant"
-    (each q4 matrix is also dequantized to f32 at load and multiplied by BLAS: the
-    comparison path).
+    (each q4 matrix is also dequantized to f32 at load, ``WeightEntry.matrix``, and
+    linears multiply by that f32 copy: the comparison path, 4 bytes per weight more).
     """
     t0 = time.perf_counter()
     if q4_path not in Q4_PATHS:
