@@ -1,29 +1,32 @@
-"""Decode speed of firscope against HF transformers and a plain NumPy GPT-2.
+"""Decode speed of firscope against HF transformers, a NumPy GPT-2 and llama.cpp.
 
-    python benchmarks/decode.py [--quick] [--steps N]
+    python benchmarks/decode.py [--quick] [--steps N] [--rounds R] [--threads T]
+                                [--engines a,b,...] [--breakdown]
 
 Makes (once) a randomly initialised GPT-2 with GPT-2 small's shapes with HF
 transformers in ~/.cache/firscope-bench (outside the repo), copies the
-sample's gpt2.fir beside it, then in one run measures the time per decoded
-token (median over the steps, one token per step with a KV cache, positions
-0..N-1) of:
+sample's gpt2.fir beside it, and (when ``llama_cpp`` and ``gguf`` import)
+writes it as GGUF quantized to Q4_0 / Q4_1 with an f32 head
+(benchmarks/llama_peer.py). Then, for each of R rounds, it runs every engine
+in its own fresh process (the order rotates from round to round), and each
+process loads its model, warms up with one step, resets, and times N decode
+steps one token at a time (positions 0..N-1, a KV cache, 2 threads each by
+default). Engines that share a process slow each other down (OpenMP and
+OpenBLAS threads spin after a call), hence one process per measurement.
 
-* firscope, compiled micro-kernels, Q4 linears (the default load)
-* firscope, compiled micro-kernels, --fir-f32
-* HF transformers GPT2LMHeadModel with its KV cache
-* a plain NumPy GPT-2 with a KV cache (picoGPT-style, below)
-
-and prints the ratios firscope / transformers and firscope / NumPy, the load
-time (parse, weights + quantize, plan) and peak RSS of a firscope load
-measured in a fresh subprocess (so the figure is firscope's own), and the step
-interpreter's lane-instructions per second on g2.attn_decode at position 64.
-Speed is a ratio against peers measured in the same run (DESIGN.md).
+Printed per engine: the median over rounds of each round's median ms/token
+(and the range of the round medians), the load time and the resident memory
+(VmRSS) after load and after decoding, and for every measurement the load
+average and the CPU that *other* processes used meanwhile (from /proc/stat
+minus the engine's own CPU): a figure taken while others ran is noisy and
+says so. Ratios are against transformers, the NumPy GPT-2 and llama.cpp
+(when it ran). The last step's logits of every engine are compared, so a
+fast wrong engine shows. ``--breakdown`` adds firscope's time per node kind
+(ext ops, each micro-kernel) measured with a node hook in a separate process.
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
-import glob
 import json
 import os
 import resource
@@ -31,6 +34,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,36 +42,31 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 SEED_FIR = REPO / "sample_models" / "tiny-gpt2" / "gpt2.fir"
 SMALL = dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+FIRSCOPE = {  # engine -> load options and the f32 product backend
+    "firscope-q4": dict(fir_f32=False, q4_path="packed", f32_gemv="numba"),
+    "firscope-q4-dequant": dict(fir_f32=False, q4_path="dequant", f32_gemv="numba"),
+    "firscope-q4-blashead": dict(fir_f32=False, q4_path="packed", f32_gemv="blas"),
+    "firscope-f32": dict(fir_f32=True, q4_path="packed", f32_gemv="numba"),
+}
+PEERS = ("transformers", "numpy")
+LLAMA = ("llama-Q4_0", "llama-Q4_1")
+DEFAULT_ENGINES = ("firscope-q4", "firscope-q4-dequant", "firscope-q4-blashead", "firscope-f32",
+                   *PEERS, *LLAMA)
 
 
-def numpy_blas_threads() -> int:
-    """Threads numpy's OpenBLAS uses (what torch is matched to)."""
-    import numpy
-    libs = glob.glob(str(Path(numpy.__file__).parent.parent / "numpy.libs" / "*openblas*"))
-    for lib in libs:
-        try:
-            h = ctypes.CDLL(lib)
-        except OSError:
-            continue
-        for sym in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
-                    "openblas_get_num_threads"):
-            fn = getattr(h, sym, None)
-            if fn is not None:
-                return int(fn())
-    return os.cpu_count() or 1
-
-
-def make_checkpoint(folder: Path) -> Path:
+# --- the checkpoint ---------------------------------------------------------------------------
+def make_checkpoint(folder: Path, shape: dict = SMALL) -> Path:
+    """A random-weight HF GPT-2 checkpoint with ``shape`` and the seed's gpt2.fir beside it."""
     fir = folder / "gpt2.fir"
     if not (folder / "model.safetensors").exists():
         import torch
         from transformers import GPT2Config, GPT2LMHeadModel
         torch.manual_seed(0)
         folder.mkdir(parents=True, exist_ok=True)
-        cfg = GPT2Config(**SMALL)
-        GPT2LMHeadModel(cfg).save_pretrained(folder, safe_serialization=True)
+        GPT2LMHeadModel(GPT2Config(**shape)).save_pretrained(folder, safe_serialization=True)
     shutil.copy(SEED_FIR, fir)
     return fir
 
@@ -122,18 +121,47 @@ class NumpyGPT2:
         return self.wte @ layer_norm(x, *self.lnf)  # [vocab]
 
 
-# --- the engines: each factory returns step(token) -> logits, warmed up, at position 0 ---
-def firscope_engine(fir: Path, fir_f32: bool):
+# --- measuring inside a child process ------------------------------------------------------------
+def rss_bytes() -> int:
+    """Resident memory now (VmRSS), not the peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_snapshot() -> tuple[float, float, float]:
+    """(wall, busy CPU seconds of the whole machine, CPU seconds of this process)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = (sum(fields[:8]) - idle) / hz  # user..steal
+    return time.perf_counter(), busy, time.process_time()
+
+
+def others_cpu(a, b) -> float:
+    """Cores' worth of CPU other processes used between two snapshots."""
+    wall = b[0] - a[0]
+    return max(0.0, ((b[1] - a[1]) - (b[2] - a[2])) / wall) if wall > 0 else 0.0
+
+
+def load_firscope(fir: Path, opts: dict):
     from firscope.runtime import load_model
-    from firscope.runtime import Machine
-    model = load_model(fir, fir_f32=fir_f32)
+    kw = {"fir_f32": opts["fir_f32"]}
+    if opts["q4_path"] != "packed":
+        kw["q4_path"] = opts["q4_path"]
+    return load_model(fir, **kw)
+
+
+def firscope_engine(fir: Path, opts: dict):
+    from firscope.runtime import Machine, gemv
+    gemv.BACKEND["f32"] = opts["f32_gemv"]
+    model = load_firscope(fir, opts)
     machine = Machine(model, engine="compiled")
-    t = time.perf_counter()
     machine.kernel_runner.warmup()
-    warm = time.perf_counter() - t
-    machine.step(0)  # first call pays one-off costs (BLAS buffers)
-    machine.reset()
-    return (lambda tok: machine.step(tok).logits), machine, warm
+    return (lambda tok: machine.step(tok).logits), machine
 
 
 def transformers_engine(folder: Path, threads: int):
@@ -142,142 +170,243 @@ def transformers_engine(folder: Path, threads: int):
     from transformers.utils import logging
     logging.set_verbosity_error()
     torch.set_num_threads(threads)
-    model = GPT2LMHeadModel.from_pretrained(folder, torch_dtype=torch.float32).eval()
-    past = None
+    model = GPT2LMHeadModel.from_pretrained(folder, dtype=torch.float32).eval()
+    state = {"past": None}
 
     def step(tok):
-        nonlocal past
         with torch.inference_mode():
-            out = model(input_ids=torch.tensor([[tok]]), past_key_values=past, use_cache=True)
-        past = out.past_key_values
+            out = model(input_ids=torch.tensor([[tok]]), past_key_values=state["past"],
+                        use_cache=True)
+        state["past"] = out.past_key_values
         return out.logits[0, -1].numpy()
 
-    step(0)
-    past = None
-    return step
+    return step, lambda: state.update(past=None)
 
 
-def numpy_engine(folder: Path, cfg: dict):
-    m = NumpyGPT2(folder / "model.safetensors", cfg)
-    m.step(0)
-    m.pos = 0
-    return m.step
+def make_engine(name: str, folder: Path, threads: int):
+    """(step(token) -> logits, reset()) for engine ``name``, loaded in this process."""
+    if name in FIRSCOPE:
+        step, machine = firscope_engine(folder / "gpt2.fir", FIRSCOPE[name])
+        return step, machine.reset
+    if name == "transformers":
+        return transformers_engine(folder, threads)
+    if name == "numpy":
+        cfg = json.loads((folder / "config.json").read_text())
+        m = NumpyGPT2(folder / "model.safetensors", cfg)
+
+        def reset():
+            m.pos = 0
+        return m.step, reset
+    if name in LLAMA:
+        import llama_peer
+        kind = name.split("-", 1)[1]
+        step, llm = llama_peer.engine(llama_peer.prepare(folder)[kind], threads, 1024)
+        return step, llm.reset
+    raise SystemExit(f"unknown engine {name}")
 
 
-def load_in_subprocess(fir: Path, fir_f32: bool) -> dict:
-    code = f"""
-import json, resource, sys, time
-sys.path.insert(0, {str(REPO)!r})
-from firscope.runtime import load_model
-t = time.perf_counter()
-m = load_model({str(fir)!r}, fir_f32={fir_f32!r})
-total = time.perf_counter() - t
-load_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-from firscope.runtime import Machine
-mach = Machine(m, engine="compiled")
-mach.kernel_runner.warmup()
-for tok in range(8):
-    mach.step(tok)
-print(json.dumps(dict(m.timings, wall=total, load_rss=load_rss,
-      rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def node_breakdown(machine, tokens) -> dict[str, float]:
-    """ms per token by node target (ext op or kernel), on the machine's next positions."""
-    from collections import defaultdict
-    acc: dict[str, float] = defaultdict(float)
-    hook = lambda m, node, dt: acc.__setitem__(node.target, acc[node.target] + dt)  # noqa: E731
-    machine.hooks.after_node.append(hook)
+def child(args) -> int:
+    """One engine, one process: load, warm up, time ``steps`` decode steps, print JSON."""
+    folder = Path(args.folder)
+    tokens = [int(t) for t in args.tokens.split(",")]
+    rss0 = rss_bytes()
+    t = time.perf_counter()
+    step, reset = make_engine(args.child, folder, args.threads)
+    load_s = time.perf_counter() - t
+    rss_load = rss_bytes()
+    step(tokens[0])  # first call pays one-off costs (kernel loads, BLAS buffers, pages)
+    reset()
+    load1 = os.getloadavg()[0]
+    a = cpu_snapshot()
+    times, logits = [], None
     for tok in tokens:
+        t = time.perf_counter()
+        logits = step(tok)
+        times.append(time.perf_counter() - t)
+    b = cpu_snapshot()
+    np.save(args.logits, np.asarray(logits, dtype=np.float32))
+    print(json.dumps({"engine": args.child, "times": times, "load_s": load_s,
+                      "rss_start": rss0, "rss_load": rss_load, "rss_end": rss_bytes(),
+                      "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "loadavg": [load1, os.getloadavg()[0]], "others_cpu": others_cpu(a, b),
+                      "own_cpu": (b[2] - a[2]) / (b[0] - a[0])}))
+    return 0
+
+
+# --- where firscope's time goes (a child of its own) -----------------------------------------
+def breakdown_child(args) -> int:
+    """ms per token by node target on firscope q4 (node hook), plus the step interpreter's rate."""
+    from collections import defaultdict
+    folder = Path(args.folder)
+    tokens = [int(t) for t in args.tokens.split(",")]
+    step, machine = firscope_engine(folder / "gpt2.fir", FIRSCOPE["firscope-q4"])
+    step(tokens[0])
+    machine.reset()
+    acc: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(tokens))
+    current = [0]
+
+    def hook(m, node, dt):
+        key = node.target if node.kind == "micro" else f"{node.target} ({node.args[1].name})"
+        acc[key][current[0]] += dt
+    machine.hooks.after_node.append(hook)
+    for i, tok in enumerate(tokens):
+        current[0] = i
         machine.step(tok)
     machine.hooks.after_node.remove(hook)
-    return {k: v / len(tokens) * 1e3 for k, v in sorted(acc.items(), key=lambda kv: -kv[1])}
+    per = {k: statistics.median(v) * 1e3 for k, v in acc.items()}
+    micro = sum(v for k, v in per.items() if not k.startswith("fir."))
+    print(json.dumps({"per_target_ms": per, "micro_ms": micro,
+                      "loadavg": os.getloadavg()[0]}))
+    return 0
 
 
-def interp_rate(machine, position: int) -> tuple[float, int]:
-    """Lane-instructions per second of the step interpreter on attention at ``position``."""
-    from firscope.vm.interp import Dispatch
-    m = machine.model
-    node = next(n for n in m.nodes if n.target == "g2.attn_decode")
-    m.arena[m.inputs["position"].base] = position
-    best = 0.0
-    for _ in range(3):
-        d = Dispatch(node.program, m.arena)
-        t = time.perf_counter()
-        d.run()
-        best = max(best, d.lane_steps / (time.perf_counter() - t))
-    return best, d.lane_steps
+# --- the parent: rounds of fresh processes ------------------------------------------------------
+def run_child(engine: str, folder: Path, tokens: list[int], threads: int, out: Path,
+              breakdown: bool = False) -> dict:
+    env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               OPENBLAS_NUM_THREADS=str(threads))
+    cmd = [sys.executable, __file__, "--child", engine, "--folder", str(folder), "--tokens",
+           ",".join(map(str, tokens)), "--threads", str(threads), "--logits", str(out)]
+    if breakdown:
+        cmd.append("--breakdown-child")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        why = f"signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}"
+        if p.returncode in (-4, 132):
+            why += " (illegal instruction: the build uses an instruction this CPU lacks)"
+        tail = (p.stderr.strip().splitlines() or [""])[-1][:200]
+        return {"engine": engine, "error": f"{why} {tail}".strip()}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
+    out = {}
+    for name, runs in results.items():
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            out[name] = {"error": runs[0]["error"]}
+            continue
+        meds = [statistics.median(r["times"]) * 1e3 for r in ok]
+        out[name] = {
+            "ms": statistics.median(meds), "round_min": min(meds), "round_max": max(meds),
+            "rounds": len(ok), "steps": len(ok[0]["times"]),
+            "load_s": statistics.median(r["load_s"] for r in ok),
+            "rss_load": statistics.median(r["rss_load"] for r in ok),
+            "rss_end": statistics.median(r["rss_end"] for r in ok),
+            "loadavg": max(max(r["loadavg"]) for r in ok),
+            "others_cpu": statistics.median(r["others_cpu"] for r in ok),
+            "others_cpu_max": max(r["others_cpu"] for r in ok),
+        }
+    return out
+
+
+def print_table(summary: dict[str, dict]) -> None:
+    print(f"\n{'engine':<22} {'ms/token':>9} {'rounds range':>15} {'load s':>7} "
+          f"{'RSS load':>9} {'RSS end':>8} {'load avg':>9} {'others CPU':>11}")
+    for name, s in summary.items():
+        if "error" in s:
+            print(f"{name:<22} failed: {s['error']}")
+            continue
+        print(f"{name:<22} {s['ms']:>9.2f} {s['round_min']:>7.2f}-{s['round_max']:<7.2f} "
+              f"{s['load_s']:>7.2f} {s['rss_load'] / 2**20:>8.0f}M {s['rss_end'] / 2**20:>7.0f}M "
+              f"{s['loadavg']:>9.2f} {s['others_cpu']:>5.2f}/{s['others_cpu_max']:<5.2f}")
+    print("(ms/token: median over rounds of each round's median; RSS: VmRSS of the engine's "
+          "process after load and after decoding; load avg: the highest 1-min load average seen; "
+          "others CPU: cores used by other processes during the timed steps, median/max)")
+
+
+def print_ratios(summary: dict[str, dict]) -> None:
+    peers = [p for p in ("transformers", "numpy", *LLAMA, "firscope-f32")
+             if "ms" in summary.get(p, {})]
+    print("\nratios of ms/token (lower is faster for the row):")
+    for name, s in summary.items():
+        if "ms" not in s or not name.startswith("firscope"):
+            continue
+        cells = [f"/ {p} {s['ms'] / summary[p]['ms']:.2f}" for p in peers if p != name]
+        print(f"  {name:<22} " + "   ".join(cells))
+    for p in LLAMA:
+        if p in summary and "error" in summary[p]:
+            print(f"  {p}: no ratio, the engine failed ({summary[p]['error'][:80]})")
+
+
+def compare_logits(files: dict[str, Path]) -> None:
+    got = {k: np.load(p) for k, p in files.items() if p.exists()}
+    if not got:
+        return
+    print("\nagreement of the last step's logits (max |difference|, logits up to "
+          f"{max(np.abs(v).max() for v in got.values()):.2f}):")
+    pairs = [("firscope-f32", "transformers"), ("firscope-f32", "numpy"),
+             ("firscope-q4", "firscope-q4-dequant"), ("firscope-q4", "firscope-q4-blashead"),
+             ("firscope-q4", "firscope-f32"), ("llama-Q4_1", "firscope-q4"),
+             ("llama-Q4_0", "firscope-q4")]
+    for a, b in pairs:
+        if a in got and b in got:
+            print(f"  {a} vs {b}: {np.abs(got[a] - got[b]).max():.2e} "
+                  f"(same argmax: {int(got[a].argmax()) == int(got[b].argmax())})")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="3 rounds of 16 steps")
+    ap.add_argument("--steps", type=int, default=None, help="decode steps per process (32)")
+    ap.add_argument("--rounds", type=int, default=None, help="fresh processes per engine (5)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
+    ap.add_argument("--breakdown", action="store_true", help="firscope time per node kind")
+    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "firscope-bench"))
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--breakdown-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--folder", help=argparse.SUPPRESS)
+    ap.add_argument("--tokens", help=argparse.SUPPRESS)
+    ap.add_argument("--logits", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="16 decode steps instead of 64")
-    ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "firscope-bench"))
-    args = ap.parse_args()
-    steps = args.steps or (16 if args.quick else 64)
+    args = parse_args()
+    if args.child:
+        return breakdown_child(args) if args.breakdown_child else child(args)
+    steps = args.steps or (16 if args.quick else 32)
+    rounds = args.rounds or (3 if args.quick else 5)
     folder = Path(args.cache) / "gpt2-small-random"
-    fir = make_checkpoint(folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    rng = np.random.default_rng(0)
-    tokens = [int(t) for t in rng.integers(0, SMALL["vocab_size"], steps)]
-    threads = numpy_blas_threads()
-    print(f"GPT-2 small shapes (random weights), {steps} decode steps, positions 0..{steps - 1}; "
-          f"numpy BLAS threads {threads}, torch.set_num_threads({threads}), "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
-          f"{os.cpu_count()} cpus")
-
-    loads = {k: load_in_subprocess(fir, k == "f32") for k in ("q4", "f32")}
-    import warnings
-    warnings.filterwarnings("ignore")
-    step_q4, machine, warm = firscope_engine(fir, fir_f32=False)
-    step_f32, _, _ = firscope_engine(fir, fir_f32=True)
-    engines = {"firscope compiled q4": step_q4, "firscope compiled f32": step_f32,
-               "transformers": transformers_engine(folder, threads),
-               "numpy gpt2": numpy_engine(folder, cfg)}
-    # Round-robin, one token each per round, rotating who goes first: on a shared
-    # machine the load changes by the second, and this way every engine sees it alike.
-    res = {k: [] for k in engines}
-    last = {}
-    names = list(engines)
-    for i, tok in enumerate(tokens):
-        for k in names[i % len(names):] + names[:i % len(names)]:
-            t = time.perf_counter()
-            last[k] = np.asarray(engines[k](tok))
-            res[k].append(time.perf_counter() - t)
-    logits_q4, logits_f32 = last["firscope compiled q4"], last["firscope compiled f32"]
-    logits_hf, logits_np = last["transformers"], last["numpy gpt2"]
-    breakdown = node_breakdown(machine, tokens[:8])
-    rate, lane_steps = interp_rate(machine, 64)
-
-    med = {k: statistics.median(v) * 1e3 for k, v in res.items()}
-    print(f"\n{'engine':<24} {'median ms/token':>16} {'min':>8} {'max':>8}")
-    for k, v in res.items():
-        print(f"{k:<24} {med[k]:>16.2f} {min(v) * 1e3:>8.2f} {max(v) * 1e3:>8.2f}")
-    print("\nratios (median time per token, lower is faster for firscope):")
-    for k in ("firscope compiled q4", "firscope compiled f32"):
-        print(f"  {k} / transformers = {med[k] / med['transformers']:.2f}   "
-              f"{k} / numpy gpt2 = {med[k] / med['numpy gpt2']:.2f}")
-    print("\nagreement of the last step's logits (max abs difference):")
-    print(f"  firscope f32 vs transformers {np.abs(logits_f32 - logits_hf).max():.2e}, "
-          f"vs numpy {np.abs(logits_f32 - logits_np).max():.2e}; "
-          f"firscope q4 vs f32 {np.abs(logits_q4 - logits_f32).max():.2e}")
-    print(f"\nfirscope compiled q4, time per token by node kind (positions {len(tokens)}.."
-          f"{len(tokens) + 7}, timed by a node hook):")
-    print("  " + ", ".join(f"{k} {v:.2f} ms" for k, v in breakdown.items()))
-    for k, t in loads.items():
-        print(f"\nfirscope load ({k}, fresh process): parse {t['parse']:.2f} s, weights"
-              f"{' + quantize' if k == 'q4' else ''} {t['weights']:.2f} s, plan {t['plan']:.2f} s, "
-              f"total {t['wall']:.2f} s; peak RSS after load {t['load_rss'] / 2**20:.0f} MiB, "
-              f"after 8 compiled decode steps {t['rss'] / 2**20:.0f} MiB")
-    print(f"kernel warmup (compile or load from numba's cache): {warm:.2f} s")
-    print(f"\nstep interpreter on g2.attn_decode at position 64: {rate / 1e6:.2f} M "
-          f"lane-instructions/s ({lane_steps} lane-instructions per dispatch)")
-    print(f"benchmark process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} "
-          "MiB (all engines together)")
+    make_checkpoint(folder)
+    engines = [e for e in args.engines.split(",") if e]
+    if any(e in LLAMA for e in engines):
+        import llama_peer
+        why = llama_peer.available()
+        if why:
+            print(why)
+            engines = [e for e in engines if e not in LLAMA]
+        else:
+            llama_peer.prepare(folder)
+    tokens = [int(t) for t in np.random.default_rng(0).integers(0, SMALL["vocab_size"], steps)]
+    print(f"GPT-2 small shapes (random weights), {steps} decode steps (positions 0..{steps - 1}) "
+          f"per process, {rounds} rounds of fresh processes, {args.threads} threads per engine, "
+          f"{os.cpu_count()} cpus, OPENBLAS_CORETYPE="
+          f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; load average at start "
+          f"{os.getloadavg()[0]:.2f}")
+    tmp = Path(tempfile.mkdtemp(prefix="firscope-bench-"))
+    results: dict[str, list[dict]] = {e: [] for e in engines}
+    logits = {e: tmp / f"{e}.npy" for e in engines}
+    for r in range(rounds):
+        order = engines[r % len(engines):] + engines[:r % len(engines)]
+        for e in order:
+            results[e].append(run_child(e, folder, tokens, args.threads, logits[e]))
+        print(f"round {r + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}", flush=True)
+    summary = summarize(results)
+    print_table(summary)
+    print_ratios(summary)
+    compare_logits(logits)
+    if args.breakdown:
+        b = run_child("firscope-q4", folder, tokens, args.threads, tmp / "b.npy", breakdown=True)
+        if "error" in b:
+            print(f"\nbreakdown failed: {b['error']}")
+        else:
+            print(f"\nfirscope q4, median ms per token by node kind (load avg {b['loadavg']:.2f}); "
+                  f"micro-kernels together {b['micro_ms']:.2f} ms:")
+            for k, v in sorted(b["per_target_ms"].items(), key=lambda kv: -kv[1]):
+                print(f"  {k:<28} {v:7.3f}")
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -40,11 +40,11 @@ def test_loads_seed_and_lays_out_arena(random_model):
     from safetensors.numpy import load_file
     t = load_file(str(random_model.parent / "model.safetensors"))
     assert np.array_equal(m.view(m.weights["ln1w@1"].region), t["transformer.h.1.ln_1.weight"])
-    # q4 weights: transposed to [out, in], quantized, dequantized once
+    # q4 weights: transposed to [out, in], quantized; no f32 copy until one is asked for
     q = m.weights["qkvw@0"]
-    assert q.q4.rows == 192 and q.q4.cols == 64 and q.matrix.shape == (192, 64)
+    assert q.q4.rows == 192 and q.q4.cols == 64 and q.matrix is None
     src = t["transformer.h.0.attn.c_attn.weight"].T
-    assert np.abs(q.matrix - src).max() <= q.q4.scale.max() / 2 + 1e-6
+    assert np.abs(q.dense() - src).max() <= q.q4.scale.max() / 2 + 1e-6
 
 
 def test_fir_f32_keeps_exact_transposed_weights(random_model):

@@ -128,17 +128,21 @@ def test_memory_and_layout_phases_without_a_checkpoint():
     repeats = count_repeats(FIR, syms)
     bufs = declare_buffers(FIR, syms, repeats)
     weights = declare_weights(FIR, syms, repeats, bufs)
-    budget = size_memory(FIR, bufs, weights, repeats.layers, 32, None)
+    budget = size_memory(FIR, bufs, weights, repeats.layers, 32, None, "dequant")
+    packed = size_memory(FIR, bufs, weights, repeats.layers, 32, None)
     buf_elems = sum(b.size * (2 if b.per_layer else 1) for b in bufs.decls.values())
     f32_elems = sum(np.prod(w.shape) * (2 if w.per_layer else 1) for w in weights.values()
                     if w.in_arena)
     assert budget.arena_bytes == 4 * (buf_elems + f32_elems)
     # q4, two layers of four matrices: packed codes, a scale and a min per group of 32,
     # and the dequantized f32 copy
-    assert budget.q4_bytes == sum(n // 2 + 8 * (n // 32 + 1) + 4 * n
-                                  for n in (2 * 64 * 192, 2 * 64 * 64, 2 * 64 * 256, 2 * 256 * 64))
+    # (on the dequant path; the default packed path keeps no f32 copy)
+    sizes = (2 * 64 * 192, 2 * 64 * 64, 2 * 64 * 256, 2 * 256 * 64)
+    assert budget.q4_bytes == sum(n // 2 + 8 * (n // 32 + 1) + 4 * n for n in sizes)
+    assert packed.q4_bytes == sum(n // 2 + 8 * (n // 32 + 1) for n in sizes)
+    assert packed.arena_bytes == budget.arena_bytes
     with pytest.raises(FirError, match="the largest is weight 'fcw' with 0.1 MiB") as e:
-        size_memory(FIR, bufs, weights, repeats.layers, 32, budget.need - 1)
+        size_memory(FIR, bufs, weights, repeats.layers, 32, budget.need - 1, "dequant")
     assert e.value.loc.line == SEED.splitlines().index(
         "weight fcw q4 h.{i}.mlp.c_fc.weight tensor [n_embd,mlp]") + 1
 

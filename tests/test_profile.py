@@ -430,3 +430,83 @@ def test_cli_errors_are_one_line_and_early(random_model, tmp_path, args, msg):
                         "--engine", "interp", *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr
     assert "timed run" not in p.stderr  # nothing was profiled before the error
+
+
+# -- robust per-node timing statistics (issue 16: the table was decided by outliers) -------------
+def synthetic_profile(per_node_ns: list[list[int]], meta=None):
+    """ProfileData with given node durations: per_node_ns[step][node] (ns; -1 = not run)."""
+    from firscope.profile.data import NodeInfo, ProfileData, TokenTiming
+    n = len(per_node_ns[0])
+    nodes = [NodeInfo(i, f"n{i % 2}@{i // 2}", f"n{i % 2}", i // 2, "micro", f"k{i % 2}",
+                      ("out",)) for i in range(n)]
+    data = ProfileData(dict(meta or {}), nodes, {})
+    for s, row in enumerate(per_node_ns):
+        dur = np.array(row, dtype=np.int64)
+        start = np.where(dur >= 0, np.cumsum(np.maximum(dur, 0)) - np.maximum(dur, 0), -1)
+        data.tokens.append(TokenTiming(s, 7, s, start.astype(np.int64), dur))
+    return data
+
+
+def test_timing_stats_rank_by_median_times_calls_not_by_one_slow_call():
+    # node 0: steady 100 us; node 1: usually 3 us with one 4 ms call (attention_residual@3 of
+    # the issue: it topped the old total-time ranking); nodes 2, 3: steady 50 / 60 us.
+    rng = np.random.default_rng(0)
+    steps = []
+    for s in range(12):
+        steps.append([100_000 + int(rng.integers(0, 2000)), 3_000 + int(rng.integers(0, 300)),
+                      50_000 + int(rng.integers(0, 1000)), 60_000 + int(rng.integers(0, 1000))])
+    steps[6][1] = 4_054_000
+    data = synthetic_profile(steps, meta={"warmup_steps": 1})
+    st = data.timing_stats()
+    assert [r.key for r in st.rows] == ["n0@0", "n1@1", "n0@1", "n1@0"]  # median x calls order
+    slow = next(r for r in st.rows if r.key == "n1@0")
+    col = np.array([s[1] for s in steps])
+    assert slow.samples == 12 and st.steps == 12 and st.warmup_discarded == 0
+    assert (slow.min_ns, slow.max_ns) == (col.min(), col.max())
+    assert slow.median_ns == np.median(col) and slow.p90_ns == np.percentile(col, 90)
+    assert slow.total_ns == col.sum()
+    assert slow.outliers == 1 and slow.outlier_ns == 4_054_000
+    assert all(r.outliers == 0 for r in st.rows if r is not slow)
+    # by total time the slow node would rank first; by median x calls it is last, share small
+    assert slow.total_ns > max(r.total_ns for r in st.rows if r is not slow)
+    assert st.share(slow) == pytest.approx(slow.median_ns * 12 / st.cost_ns)
+    assert st.share(slow) < 0.02
+    assert "12 timed step(s)" in st.note() and "12 call(s)" in st.note()
+
+
+def test_timing_stats_discard_one_warmup_step_unless_the_run_already_did():
+    steps = [[9_000_000, 9_000_000, 9_000_000, 9_000_000]] + [[10, 20, 30, 40]] * 5
+    fresh = synthetic_profile(steps).timing_stats()  # e.g. a session profile: step 0 compiles
+    assert fresh.warmup_discarded == 1 and fresh.steps == 5
+    assert [r.max_ns for r in fresh.rows] == [40, 30, 20, 10]
+    assert "first 1 timed step(s) left out" in fresh.note()
+    warmed = synthetic_profile(steps, meta={"warmup_steps": 1}).timing_stats()
+    assert warmed.warmup_discarded == 0 and warmed.steps == 6  # the CLI ran its warm-up before
+    assert all(r.max_ns == 9_000_000 for r in warmed.rows)
+    assert "1 warm-up step(s) run and discarded" in warmed.note()
+    one = synthetic_profile(steps[:1]).timing_stats()  # never discard the only step
+    assert one.steps == 1 and one.rows[0].samples == 1 and one.rows[0].fence_ns is None
+    assert synthetic_profile(steps).timing_stats(warmup=0).steps == 6
+
+
+def test_timing_stats_by_name_pool_layers_and_skip_nodes_that_did_not_run():
+    steps = [[100, 10, 300, -1], [100, 10, 300, 20], [100, 10, 300, 20]]
+    st = synthetic_profile(steps).timing_stats(by="name", warmup=0)
+    rows = {r.key: r for r in st.rows}
+    assert rows["n0"].nodes == (0, 2) and rows["n0"].samples == 6
+    assert rows["n0"].median_ns == 200 and rows["n0"].min_ns == 100 and rows["n0"].max_ns == 300
+    assert rows["n1"].samples == 5 and rows["n1"].min_ns == 10  # the -1 is not a sample
+    with pytest.raises(ValueError):
+        synthetic_profile(steps).timing_stats(by="layer")
+
+
+def test_profile_run_has_timing_stats(random_model):
+    from firscope.profile.report import profile_model
+    m = load_model(random_model)
+    data = profile_model(m, [1, 2, 3], 2, engine="compiled", instrument_steps=0, quant=False)
+    st = data.timing_stats()
+    assert st.steps == len(data.tokens) == 4 and st.warmup_before == 1
+    assert len(st.rows) == len(m.nodes) and all(r.samples == 4 for r in st.rows)
+    assert all(r.min_ns <= r.median_ns <= r.p90_ns <= r.max_ns for r in st.rows)
+    costs = [r.cost_ns for r in st.rows]
+    assert costs == sorted(costs, reverse=True)

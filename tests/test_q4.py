@@ -46,3 +46,192 @@ def test_packing_two_codes_per_byte():
     q = quantize(w)
     assert q.packed.dtype == np.uint8 and q.packed.shape == (3, 32)
     assert q.nbytes == 3 * 32 + 2 * 3 * 2 * 4
+
+
+# --- the overflow of issue 10.15: finite weights must never become NaN ---------------------------
+def test_group_range_beyond_f32_is_refused_not_nan():
+    from firscope.model.q4 import Q4RangeError, quantize_numpy
+    w = np.zeros((3, 40), dtype=np.float32)
+    w[2, 33], w[2, 38] = 3e38, -3e38  # row 2, group 1 (columns 32..39)
+    for f in (quantize, quantize_numpy):
+        with pytest.raises(Q4RangeError) as e:
+            f(w, 32)
+        assert (e.value.row, e.value.group_index, e.value.first, e.value.last) == (2, 1, 32, 39)
+        assert "-3e+38 to 3e+38" in str(e.value)
+
+
+def test_wide_group_that_fits_stays_finite_and_within_half_a_step():
+    w = np.array([[1.5e38, -1.5e38, 0.0, 7e37] + [1.0] * 28], dtype=np.float32)
+    q = quantize(w, 32)
+    deq = q.dequantize()
+    assert np.isfinite(q.scale).all() and np.isfinite(deq).all()
+    assert np.abs(deq.astype(np.float64) - w).max() <= q.scale.max() / 2 * (1 + 1e-6)
+
+
+def test_loader_names_the_tensor_whose_range_overflows(make_model):
+    from safetensors.numpy import load_file, save_file
+    from firscope.errors import FirError
+    from firscope.runtime import load_model
+    fir = make_model("wide")
+    ck = fir.parent / "model.safetensors"
+    t = load_file(str(ck))
+    name = "transformer.h.1.mlp.c_proj.weight"  # Conv1D [in, out]: a group runs along 'in'
+    t[name][3, 5], t[name][4, 5] = 3e38, -3e38
+    save_file(t, str(ck))
+    with pytest.raises(FirError) as e:
+        load_model(fir)
+    msg = str(e.value)
+    assert "weight 'projw@1'" in msg and f"tensor '{name}'" in msg
+    assert "row 5" in msg and "--fir-f32" in msg
+    assert e.value.loc is not None and "projw" in e.value.loc.text
+    m = load_model(fir, fir_f32=True)  # the suggested way out works
+    assert np.isfinite(m.weights["projw@1"].matrix).all()
+
+
+# --- resident Q4: the packed matvec equals "dequantize, then f32 matvec" ---------------------
+U = 2.0 ** -24  # unit roundoff of f32
+
+
+def expanded_min(q):
+    return np.repeat(q.minimum, q.group, axis=1)[:, : q.cols].astype(np.float64)
+
+
+def assert_reordering_close(q, x, y):
+    """|y - W'x| within the f32 error bound of any summation order, 2 (cols + 4) u sum |w'||x|,
+    plus the rounding of q*scale that a fused q*scale + min skips (|q*scale| <= |w'| + |min|).
+    A wrong code, scale, min or column is off by about sum |w' x| itself."""
+    d = q.dequantize().astype(np.float64)
+    ref = d @ x.astype(np.float64)
+    bound = 2 * (q.cols + 4) * U * ((np.abs(d) + np.abs(expanded_min(q))) @ np.abs(x))
+    assert y.dtype == np.float32 and y.shape == (q.rows,)
+    assert (np.abs(y - ref) <= bound).all(), np.max(np.abs(y - ref) / bound)
+    # the bound is loose; the observed error is far below it, and BLAS's is alike
+    blas = q.dequantize() @ x
+    assert np.abs(y - ref).max() <= 64 * max(np.abs(blas - ref).max(), U * np.abs(ref).max())
+
+
+SHAPES = [((1, 32), 32), ((1, 1), 32), ((1, 7), 32), ((3, 33), 32), ((5, 70), 32), ((64, 32), 32),
+          ((7, 31), 32), ((130, 769), 32), ((768, 3072), 32), ((4, 7), 2), ((3, 33), 16),
+          ((9, 100), 7), ((5, 300), 128), ((2, 5), 1), ((600, 999), 64)]
+
+
+@pytest.mark.parametrize("shape,group", SHAPES)
+@pytest.mark.parametrize("parallel", [False, True])
+def test_matvec_equals_dequantized_matvec(shape, group, parallel):
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1] + group)
+    w = (rng.standard_normal(shape) * rng.uniform(0.01, 3, (shape[0], 1))).astype(np.float32)
+    q = quantize(w, group)
+    for x in (rng.standard_normal(shape[1]).astype(np.float32),
+              np.abs(rng.standard_normal(shape[1])).astype(np.float32) * 50):
+        assert_reordering_close(q, x, q.matvec(x, parallel=parallel))
+
+
+def test_matvec_uses_every_nibble_scale_and_min():
+    """One-hot x reads one column: that column of the dequantized matrix (a single term,
+    nothing to reorder; q*s + m fused or not differs by an ulp of w' plus half an ulp of q*s)."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((6, 70)).astype(np.float32)
+    q = quantize(w, 32)
+    d = q.dequantize()
+    m = expanded_min(q).astype(np.float32)
+    for c in range(70):
+        x = np.zeros(70, dtype=np.float32)
+        x[c] = 1
+        y = q.matvec(x)
+        ulps = np.spacing(np.abs(d[:, c])) + np.spacing(np.abs(d[:, c]) + np.abs(m[:, c]))
+        assert np.all(np.abs(y - d[:, c]) <= ulps), c
+
+
+def test_matvec_in_place_and_nan_inf_propagate():
+    rng = np.random.default_rng(3)
+    q = quantize(rng.standard_normal((70, 70)).astype(np.float32), 32)
+    x = rng.standard_normal(70).astype(np.float32)
+    want = q.matvec(x)
+    buf = x.copy()
+    q.matvec(buf, out=buf)  # fir.linear may write its input (in place)
+    assert np.array_equal(buf, want)
+    x[5] = np.nan
+    assert np.isnan(q.matvec(x)).all()
+    x[5] = np.inf
+    blas = q.dequantize() @ x
+    y = q.matvec(x)
+    assert np.array_equal(np.isnan(y), np.isnan(blas))
+    assert np.array_equal(np.isinf(y), np.isinf(blas))
+    assert np.array_equal(np.sign(y[np.isinf(y)]), np.sign(blas[np.isinf(blas)]))
+
+
+def test_matvec_checks_shapes():
+    q = quantize(np.ones((4, 8), dtype=np.float32), 32)
+    with pytest.raises(ValueError, match="8 columns"):
+        q.matvec(np.ones(9, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"f32 \[4\]"):
+        q.matvec(np.ones(8, dtype=np.float32), out=np.ones(4))
+
+
+def test_every_q4_weight_of_the_sample_model(sample_fir):
+    from firscope.runtime import load_model
+    m = load_model(sample_fir)
+    entries = [w for w in m.weights.values() if w.dtype == "q4"]
+    assert len(entries) == 4 * m.layers
+    rng = np.random.default_rng(11)
+    for w in entries:
+        assert w.matrix is None  # resident: no f32 copy
+        x = rng.standard_normal(w.q4.cols).astype(np.float32)
+        for parallel in (False, True):
+            assert_reordering_close(w.q4, x, w.q4.matvec(x, parallel=parallel))
+
+
+def test_dense_is_made_on_demand_once_and_read_only():
+    rng = np.random.default_rng(5)
+    q = quantize(rng.standard_normal((8, 64)).astype(np.float32))
+    assert not q._dense
+    d = q.dense()
+    assert q.dense() is d and np.array_equal(d, q.dequantize()) and not d.flags.writeable
+    q.drop_dense()
+    assert not q._dense
+
+
+# --- the two q4 paths of a loaded model --------------------------------------------------------
+def test_packed_and_dequant_paths_decode_alike(sample_fir):
+    from firscope.errors import FirError
+    from firscope.runtime import load_model
+    from firscope.runtime import Machine
+    packed = load_model(sample_fir)
+    deq = load_model(sample_fir, q4_path="dequant")
+    assert all(w.matrix is None for w in packed.weights.values() if w.dtype == "q4")
+    for name, w in deq.weights.items():
+        if w.dtype == "q4":
+            assert np.array_equal(w.matrix, w.q4.dequantize())
+            assert np.array_equal(w.q4.packed, packed.weights[name].q4.packed)
+    ids = [5, 17, 200, 3, 99, 42]
+    a = np.stack(Machine(packed, engine="compiled").generate(ids, 1)[1])
+    b = np.stack(Machine(deq, engine="compiled").generate(ids, 1)[1])
+    scale = np.abs(b).max()
+    assert np.abs(a - b).max() <= 1e-4 * scale
+    assert (a.argmax(axis=1) == b.argmax(axis=1)).all()
+    from firscope.profile.data import describe_model
+    assert describe_model(packed)["q4_path"] == "packed"
+    assert describe_model(deq)["q4_path"] == "dequant"
+    with pytest.raises(FirError, match="unknown q4 path 'fast'"):
+        load_model(sample_fir, q4_path="fast")
+
+
+# --- f32 products of the ext ops (runtime.gemv) -------------------------------------------------
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (50, 768), (700, 1000)])
+def test_f32_matvec_equals_blas_within_reordering(shape):
+    from firscope.runtime import gemv
+    rng = np.random.default_rng(shape[1])
+    w = rng.standard_normal(shape).astype(np.float32)
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    ref = w.astype(np.float64) @ x
+    bound = 2 * (shape[1] + 2) * U * (np.abs(w).astype(np.float64) @ np.abs(x))
+    y = np.empty(shape[0], dtype=np.float32)
+    gemv.f32_matvec(w, x, y)
+    assert (np.abs(y - ref) <= bound).all()
+    yt = np.empty(shape[1], dtype=np.float32)
+    gemv.f32_matvec(w.T, np.ones(shape[0], dtype=np.float32), yt)  # strided: BLAS
+    assert np.allclose(yt, w.sum(axis=0), rtol=1e-4, atol=1e-4)
+    if shape[0] == shape[1] or shape == (1, 1):
+        buf = x.copy()
+        gemv.f32_matvec(w, buf, buf)  # in place
+        assert np.array_equal(buf, y)

@@ -94,7 +94,7 @@ class Resolver:
         w = self._weight(name, layer)
         if w.region is not None:
             return read_only(m.view(w.region).reshape(w.shape))
-        return read_only(w.matrix)
+        return read_only(w.dense())  # a q4 weight is dequantized when first looked at
 
     def _weight(self, name: str, layer: int | None):
         m = self.s.model

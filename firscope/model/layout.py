@@ -86,7 +86,8 @@ def available_memory() -> int | None:
 
 
 def size_memory(fir: S.FirFile, buffers: Buffers, weights: Mapping[str, WeightDecl],
-                layers: int, group: int, limit: int | None) -> MemoryBudget:
+                layers: int, group: int, limit: int | None,
+                q4_path: str = "packed") -> MemoryBudget:
     """Size everything before allocating anything; refuse a model that cannot fit."""
     arena_elems = 0
     largest = (0, "", None)  # bytes, what, where: the error points at the biggest declaration
@@ -102,7 +103,8 @@ def size_memory(fir: S.FirFile, buffers: Buffers, weights: Mapping[str, WeightDe
             nbytes = 4 * n
         else:
             # packed codes + scales/mins + the dequantized f32 cache
-            nbytes = n // 2 + 2 * 4 * (n // group + 1) + 4 * n
+            # packed codes + scales/mins (+ the dequantized f32 copy on the dequant path)
+            nbytes = n // 2 + 2 * 4 * (n // group + 1) + (4 * n if q4_path == "dequant" else 0)
             q4_bytes += nbytes
         largest = max(largest, (nbytes, f"weight '{w.name}'", w.loc), key=lambda t: t[0])
     budget = MemoryBudget(arena_elems * 4, q4_bytes, limit)

@@ -15,6 +15,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..errors import FirError
 from ..fir import syntax as S
 from ..fir.expr import SymbolTable
 from ..fir.parser import parse_file
@@ -23,7 +24,7 @@ from .config import ConfigFile, read_config
 from .decls import (Buffers, Header, Repeats, WeightDecl, check_plan_size, count_repeats,
                     declare_buffers, declare_weights, define_symbols, read_header)
 from .layout import Layout, MemoryBudget, allocate_arena, available_memory, lay_out, size_memory
-from .q4 import DEFAULT_GROUP, warm_kernels
+from .q4 import DEFAULT_GROUP, Q4_PATHS, warm_kernels
 from .weights import WeightEntry, find_tensors, read_weights
 
 Progress = Callable[[str, float], None]
@@ -69,12 +70,19 @@ def declare(fir: S.FirFile, path: Path) -> Declarations:
 
 
 def load_parts(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_GROUP,
-               progress: Progress | None = None,
-               memory_limit: int | None = None) -> ModelParts:
-    """Parse, check and place a model and read its weights; raise FirError on any problem."""
+               progress: Progress | None = None, memory_limit: int | None = None,
+               q4_path: str = "packed") -> ModelParts:
+    """Parse, check and place a model and read its weights; raise FirError on any problem.
+
+    ``q4_path``: "packed" (q4 linears multiply by the packed codes) or "dequant" (each q4
+    matrix is also dequantized to f32 at load and linears multiply by that copy: the
+    comparison path, 4 bytes per weight more)."""
     t0 = time.perf_counter()
+    if q4_path not in Q4_PATHS:
+        raise FirError(f"unknown q4 path '{q4_path}' ({', '.join(Q4_PATHS)})")
     if not fir_f32:
-        warm_kernels()  # numba's import and kernel load overlap parsing and reading
+        # numba's import and kernel load overlap parsing and reading
+        warm_kernels(matvec=q4_path == "packed")
     path = Path(path)
     report = progress or (lambda what, frac: None)
     report("parse", 0.0)
@@ -82,7 +90,8 @@ def load_parts(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
     t_parse = time.perf_counter()
     d = declare(fir, path)
     limit = memory_limit if memory_limit is not None else available_memory()
-    budget = size_memory(fir, d.buffers, d.weight_decls, d.repeats.layers, group, limit)
+    budget = size_memory(fir, d.buffers, d.weight_decls, d.repeats.layers, group, limit,
+                         q4_path)
     layout = lay_out(d.buffers, d.weight_decls, d.repeats.layers)
     report("allocate", 0.05)
     arena = allocate_arena(layout)
@@ -90,6 +99,7 @@ def load_parts(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
     tensors = find_tensors(layout.slots, ckpt, d.header.prefix)
     t_w = time.perf_counter()
     weights = read_weights(layout.slots, tensors, ckpt, arena, fir_f32=fir_f32, group=group,
+                           q4_path=q4_path,
                            progress=lambda frac: report("weights", 0.05 + 0.85 * frac))
     t_weights = time.perf_counter()
     declared = {f.name: getattr(d, f.name) for f in fields(Declarations)}

@@ -5,15 +5,48 @@ elements is a group with ``scale = (max - min) / 15`` and
 ``q = clip(round((w - min) / scale), 0, 15)``; ``w' = q * scale + min``.
 A group whose max equals its min gets scale 1 and q 0. Codes are packed two
 per byte, low nibble first. Rounding is NumPy's round-half-to-even.
+
+The matrix stays in this form in memory: :meth:`Q4Matrix.matvec` multiplies
+by the packed codes directly (a numba kernel, parallel over output rows), and
+equals "dequantize, then f32 matvec" up to the order of the f32 sum and one
+fused multiply-add per dequantized weight. An f32 copy is made only when one
+is asked for (:meth:`Q4Matrix.dequantize`, or :meth:`Q4Matrix.dense`, which
+keeps it for a viewer that looks at the same weight again).
+
+A group whose range ``max - min`` is beyond the f32 maximum (a group holding
++3e38 and -3e38) has no f32 scale: :func:`quantize` refuses it with
+:class:`Q4RangeError` (the loader names the tensor) instead of storing NaN.
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 DEFAULT_GROUP = 32
+# The group the vectorized matvec is written for (16 bytes of codes per group,
+# one scale broadcast per 16 bytes); any other group size takes the general kernel.
+FAST_GROUP = 32
+# Below this many weights a matvec runs on the calling thread: waking the other
+# threads costs more than the work (the sample model's linears are 16k-64k weights).
+PARALLEL_MIN_WEIGHTS = 1 << 18
+MATVEC_CHUNK_ROWS = 64  # rows per parallel work item
+# How the runtime multiplies by a q4 matrix: its packed codes, or an f32 copy made at load.
+Q4_PATHS = ("packed", "dequant")
+
+
+class Q4RangeError(ValueError):
+    """A group's range does not fit in f32, so it has no int4 step (``max - min`` / 15)."""
+
+    def __init__(self, row: int, group_index: int, first: int, last: int, lo: float,
+                 hi: float):
+        self.row, self.group_index, self.first, self.last = row, group_index, first, last
+        self.lo, self.hi = lo, hi
+        super().__init__(
+            f"row {row} (an output), columns {first}..{last} (group {group_index}) span "
+            f"{lo:.7g} to {hi:.7g}: the int4 step (max - min) / 15 and the largest code's "
+            "value do not fit in f32, so this tensor cannot be quantized to q4")
 
 
 @dataclass(frozen=True)
@@ -24,6 +57,8 @@ class Q4Matrix:
     packed: np.ndarray  # uint8 [rows, ceil(ngroups*group/2)]
     scale: np.ndarray  # f32 [rows, ngroups]
     minimum: np.ndarray  # f32 [rows, ngroups]
+    # The dequantized matrix, once someone asked to look at it (see dense()).
+    _dense: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def ngroups(self) -> int:
@@ -46,9 +81,65 @@ class Q4Matrix:
         if out is None:
             out = np.empty((self.rows, self.cols), dtype=np.float32)
         if out.dtype == np.float32 and out.flags.c_contiguous and self.cols:
-            _kernels()["dequantize"](self.packed, self.scale, self.minimum, self.group, out)
+            _kernels("quant")["dequantize"](self.packed, self.scale, self.minimum, self.group, out)
             return out
         out[...] = self.dequantize_numpy()
+        return out
+
+    def dense(self) -> np.ndarray:
+        """The dequantized f32 [rows, cols], made on first use and kept (read-only).
+
+        For viewers (debugger expressions, the buffers view): the decode path
+        never calls it, so a model nobody inspects holds no f32 copy.
+        """
+        if not self._dense:
+            d = self.dequantize()
+            d.flags.writeable = False
+            self._dense.append(d)
+        return self._dense[0]
+
+    def drop_dense(self) -> None:
+        """Forget the copy :meth:`dense` made."""
+        self._dense.clear()
+
+    def matvec(self, x: np.ndarray, out: np.ndarray | None = None, *,
+               parallel: bool | None = None) -> np.ndarray:
+        """``dequantize() @ x`` computed from the packed codes, in f32.
+
+        ``x``: f32 [cols]; ``out``: f32 [rows] (may overlap ``x``: ``x`` is read
+        in full before anything is written). ``parallel``: None chooses by size.
+        """
+        x = np.asarray(x)
+        if x.shape != (self.cols,):
+            raise ValueError(f"matvec: x has shape {x.shape}, the matrix has {self.cols} columns")
+        if out is None:
+            out = np.empty(self.rows, dtype=np.float32)
+        elif out.shape != (self.rows,) or out.dtype != np.float32:
+            raise ValueError(f"matvec: out must be f32 [{self.rows}], got {out.dtype} {out.shape}")
+        if self.rows == 0:
+            return out
+        if self.cols == 0:
+            out[...] = 0
+            return out
+        k = _kernels("matvec")
+        if parallel is None:
+            parallel = self.rows * self.cols >= PARALLEL_MIN_WEIGHTS and matvec_threads() > 1
+        if self.group == FAST_GROUP:
+            half = self.packed.shape[1]  # bytes per row = 16 per group
+            xe = np.zeros(half, dtype=np.float32)  # even columns, zero past the end:
+            xo = np.zeros(half, dtype=np.float32)  # padding codes then add exactly 0
+            xe[: (self.cols + 1) // 2] = x[0::2]
+            xo[: self.cols // 2] = x[1::2]
+            args = (self.packed, self.scale, self.minimum, xe, xo, out)
+            fn = "q4_par32" if parallel else "q4_rows32"
+        else:
+            xc = np.array(x, dtype=np.float32)  # a copy: out may overlap x
+            args = (self.packed, self.scale, self.minimum, self.group, xc, out)
+            fn = "q4_par_any" if parallel else "q4_rows_any"
+        if parallel:
+            k[fn](*args, MATVEC_CHUNK_ROWS)
+        else:
+            k[fn](*args, 0, self.rows)
         return out
 
     def dequantize_numpy(self) -> np.ndarray:
@@ -63,28 +154,54 @@ class Q4Matrix:
         return np.ascontiguousarray(deq.reshape(self.rows, ng * g)[:, : self.cols])
 
 
-_KERNELS: dict = {}
+_KERNELS: dict[str, dict] = {}
 _KERNELS_LOCK = threading.Lock()
 
 
-def _kernels() -> dict:
-    """One-pass quantize/dequantize kernels (numba, nogil: the loader runs them in threads)."""
-    if _KERNELS:
-        return _KERNELS
+def _kernels(kind: str) -> dict:
+    """Compiled kernels by kind: "quant" (quantize/dequantize), "matvec" (packed GEMV).
+
+    numba, nogil (the loader quantizes in threads), cached on disk by
+    :func:`firscope.jitcache.prepare_numba`'s folder.
+    """
+    got = _KERNELS.get(kind)
+    if got is not None:
+        return got
     with _KERNELS_LOCK:
-        if not _KERNELS:
-            _build_kernels()
-    return _KERNELS
+        if kind not in _KERNELS:
+            _KERNELS[kind] = _BUILDERS[kind]()
+    return _KERNELS[kind]
 
 
-def warm_kernels() -> threading.Thread:
-    """Import numba and load the kernels in the background (about 1 s, once per process)."""
-    t = threading.Thread(target=_kernels, name="firscope-q4-warmup", daemon=True)
+def matvec_threads() -> int:
+    """Threads a parallel matvec uses: numba's (NUMBA_NUM_THREADS, default one per core)."""
+    import numba
+    return numba.get_num_threads()
+
+
+def warm_kernels(matvec: bool = True) -> threading.Thread:
+    """Import numba and load (or compile) the kernels in the background, once per process.
+
+    numba loads a kernel from its cache on the first call, so each one is called
+    once on a tiny matrix of the types the loader and the runtime use.
+    """
+    def load():
+        try:
+            q = quantize(np.arange(64, dtype=np.float32).reshape(2, 32), DEFAULT_GROUP)
+            q.dequantize()
+            if matvec:
+                x = np.ones(32, dtype=np.float32)
+                q.matvec(x, parallel=False)
+                if matvec_threads() > 1:
+                    q.matvec(x, parallel=True)
+        except Exception:  # noqa: BLE001 - a failed warm-up shows again, clearly, on real use
+            pass
+    t = threading.Thread(target=load, name="firscope-q4-warmup", daemon=True)
     t.start()
     return t
 
 
-def _build_kernels() -> None:
+def _build_quant_kernels() -> dict:
     from ..jitcache import prepare_numba
     prepare_numba()
     from numba import njit
@@ -142,8 +259,76 @@ def _build_kernels() -> None:
                     k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
                     out[r, c] = np.float32(k) * sc + mn
 
-    _KERNELS["dequantize"] = dequantize
-    _KERNELS["quantize"] = quantize_rows
+    return {"dequantize": dequantize, "quantize": quantize_rows}
+
+
+def _build_matvec_kernels() -> dict:
+    """y = dequantize(W) @ x from the packed codes, serial (a row range) or parallel.
+
+    Each weight is dequantized as ``q * scale + min`` (one fused multiply-add) and
+    multiplied by its x; only the order of the f32 sum differs from the reference
+    (fastmath allows reassociation and contraction, never 'no NaN/Inf': NaN and
+    Inf propagate as in BLAS).
+    """
+    from ..jitcache import prepare_numba
+    prepare_numba()
+    from numba import njit, prange
+
+    f16 = np.float32(16)
+    inv16 = np.float32(1 / 16)
+    fast = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+
+    @njit(**fast)
+    def q4_rows32(packed, scale, minimum, xe, xo, y, r0, r1):  # pragma: no cover - compiled
+        # One flat loop over a row's bytes: the scale index i >> 4 is the same for
+        # 16 consecutive bytes, so LLVM broadcasts it and the loop runs on full
+        # vectors with no per-group reduction. Nibbles are split in float
+        # arithmetic (exact for 0..255): integer ops would widen to int64 here.
+        n = packed.shape[1]
+        for r in range(r0, r1):
+            acc = np.float32(0)
+            for i in range(n):
+                b = np.float32(packed[r, i])
+                hi = np.floor(b * inv16)
+                lo = b - f16 * hi
+                s = scale[r, i >> 4]
+                m = minimum[r, i >> 4]
+                acc += (lo * s + m) * xe[i] + (hi * s + m) * xo[i]
+            y[r] = acc
+
+    @njit(**fast)
+    def q4_rows_any(packed, scale, minimum, group, x, y, r0, r1):  # pragma: no cover
+        cols = x.shape[0]
+        for r in range(r0, r1):
+            acc = np.float32(0)
+            for g in range(scale.shape[1]):
+                s = scale[r, g]
+                m = minimum[r, g]
+                for c in range(g * group, min(g * group + group, cols)):
+                    k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
+                    acc += (np.float32(k) * s + m) * x[c]
+            y[r] = acc
+
+    par = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
+
+    @njit(**par)
+    def q4_par32(packed, scale, minimum, xe, xo, y, chunk):  # pragma: no cover - compiled
+        rows = packed.shape[0]
+        for c in prange((rows + chunk - 1) // chunk):
+            q4_rows32(packed, scale, minimum, xe, xo, y, c * chunk, min(rows, c * chunk + chunk))
+
+    @njit(**par)
+    def q4_par_any(packed, scale, minimum, group, x, y, chunk):  # pragma: no cover
+        rows = packed.shape[0]
+        for c in prange((rows + chunk - 1) // chunk):
+            q4_rows_any(packed, scale, minimum, group, x, y, c * chunk,
+                        min(rows, c * chunk + chunk))
+
+    return {"q4_rows32": q4_rows32, "q4_rows_any": q4_rows_any, "q4_par32": q4_par32,
+            "q4_par_any": q4_par_any}
+
+
+_BUILDERS = {"quant": _build_quant_kernels, "matvec": _build_matvec_kernels}
 
 
 def quantize(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
@@ -167,8 +352,27 @@ def quantize(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
         packed[:, -1] = 0
     scale = np.empty((rows, ng), dtype=np.float32)
     minimum = np.empty((rows, ng), dtype=np.float32)
-    _kernels()["quantize"](w, group, packed, scale, minimum)
+    _kernels("quant")["quantize"](w, group, packed, scale, minimum)
+    _check_range(w, group, scale, minimum)
     return Q4Matrix(rows, cols, group, packed, scale, minimum)
+
+
+def _check_range(w: np.ndarray, group: int, scale: np.ndarray, minimum: np.ndarray) -> None:
+    """Raise :class:`Q4RangeError` for the first group whose step or top code overflows f32.
+
+    ``hi - lo`` overflows when a group holds +3e38 and -3e38; then the scale is
+    inf and every dequantized weight NaN. Even when it fits, ``15 * scale + min``
+    (the largest code's value) can round past the f32 maximum.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = np.float32(15) * scale + minimum
+    bad = ~(np.isfinite(scale) & np.isfinite(top))
+    if not bad.any():
+        return
+    row, g = (int(i) for i in np.argwhere(bad)[0])
+    first, last = g * group, min(g * group + group, w.shape[1]) - 1
+    seg = w[row, first: last + 1]
+    raise Q4RangeError(row, g, first, last, float(seg.min()), float(seg.max()))
 
 
 def quantize_numpy(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
@@ -187,12 +391,16 @@ def quantize_numpy(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
     grouped = w.reshape(rows, ng, group)
     lo = grouped.min(axis=2)
     hi = grouped.max(axis=2)
-    scale = ((hi - lo) / np.float32(15)).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = ((hi - lo) / np.float32(15)).astype(np.float32)
     flat = scale == 0
     scale[flat] = 1.0
     # (w - min) / scale in f64: with f32 inputs this is exact enough that the
     # rounded code is the nearest one, so |w - w'| <= scale/2 up to f32 rounding.
-    q = np.rint((grouped - lo[:, :, None]).astype(np.float64) / scale[:, :, None])
+    if np.isfinite(w).all():  # non-finite weights are the loader's error, not a range one
+        _check_range(w[:, :cols], group, scale, lo)
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = np.rint((grouped - lo[:, :, None]).astype(np.float64) / scale[:, :, None])
     np.clip(q, 0, 15, out=q)
     q = q.astype(np.uint8).reshape(rows, padded)
     if padded % 2:

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import FirError, Loc
 from .checkpoint import Checkpoint
 from .layout import Region, WeightSlot
-from .q4 import Q4Matrix, quantize
+from .q4 import Q4Matrix, Q4RangeError, quantize
 from .ref import Ref
 
 MAX_READ_THREADS = 4
@@ -37,7 +37,14 @@ class WeightEntry:
     loc: Loc
     region: Region | None = None  # arena placement (f32 weights)
     q4: Q4Matrix | None = None  # q4 weights: codes, scales, mins ([out, in])
-    matrix: np.ndarray | None = None  # [out, in] f32: dequantized q4, or --fir-f32 copy
+    matrix: np.ndarray | None = None  # [out, in] f32: --fir-f32 copy, or q4 with q4_path="dequant"
+
+    def dense(self) -> np.ndarray | None:
+        """[out, in] f32 for a viewer: the stored matrix, or the q4 one dequantized on demand
+        (kept until :meth:`Q4Matrix.drop_dense`); None for arena weights (view the arena)."""
+        if self.matrix is not None:
+            return self.matrix
+        return self.q4.dense() if self.q4 is not None else None
 
     @property
     def ref(self) -> Ref:
@@ -85,10 +92,11 @@ def find_tensors(slots: tuple[WeightSlot, ...], ckpt: Checkpoint,
 
 
 def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt: Checkpoint,
-                 arena: np.ndarray, *, fir_f32: bool, group: int,
+                 arena: np.ndarray, *, fir_f32: bool, group: int, q4_path: str = "packed",
                  progress: Callable[[float], None] | None = None) -> Mapping[str, WeightEntry]:
     """Read every weight: f32 ones into their arena regions (the one thing this phase
-    writes), q4 ones transposed and quantized (or kept f32 with ``fir_f32``)."""
+    writes), q4 ones transposed and quantized (or kept f32 with ``fir_f32``); on the
+    ``dequant`` q4 path each q4 matrix also keeps an f32 copy (the comparison path)."""
     def load_one(slot: WeightSlot) -> WeightEntry | None:
         tensor = tensors[slot.name]
         data = ckpt.read(tensor)
@@ -103,8 +111,13 @@ def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt
             if finite and fir_f32:
                 matrix = t
             elif finite:
-                q4 = quantize(t, group)
-                matrix = q4.dequantize()
+                try:
+                    q4 = quantize(t, group)
+                except Q4RangeError as e:
+                    raise FirError(f"weight '{slot.name}': tensor '{tensor}' {e} (load it as f32 "
+                                   "with --fir-f32)", slot.decl.loc) from None
+                if q4_path == "dequant":
+                    matrix = q4.dequantize()
         d = slot.decl
         entry = WeightEntry(slot.name, d.name, slot.layer, d.dtype, tensor, d.shape, d.loc,
                             slot.region, q4, matrix)

@@ -3,6 +3,8 @@
 Collect (no matplotlib needed):
   Profiler(model).attach(machine) ... .data() -> ProfileData   (collect)
   run_instrumented(model, tokens) -> InstructionProfile          (collect)
+  data.timing_stats(by="node"|"name") -> TimingStats             (data: min/median/p90/max,
+                                                                   ranked by median x calls)
   weight_stats(model) -> [WeightStats]                           (quant)
   compare_run(model, tokens) -> QuantComparison                  (quant)
 Report (imports matplotlib, Agg, on first use):
@@ -12,15 +14,17 @@ Report (imports matplotlib, Agg, on first use):
 """
 from .collect import Profiler, find_attention_sites, preserved_state, run_instrumented
 from .data import (ActivationError, AttentionMaps, AttentionSite, InstructionProfile, LogitStats,
-                   NodeInfo, ProfileData, QuantComparison, TokenTiming, WeightStats)
+                   NodeInfo, ProfileData, QuantComparison, TimingRow, TimingStats, TokenTiming,
+                   WeightStats, timing_stats)
 from .quant import compare_run, logit_stats, weight_stats
 
 _REPORT = ("profile_model", "complete_profile", "write_report", "report_dict")
 
 __all__ = ["Profiler", "find_attention_sites", "preserved_state", "run_instrumented",
            "ActivationError", "AttentionMaps", "AttentionSite", "InstructionProfile",
-           "LogitStats", "NodeInfo", "ProfileData", "QuantComparison", "TokenTiming",
-           "WeightStats", "compare_run", "logit_stats", "weight_stats", *_REPORT]
+           "LogitStats", "NodeInfo", "ProfileData", "QuantComparison", "TimingRow",
+           "TimingStats", "TokenTiming", "WeightStats", "timing_stats", "compare_run",
+           "logit_stats", "weight_stats", *_REPORT]
 
 
 def __getattr__(name):  # the report half pulls in matplotlib: load it only when asked

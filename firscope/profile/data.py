@@ -286,6 +286,11 @@ class ProfileData:
             return np.zeros((0, len(self.nodes)), dtype=np.int64)
         return np.stack([t.node_ns for t in self.tokens])
 
+    def timing_stats(self, *, by: str = "node", warmup: int | None = None) -> "TimingStats":
+        """Robust per-node (``by="node"``) or per-name (``by="name"``: all layers of a node
+        together) timing statistics; see :func:`timing_stats`."""
+        return timing_stats(self, by=by, warmup=warmup)
+
 
 def describe_model(model: Model) -> dict:
     q4 = [w for w in model.weights.values() if w.q4 is not None]
@@ -303,4 +308,119 @@ def describe_model(model: Model) -> dict:
         "n_positions": model.n_positions,
         "q4_weights": len(q4),
         "q4_bytes": int(sum(w.nbytes for w in q4)),
+        # how q4 linears ran: on the packed codes, or on f32 copies made at load
+        "q4_path": "dequant" if any(w.matrix is not None for w in q4) else "packed",
     }
+
+
+# -- robust timing statistics -------------------------------------------------------------
+# A call is an outlier when it is beyond Tukey's far-out fence (Q3 + 3 IQR) of its
+# node's calls *and* more than twice their median (a tight IQR alone would flag
+# nanosecond jitter). With fewer than OUTLIER_MIN_SAMPLES calls nothing is marked.
+OUTLIER_IQR = 3.0
+OUTLIER_MEDIAN_FACTOR = 2.0
+OUTLIER_MIN_SAMPLES = 4
+
+
+@dataclass(frozen=True)
+class TimingRow:
+    """One node (or one node name over all layers): what its calls took, in ns."""
+
+    key: str  # full name ("attention@3") or name ("attention")
+    kind: str
+    target: str
+    nodes: tuple[int, ...]  # plan indices the row covers
+    samples: int  # calls the figures rest on (warm-up steps excluded)
+    min_ns: int
+    median_ns: float
+    p90_ns: float  # linear interpolation; with < 10 samples it lies between the top two
+    max_ns: int
+    total_ns: int
+    outliers: int  # calls beyond the fence
+    outlier_ns: int  # time in those calls
+    fence_ns: float | None  # the outlier threshold; None when samples < OUTLIER_MIN_SAMPLES
+
+    @property
+    def cost_ns(self) -> float:
+        """median x calls: the ranking key, which one slow call cannot move far."""
+        return self.median_ns * self.samples
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Rows ranked by median x calls (largest first), and what they rest on."""
+
+    by: str  # "node" or "name"
+    rows: tuple[TimingRow, ...]
+    steps: int  # timed steps the figures rest on
+    warmup_discarded: int  # leading timed steps left out here
+    warmup_before: int  # steps run and discarded before timing began (meta "warmup_steps")
+
+    @property
+    def cost_ns(self) -> float:
+        return sum(r.cost_ns for r in self.rows)
+
+    def share(self, row: TimingRow) -> float | None:
+        total = self.cost_ns
+        return row.cost_ns / total if total else None
+
+    def note(self) -> str:
+        """One sentence for a report: what each figure rests on."""
+        samples = sorted({r.samples for r in self.rows})
+        per = (f"{samples[0]}" if len(samples) == 1 else
+               f"{samples[0]} to {samples[-1]}") if samples else "no"
+        warm = []
+        if self.warmup_before:
+            warm.append(f"{self.warmup_before} warm-up step(s) run and discarded before timing")
+        if self.warmup_discarded:
+            warm.append(f"the first {self.warmup_discarded} timed step(s) left out as warm-up")
+        return (f"Figures rest on {self.steps} timed step(s)"
+                + (f" ({'; '.join(warm)})" if warm else "") +
+                f"; each row on {per} call(s). Ranked by median x calls; a call is an outlier "
+                f"beyond Q3 + {OUTLIER_IQR:g} IQR and {OUTLIER_MEDIAN_FACTOR:g}x the median "
+                f"(not marked under {OUTLIER_MIN_SAMPLES} calls); p90 is interpolated.")
+
+
+def _row(key: str, kind: str, target: str, nodes: tuple[int, ...], calls: np.ndarray
+         ) -> TimingRow:
+    calls = np.sort(calls.astype(np.int64))
+    n = int(calls.size)
+    if n == 0:
+        return TimingRow(key, kind, target, nodes, 0, 0, 0.0, 0.0, 0, 0, 0, 0, None)
+    med = float(np.median(calls))
+    fence = None
+    out = np.zeros(0, dtype=np.int64)
+    if n >= OUTLIER_MIN_SAMPLES:
+        q1, q3 = np.percentile(calls, [25, 75])
+        fence = float(max(q3 + OUTLIER_IQR * (q3 - q1), OUTLIER_MEDIAN_FACTOR * med))
+        out = calls[calls > fence]
+    return TimingRow(key, kind, target, nodes, n, int(calls[0]), med,
+                     float(np.percentile(calls, 90)), int(calls[-1]), int(calls.sum()),
+                     int(out.size), int(out.sum()), fence)
+
+
+def timing_stats(data: ProfileData, *, by: str = "node", warmup: int | None = None
+                 ) -> TimingStats:
+    """min, median, p90 and max per node, ranked by median x calls, outliers marked.
+
+    ``warmup``: leading timed steps to leave out. By default one, unless the run
+    already discarded a warm-up step before timing (``meta["warmup_steps"]``, as
+    ``firscope profile`` does) -- but never every step: with one step, it stays.
+    """
+    if by not in ("node", "name"):
+        raise ValueError(f"by must be 'node' or 'name', not {by!r}")
+    before = int(data.meta.get("warmup_steps", 0) or 0)
+    ns = data.node_ns()
+    skip = (0 if before else 1) if warmup is None else warmup
+    skip = max(0, min(skip, ns.shape[0] - 1))
+    kept = ns[skip:]
+    groups: dict[str, list[NodeInfo]] = {}
+    for n in data.nodes:
+        groups.setdefault(n.full_name if by == "node" else n.name, []).append(n)
+    rows = []
+    for key, members in groups.items():
+        cols = kept[:, [m.index for m in members]].reshape(-1)
+        rows.append(_row(key, members[0].kind, members[0].target,
+                         tuple(m.index for m in members), cols[cols >= 0]))
+    rows.sort(key=lambda r: (-r.cost_ns, r.nodes[0]))
+    return TimingStats(by, tuple(rows), int(kept.shape[0]), skip, before)

@@ -1,8 +1,11 @@
 """The ext ops built into the graph runtime, one function per op.
 
-``fir.linear`` on a q4 weight multiplies by the matrix dequantized once at
-load (exactly ``q * scale + min`` in f32), so the result is the Q4 scheme's
-and runs at BLAS speed.
+``fir.linear`` on a q4 weight multiplies by its packed codes
+(:meth:`~firscope.model.q4.Q4Matrix.matvec`): no f32 copy of the matrix
+exists, and the result equals "dequantize, then f32 matvec" up to the order
+of the sum. A model loaded with ``q4_path="dequant"`` keeps that f32 copy
+(``WeightEntry.matrix``) and multiplies by it instead, for comparison.
+f32 products run in :mod:`firscope.runtime.gemv`.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import math
 import numpy as np
 
 from ..errors import FirFault
+from .gemv import f32_matvec
 from .plan import Operand, PlanNode
 
 
@@ -33,7 +37,8 @@ def embedding(arena: np.ndarray, node: PlanNode) -> None:
 
 
 def linear_matrix(arena: np.ndarray, w: Operand, transposed_decl: bool) -> np.ndarray:
-    """The weight as an [out, in] f32 matrix (a view where possible)."""
+    """An f32 weight (or a q4 one on the dequant path) as an [out, in] matrix, a view
+    where possible."""
     entry = w.weight
     if entry.matrix is not None:
         return entry.matrix
@@ -44,15 +49,17 @@ def linear_matrix(arena: np.ndarray, w: Operand, transposed_decl: bool) -> np.nd
 def linear(arena: np.ndarray, node: PlanNode) -> None:
     x, w = node.args
     y = node.outs[0]
-    mat = linear_matrix(arena, w, transposed_decl=False)
-    _view(arena, y)[...] = mat @ _view(arena, x)
+    entry = w.weight
+    if entry.q4 is not None and entry.matrix is None:
+        entry.q4.matvec(_view(arena, x), out=_view(arena, y))
+        return
+    f32_matvec(linear_matrix(arena, w, transposed_decl=False), _view(arena, x), _view(arena, y))
 
 
 def linear_t(arena: np.ndarray, node: PlanNode) -> None:
     x, w = node.args
     y = node.outs[0]
-    mat = linear_matrix(arena, w, transposed_decl=True)
-    _view(arena, y)[...] = mat @ _view(arena, x)
+    f32_matvec(linear_matrix(arena, w, transposed_decl=True), _view(arena, x), _view(arena, y))
 
 
 EXT_IMPLS = {

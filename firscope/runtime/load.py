@@ -92,10 +92,14 @@ class Model:
 
 
 def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_GROUP,
-               progress: Progress | None = None, memory_limit: int | None = None) -> Model:
-    """Load and check a model file; raise :class:`~firscope.errors.FirError` on any problem."""
+               progress: Progress | None = None, memory_limit: int | None = None,
+               q4_path: str = "packed") -> Model:
+    """Load and check a model file; raise :class:`~firscope.errors.FirError` on any problem.
+
+    ``q4_path="dequant"`` keeps an f32 copy of every q4 matrix and multiplies by it (the
+    comparison path); the default multiplies by the packed int4 codes."""
     parts = load_parts(path, fir_f32=fir_f32, group=group, progress=progress,
-                       memory_limit=memory_limit)
+                       memory_limit=memory_limit, q4_path=q4_path)
     t_plan = time.perf_counter()
     kernels = assemble_kernels(parts.fir, parts.buffers, parts.weight_decls)
     nodes = unroll_plan(parts, kernels)

@@ -176,7 +176,7 @@ class BuffersView(Vertical):
             original = np.ascontiguousarray(ck.read(w.tensor).T)
         except FirError:
             return None
-        err = original.astype(np.float64) - w.matrix
+        err = original.astype(np.float64) - w.q4.dequantize()
         self._q4_error_cache[w.name] = err
         return err
 

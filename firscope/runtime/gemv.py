@@ -1,0 +1,75 @@
+"""f32 matrix-vector products for the ext ops, on numba's thread pool.
+
+``fir.linear_t`` on the tied f32 head (GPT-2: 50257 x 768, 154 MB, the
+largest read of a decode step) and ``fir.linear`` on an f32 ``[out, in]``
+matrix (``--fir-f32``, or q4 on the dequant path) run here instead of in
+OpenBLAS, so that one decode step uses one pool of threads: OpenBLAS's
+threads spin for a while after each call, and on two cores they take the
+core that numba's q4 kernels want next (benchmarks/decode.py measures both
+ways with ``--f32-gemv blas``). The sum is reassociated (vectorized); its
+result equals BLAS's within f32 reordering error.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..model.q4 import MATVEC_CHUNK_ROWS, PARALLEL_MIN_WEIGHTS, matvec_threads
+
+# "numba" (default) or "blas": which implementation f32 products use. A switch
+# for measuring, not a user option; change it only between decode steps.
+BACKEND = {"f32": "numba"}
+
+_KERNELS: dict = {}
+_LOCK = threading.Lock()
+
+
+def _kernels() -> dict:
+    if not _KERNELS:
+        with _LOCK:
+            if not _KERNELS:
+                _KERNELS.update(_build())
+    return _KERNELS
+
+
+def _build() -> dict:
+    from ..jitcache import prepare_numba
+    prepare_numba()
+    from numba import njit, prange
+
+    @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+    def f32_rows(w, x, y, r0, r1):  # pragma: no cover - compiled
+        n = w.shape[1]
+        for r in range(r0, r1):
+            acc = np.float32(0)
+            for i in range(n):
+                acc += w[r, i] * x[i]
+            y[r] = acc
+
+    @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+    def f32_par(w, x, y, chunk):  # pragma: no cover - compiled
+        rows = w.shape[0]
+        for c in prange((rows + chunk - 1) // chunk):
+            f32_rows(w, x, y, c * chunk, min(rows, c * chunk + chunk))
+
+    return {"rows": f32_rows, "par": f32_par}
+
+
+def warm() -> None:
+    """Load (or compile) the kernels now rather than in the first decode step."""
+    _kernels()
+
+
+def f32_matvec(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = w @ x`` for f32 ``w`` [rows, cols]; ``out`` may overlap ``x``."""
+    if (BACKEND["f32"] != "numba" or w.dtype != np.float32 or not w.flags.c_contiguous
+            or w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0):
+        out[...] = w @ x
+        return
+    k = _kernels()
+    xc = np.array(x, dtype=np.float32)  # a copy: out may overlap x
+    if w.size >= PARALLEL_MIN_WEIGHTS and matvec_threads() > 1:
+        k["par"](w, xc, out, MATVEC_CHUNK_ROWS)
+    else:
+        k["rows"](w, xc, out, 0, w.shape[0])
