@@ -34,22 +34,12 @@ ENGINES = ("compiled", "interp")
 
 # -- argument types: a bad value is a usage error (exit 2) before anything is loaded ----------
 def count_arg(text: str) -> int:
-    """-n: a whole number of tokens, 0 or more."""
+    """-n, --seed: a whole number, 0 or more (NumPy's generators take seeds >= 0)."""
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if n < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more (got {n})")
-    return n
-
-
-def seed_arg(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 0:  # NumPy's generators take seeds >= 0
         raise argparse.ArgumentTypeError(f"must be 0 or more (got {n})")
     return n
 
@@ -134,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                         ".npy format, to exactly this file")
     r.add_argument("--temperature", type=temperature_arg, default=0.0,
                    help="sample with this temperature (default: greedy)")
-    r.add_argument("--seed", type=seed_arg, default=None, help="random seed for sampling")
+    r.add_argument("--seed", type=count_arg, default=None, help="random seed for sampling")
     _engine_arg(r)
     r.add_argument("--ids", action="store_true", help="print token ids instead of text")
     r.add_argument("--budget", type=int, default=None, metavar="N",

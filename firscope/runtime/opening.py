@@ -145,6 +145,16 @@ def _os_error(path: Path, doing: str, e: OSError) -> FirError:
     return FirError(f"{printable(path)}: cannot {doing}: {e.strerror or e}")
 
 
+def _stat(path: Path, doing: str) -> os.stat_result | None:
+    """What ``path`` is (links followed), or None when nothing is there yet."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _os_error(path, doing, e) from None
+
+
 def _probe(folder: Path, doing: str) -> None:
     """Create and remove a file in ``folder``: only an actual write proves it is writable
     (``os.access`` says yes to root on a read-only file system)."""
@@ -174,12 +184,7 @@ def check_output_folder(path: str | os.PathLike, what: str = "-o") -> Path:
 def check_output_file(path: str | os.PathLike, what: str) -> Path:
     """Check before a run that exactly ``path`` can be written afterwards."""
     out = _path_of(path, what)
-    try:
-        st = os.stat(out)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise _os_error(out, "write there", e) from None
+    st = _stat(out, "write there")
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise FirError(f"{printable(out)}: is a folder; {what} needs a file name")
     if st is not None and not stat.S_ISREG(st.st_mode):
@@ -216,12 +221,7 @@ def write_output(path: str | os.PathLike, data: bytes, what: str) -> Path:
     writes through a link into a regular file. A device or FIFO (``/dev/stdout``, a pipe)
     is written into, as a shell redirection would."""
     out = _path_of(path, what)
-    try:
-        st = os.stat(out)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise _os_error(out, f"write {what}", e) from None
+    st = _stat(out, f"write {what}")
     try:
         if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
             with open(out, "wb") as f:
