@@ -8,10 +8,13 @@ tokens, random bytes or a truncation of the model file, a damaged
 model.safetensors, an edited config.json, a kernel with stores aimed at
 weights, a debugger expression, a debugger script (movements with hostile
 looks at the state interleaved: the decode must be bit-identical to the same
-movements without them), or a forward/reverse/forward walk (the state must
-come back bit for bit). A model that loads is decoded for two steps on the
-interpreter with a small instruction budget, and must leave every weight as it
-was loaded (weights are read-only). The only acceptable failure is firscope's own FirError,
+movements without them), a forward/reverse/forward walk (the state must come
+back bit for bit), or a command line with hostile option values and output
+paths (run in this process: exit 0, 1 or 2 with a clean message, no raw
+control characters printed, no file written through a link or beside the path
+given). A model that loads is decoded for two steps on the interpreter with a
+small instruction budget, and must leave every weight as it was loaded (weights
+are read-only). The only acceptable failure is firscope's own FirError,
 located: in the model file with a line and column, or naming the other file.
 Anything else (KeyError, RecursionError, MemoryError, a hang...) is an
 escape; the first few are printed with their input.
@@ -45,7 +48,7 @@ from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
 CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "store": 6, "tokens": 6, "bytes": 4,
-              "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6}
+              "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6, "cli": 6}
 
 
 class Hang(BaseException):
@@ -113,6 +116,17 @@ def debugger_case(cat: str, model, rng: random.Random):
     return F.DECODED, None, ""
 
 
+def cli_case(rng: random.Random, model: Path, folder: Path, script: Path):
+    """The real command line, in this process: hostile option values and output paths."""
+    command = rng.choice(["run"] * 6 + ["debug"] * 3 + ["check"] * 2 + ["profile"])
+    picks = [(rng.randrange(10**6), rng.randrange(10**6), rng.randrange(10**6))
+             for _ in range(rng.randint(1, 4))]
+    F.prepare_output_folder(folder)
+    argv = F.cli_argv(command, str(model), picks, folder, script)
+    outcome, detail = F.run_cli_case(argv, folder)
+    return outcome, detail, repr(argv)[:800]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1)
@@ -147,6 +161,8 @@ def main() -> int:
     base_model = load_model(base / "gpt2.fir")  # for the debugger categories
     case_fir, case_ckpt, case_cfg = case_dir / "gpt2.fir", case_dir / "model.safetensors", \
         case_dir / "config.json"
+    cli_folder, cli_script = work / "cli-out", work / "cmds.gdb"
+    cli_script.write_text("print 1+1\nnext\nbogus\nprint 2\n")
     keep = Path(args.keep) if args.keep else None
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
@@ -173,6 +189,10 @@ def main() -> int:
                 outcome, detail, shown = expr_case(rng)
             elif cat in ("script", "reverse"):
                 outcome, detail, shown = debugger_case(cat, base_model, rng)
+
+
+            elif cat == "cli":
+                outcome, detail, shown = cli_case(rng, base / "gpt2.fir", cli_folder, cli_script)
             else:
                 if cat == "fir":
                     ops = random_ops(rng, F.KINDS)
@@ -241,6 +261,9 @@ def main() -> int:
         counts[outcome] += 1
         per_cat[cat][outcome] += 1
         if outcome == F.DECODED and cat not in ("expr", "script", "reverse"):
+
+
+        if outcome == F.DECODED and cat not in ("expr", "cli"):
             counts["ran" if detail is None else "run_error"] += 1
         if outcome in (F.ESCAPE, F.UNLOCATED):
             escapes.append((n, cat, outcome, detail, shown))
@@ -255,6 +278,9 @@ def main() -> int:
 
     total = args.count
     loaded = sum(per_cat[c][F.DECODED] for c in cats if c not in ("expr", "script", "reverse"))
+
+
+    loaded = sum(per_cat[c][F.DECODED] for c in cats if c not in ("expr", "cli"))
     firerr = counts[F.FIRERROR]
     escaped = counts[F.ESCAPE] + counts[F.UNLOCATED]
     print(f"seed {args.seed}: tried {total} cases in {time.perf_counter() - t_start:.0f} s "
@@ -268,6 +294,9 @@ def main() -> int:
         pc = per_cat[c]
         label = {"expr": "evaluated", "script": "identical", "reverse": "identical"}.get(
             c, "loaded")
+
+
+        label = {"expr": "evaluated", "cli": "exit 0"}.get(c, "loaded")
         print(f"    {c:<7} {sum(pc.values()):>6} tried  {pc[F.DECODED]:>6} {label}  "
               f"{pc[F.FIRERROR]:>6} FirError  {pc[F.ESCAPE] + pc[F.UNLOCATED]:>4} escaped")
     for n, cat, outcome, detail, shown in escapes[: args.show]:

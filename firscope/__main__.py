@@ -1,5 +1,11 @@
+"""``python -m firscope``: the command line (see :mod:`firscope.cli`)."""
 import sys
 
-from .cli import main
+try:  # ctrl+c this early is an interruption like any other, not a traceback
+    from .cli import main
 
-sys.exit(main())
+    code = main()
+except KeyboardInterrupt:
+    sys.stderr.write("firscope: interrupted\n")
+    code = 130
+sys.exit(code)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .text import printable
+
 
 @dataclass(frozen=True)
 class Loc:
@@ -36,15 +38,19 @@ class FirError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
+        # Paths, messages and source lines carry text from files: control characters in
+        # them are shown escaped, never sent to the terminal (issue 10.6).
+        message = printable(self.message, newlines=True)
         if self.loc is None:
-            out = self.message
+            out = message
         else:
-            out = f"{self.loc}: {self.message}"
+            out = f"{printable(self.loc)}: {message}"
             if self.loc.text:
-                line = self.loc.text.rstrip("\n").expandtabs(1)
-                out += f"\n    {line}\n    {' ' * max(self.loc.col - 1, 0)}^"
+                line = self.loc.text.rstrip("\n")
+                before = printable(line[: max(self.loc.col - 1, 0)]).expandtabs(1)
+                out += f"\n    {printable(line).expandtabs(1)}\n    {' ' * len(before)}^"
         if self.hint:
-            out += f"\n  hint: {self.hint}"
+            out += f"\n  hint: {printable(self.hint, newlines=True)}"
         return out
 
 

@@ -9,6 +9,7 @@ same way. :func:`classify` runs one case and says what happened.
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from pathlib import Path
@@ -608,3 +609,122 @@ def weight_store_model(seed_text: str, pick) -> str:
         target = _STORE_TARGETS[pick(len(_STORE_TARGETS))] + _KOFF[pick(len(_KOFF))]
         lines.insert(at, f"ustoref32 {pick(16)} {pick(8)} {target}")
     return "\n".join(lines)
+
+
+# -- the command line: hostile values and output paths (issue 10.7, 10.13) -------------------
+# Values for any option: numbers of every awkward kind, text that is not UTF-8 (argv hands
+# such bytes on as surrogates), terminal escapes, empty strings, option-looking words.
+CLI_VALUES = ["", " ", "0", "1", "2", "-1", "-0", "3", "15", "16", "17", "999999", "1e-320",
+              "5e-324", "1e308", "1e400", "nan", "inf", "-inf", "-0.5", "0.7", "1.5", "1_0",
+              "0x10", "\u0661", "\u00b2", "9" * 5000, str(2**64), str(-2**63), "1,2", "1,,2",
+              ",", "1, 2", "63", "64", "-5,3", "a\udcffb", "\udc80", "\x1b]0;x\x07", "\x9b2J",
+              "--", "-n", "--prompt", "hi", "\x00", "é", "\u202e", "x" * 300]
+CLI_OPTIONS = {
+    "run": ["-n", "--temperature", "--seed", "--tokens", "--prompt", "--budget", "--group",
+            "--engine", "--logits-out", "--ids", "--fir-f32"],
+    "debug": ["-n", "--tokens", "--prompt", "--group", "--engine", "--keep-going", "-x"],
+    "check": ["--group", "--fir-f32"],
+    "profile": ["-n", "--tokens", "--prompt", "--engine", "-o"],
+}
+CLI_FLAGS = {"--ids", "--fir-f32", "--keep-going"}
+# Output path kinds; each names what must stay untouched (see cli_output_path).
+OUTPUT_KINDS = ("new", "exists", "no_npy", "empty", "folder", "link_to_victim",
+                "dangling_link", "missing_parent", "under_a_file", "dev_full", "dev_null",
+                "proc", "dot_dot", "control_chars", "not_utf8")
+
+
+def cli_output_path(kind: str, folder: Path) -> str:
+    """An output path of ``kind`` inside ``folder`` (which holds ``victim`` and ``a_file``)."""
+    return {
+        "new": str(folder / "out.npy"), "exists": str(folder / "a_file"),
+        "no_npy": str(folder / "logits"), "empty": "", "folder": str(folder),
+        "link_to_victim": str(folder / "link"), "dangling_link": str(folder / "dangling"),
+        "missing_parent": str(folder / "no" / "such" / "x.npy"),
+        "under_a_file": str(folder / "a_file" / "x.npy"), "dev_full": "/dev/full",
+        "dev_null": "/dev/null", "proc": "/proc", "dot_dot": str(folder / "sub" / ".." / "o"),
+        "control_chars": str(folder / "o\x1b]0;x\x07"), "not_utf8": str(folder / "o\udcff"),
+    }[kind]
+
+
+def prepare_output_folder(folder: Path) -> None:
+    """The scene for output paths: a file that must never change, links, a plain file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "victim").write_text("precious")
+    (folder / "a_file").write_text("a file")
+    (folder / "sub").mkdir(exist_ok=True)
+    for name, target in (("link", folder / "victim"), ("dangling", folder / "nowhere")):
+        if not os.path.lexists(folder / name):
+            os.symlink(target, folder / name)
+
+
+def cli_argv(command: str, model: str, picks, folder: Path, script: Path) -> list[str]:
+    """A command line from ``picks``: (option index, value index, output kind index) triples."""
+    opts = CLI_OPTIONS[command]
+    argv = [command, model]
+    if command != "check":
+        argv += ["--engine", "interp"]
+        if not any(opts[i % len(opts)] in ("--tokens", "--prompt") for i, _, _ in picks):
+            argv += ["--tokens", "1"]
+    for i, v, k in picks:
+        opt = opts[i % len(opts)]
+        if opt in CLI_FLAGS:
+            argv.append(opt)
+        elif opt in ("--logits-out", "-o"):
+            argv += [opt, cli_output_path(OUTPUT_KINDS[k % len(OUTPUT_KINDS)], folder)]
+        elif opt == "-x":
+            argv += [opt, str(script) if v % 2 else CLI_VALUES[v % len(CLI_VALUES)]]
+        else:
+            argv += [opt, CLI_VALUES[v % len(CLI_VALUES)]]
+    if command == "profile" and "-o" not in argv:
+        argv += ["-o", str(folder / "report")]
+    return argv
+
+
+_RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def run_cli_case(argv: list[str], folder: Path, stdin_text: str = "print 1+1\n"):
+    """Run ``firscope argv`` in this process; return (outcome, detail).
+
+    FIRERROR: exit 1 with a ``firscope:``/located message, or exit 2 from argparse;
+    DECODED: exit 0; ESCAPE: anything else - an exception, "internal error", a raw
+    control character on stdout or stderr, the victim file changed, or a file
+    created outside the output folder's scene (``logits.npy`` for ``logits``,
+    ``/dev/full.npy``).
+    """
+    import contextlib
+    import io
+    import sys
+
+    from firscope.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    before = set(os.listdir(folder))
+    old_stdin = sys.stdin
+    sys.stdin = io.StringIO(stdin_text)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as e:  # argparse: usage errors (2), --help (0)
+                code = e.code
+    except BaseException as e:  # noqa: BLE001 - everything is a finding here
+        return ESCAPE, e
+    finally:
+        sys.stdin = old_stdin
+    text = out.getvalue() + err.getvalue()
+    problems = []
+    if "internal error" in text or "Traceback" in text:
+        problems.append("internal error")
+    if _RAW_CONTROL.search(text):
+        problems.append("a raw control character in the output")
+    if (folder / "victim").read_text() != "precious":
+        problems.append("the victim file behind a link was written")
+    new = set(os.listdir(folder)) - before
+    stray = sorted(n for n in new if n.endswith(".npy") and n != "out.npy" or n.startswith("."))
+    if stray or os.path.exists("/dev/full.npy"):
+        problems.append(f"files nobody asked for: {stray or ['/dev/full.npy']}")
+    if code not in (0, 1, 2):
+        problems.append(f"exit status {code!r}")
+    if problems:
+        return ESCAPE, RuntimeError(f"{'; '.join(problems)}: {text[-600:]!r}")
+    return (DECODED if code == 0 else FIRERROR), None

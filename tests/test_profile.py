@@ -416,19 +416,19 @@ def test_attention_is_found_from_kernel_operands_not_the_buffer_name(make_model)
         [("attention@0", "probs", 4, 32), ("attention@1", "probs", 4, 32)]
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--tokens", "1", "-n", "40"], "past n_positions 32"),
-    (["--tokens", "1", "-n", "-1"], "-n must be 0 or more"),
-    (["--tokens", "1", "-o", "{file}/sub"], "cannot create the report folder"),
+@pytest.mark.parametrize("args,msg,code", [
+    (["--tokens", "1", "-n", "40"], "past n_positions 32", 1),
+    (["--tokens", "1", "-n", "-1"], "argument -n: must be 0 or more", 2),  # a usage error
+    (["--tokens", "1", "-o", "{file}/sub"], "cannot create the report folder", 1),
 ])
-def test_cli_errors_are_one_line_and_early(random_model, tmp_path, args, msg):
+def test_cli_errors_are_one_line_and_early(random_model, tmp_path, args, msg, code):
     (tmp_path / "file").write_text("")
     args = [a.replace("{file}", str(tmp_path / "file")) for a in args]
     if "-o" not in args:
         args += ["-o", str(tmp_path / "out")]
     p = subprocess.run([sys.executable, "-m", "firscope", "profile", str(random_model),
                         "--engine", "interp", *args], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == code and msg in p.stderr and "Traceback" not in p.stderr
     assert "timed run" not in p.stderr  # nothing was profiled before the error
 
 

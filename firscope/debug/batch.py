@@ -1,58 +1,119 @@
-"""``firscope debug``: gdb-style batch mode, commands from -x SCRIPT or stdin."""
+"""``firscope debug``: gdb-style batch mode, commands from -x SCRIPT or stdin.
+
+Like ``gdb -batch -x``, the script stops at the first command that fails
+(``keep_going`` runs the rest) and the exit status is 1 when any command
+failed. Commands are read one line at a time, split at ``\\n`` only (as the
+model loader numbers lines), with a cap on the length of a line and on the
+whole input: ``-x /dev/zero`` or an endless pipe is an error, not a machine
+out of memory. Everything written is escaped for the terminal: commands
+echo the script, and results show names and text from the model's files.
+"""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
+from typing import IO, Iterator
 
 from ..errors import FirError
+from ..runtime.opening import RunInput, check_steps
+from ..text import printable
 from .commands import CommandInterpreter
 from .session import Session
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+MAX_LINE_BYTES = 64 * 1024
 
 
-def run_batch(args, out=None, stdin=None) -> int:
-    from ..cli import load, prompt_ids
+def script_lines(stream: IO, source: str, *, max_line: int = MAX_LINE_BYTES,
+                 max_total: int = MAX_SCRIPT_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text) for each line of ``stream`` (binary or text), read lazily."""
+    total = 0
+    number = 0
+    while True:
+        raw = stream.readline(max_line + 1)
+        if not raw:
+            return
+        if isinstance(raw, str):  # a text stream (tests, an embedding program)
+            raw = raw.encode("utf-8", errors="surrogateescape")
+        number += 1
+        total += len(raw)
+        if len(raw) > max_line:
+            raise FirError(f"{source}:{number}: a line of more than {max_line} bytes: not a "
+                           "command script")
+        if total > max_total:
+            raise FirError(f"{source}:{number}: more than {max_total} bytes of commands")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FirError(f"{source}:{number}:{e.start + 1}: not UTF-8 text") from None
+        yield number, text.rstrip("\n").rstrip("\r")
+
+
+def _open_script(path: Path) -> IO[bytes]:
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise FirError(f"{printable(path)}: no such file") from None
+    except IsADirectoryError:
+        raise FirError(f"{printable(path)}: is a folder, expected a command script") from None
+    except OSError as e:
+        raise FirError(f"{printable(path)}: cannot read script: {e.strerror}") from None
+    except ValueError:  # a NUL in the name
+        raise FirError(f"{printable(path)}: not a usable file name") from None
+
+
+def run_batch(source: RunInput, *, n: int = 16, engine: str = "compiled",
+              script: str | Path | None = None, keep_going: bool = False,
+              out: IO[str] | None = None, stdin: IO | None = None) -> int:
+    """Run the commands of ``script`` (or ``stdin``) on ``source``; 1 if any failed."""
     out = out or sys.stdout
-    model = load(args)
-    ids, tok = prompt_ids(args, model)
-    n = 16 if args.n is None else args.n
-    if n < 0:
-        raise FirError("-n must be 0 or more")
-    session = Session(model, ids, n, engine=args.engine)
-    ci = CommandInterpreter(session, tok)
-    if args.script:
-        path = Path(args.script)
-        try:
-            if path.stat().st_size > MAX_SCRIPT_BYTES:
-                raise FirError(f"{path}: script is too large")
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise FirError(f"{path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise FirError(f"{path}: cannot read script: {e}") from None
-        source = str(path)
+    check_steps(n)
+    # The script is opened first: a wrong name is reported before the model loads.
+    if script is not None:
+        stream = _open_script(Path(script))
+        name = printable(script)
     else:
-        lines = (stdin or sys.stdin).read().splitlines()
-        source = "<stdin>"
-    print(f"firscope debug: {model.path.name}, {len(ids)} prompt tokens, {n} to generate, "
-          f"{len(model.nodes)} nodes per token", file=out)
-    print(ci.where_line(), file=out)
+        stream = stdin if stdin is not None else sys.stdin
+        stream = getattr(stream, "buffer", stream)
+        name = "<stdin>"
+    with stream if script is not None else contextlib.nullcontext(stream):  # stdin stays open
+        opened = source.open()
+        session = Session(opened.model, list(opened.ids), n, engine=engine)
+        ci = CommandInterpreter(session, opened.tokenizer)
+        return _run_lines(ci, script_lines(stream, name), name, out, keep_going,
+                          header=f"firscope debug: {opened.model.path.name}, "
+                                 f"{len(opened.ids)} prompt tokens, {n} to generate, "
+                                 f"{len(opened.model.nodes)} nodes per token")
+
+
+def _run_lines(ci: CommandInterpreter, lines, name: str, out: IO[str], keep_going: bool,
+               header: str) -> int:
+    def emit(text: str) -> None:
+        print(printable(text, newlines=True), file=out)
+
+    emit(header)
+    emit(ci.where_line())
     errors = 0
-    for number, line in enumerate(lines, 1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        print(f"(firscope) {text}", file=out)
-        try:
-            result = ci.execute(text)
-        except FirError as e:
-            errors += 1
-            print(f"{source}:{number}: error: {e}", file=out)
-            continue
-        if result:
-            print(result, file=out)
-        if ci.quit:
-            break
-    out.flush()
-    return 0
+    try:
+        for number, line in lines:
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            emit(f"(firscope) {text}")
+            try:
+                result = ci.execute(text)
+            except FirError as e:
+                errors += 1
+                emit(f"{name}:{number}: error: {e}")
+                if not keep_going:
+                    emit(f"{name}: stopped at the first error (--keep-going runs the rest)")
+                    break
+                continue
+            if result:
+                emit(result)
+            if ci.quit:
+                break
+    finally:
+        out.flush()
+    return 1 if errors else 0

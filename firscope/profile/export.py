@@ -10,12 +10,13 @@ Times are microseconds, relative to the first node the profiler saw.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 
+from ..text import json_text, printable
 from .data import ProfileData
 from .quant import activation_summary, logit_summary, total_stats
 
@@ -247,8 +248,12 @@ def report_dict(data: ProfileData) -> dict:
 
 
 def dumps(report: dict) -> str:
-    return json.dumps(_jsonable(report), sort_keys=True, indent=1, allow_nan=False,
-                      ensure_ascii=False) + "\n"
+    return json_text(json.dumps(_jsonable(report), sort_keys=True, indent=1, allow_nan=False,
+                                ensure_ascii=False)) + "\n"
+
+
+def trace_json(data: ProfileData) -> str:
+    return json_text(json.dumps(trace_dict(data), ensure_ascii=False))
 
 
 def _jsonable(x):
@@ -315,21 +320,23 @@ def _cell(v):
                                                   ("inf" if v > 0 else "-inf"))
     if isinstance(v, (list, tuple)):
         return "x".join(str(x) for x in v)
+    if isinstance(v, str):  # names and source text from the model's files: no raw controls
+        return printable(v)
     return v
 
 
-def _write_csv(path: Path, header: list[str], rows) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        for r in rows:
-            w.writerow([_cell(r.get(h)) for h in header])
-    return path
+def _csv(header: list[str], rows) -> str:
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(header)
+    for r in rows:
+        w.writerow([_cell(r.get(h)) for h in header])
+    return f.getvalue()
 
 
-def write_csvs(data: ProfileData, report: dict, out: Path) -> dict[str, Path]:
-    """The tables, one file each; a table whose data is missing is not written."""
-    files: dict[str, Path] = {}
+def csv_tables(data: ProfileData, report: dict) -> dict[str, str]:
+    """The tables, {file name: CSV text}; a table whose data is missing is left out."""
+    files: dict[str, str] = {}
     timing = report["timing"]
     instr = report["instructions"]
     if timing is not None:
@@ -339,8 +346,7 @@ def write_csvs(data: ProfileData, report: dict, out: Path) -> dict[str, Path]:
             i = per_node_instr.get(r["index"], {})
             rows.append(dict(r, instr_steps=i.get("steps"), lane_steps=i.get("lane_steps"),
                              threads=i.get("threads"), lane_utilisation=i.get("utilisation")))
-        files["node_timing.csv"] = _write_csv(
-            out / "node_timing.csv",
+        files["node_timing.csv"] = _csv(
             ["index", "full_name", "name", "layer", "kind", "target", "calls", "total_us",
              "mean_us", "min_us", "max_us", "share", "threads", "instr_steps", "lane_steps",
              "lane_utilisation"], rows)
@@ -351,26 +357,22 @@ def write_csvs(data: ProfileData, report: dict, out: Path) -> dict[str, Path]:
                     long_rows.append({"step": t["step"], "token": t["token"],
                                       "position": t["position"], "node": n["index"],
                                       "full_name": n["full_name"], "start_us": s, "dur_us": d})
-        files["token_node_timing.csv"] = _write_csv(
-            out / "token_node_timing.csv",
+        files["token_node_timing.csv"] = _csv(
             ["step", "token", "position", "node", "full_name", "start_us", "dur_us"], long_rows)
     q = report["quant"]
     if q["weights"]:
-        files["weight_quant.csv"] = _write_csv(
-            out / "weight_quant.csv",
+        files["weight_quant.csv"] = _csv(
             ["name", "decl", "layer", "tensor", "shape", "group", "count", "rmse", "max_abs",
              "mean_abs", "p95_abs", "median_abs", "p95_bucket", "median_bucket", "weight_rms",
              "scale_min", "scale_max", "scale_mean", "min_min", "min_max", "groups",
              "flat_groups"],
             [_raw_weight(w) for w in data.weights])
     if data.comparison is not None:
-        files["activation_error.csv"] = _write_csv(
-            out / "activation_error.csv",
+        files["activation_error.csv"] = _csv(
             ["step", "position", "node", "full_name", "output", "primary", "rel_l2", "max_abs",
              "cosine", "sqnr_db"],
             [a.__dict__ for a in data.comparison.activations])
-        files["logits.csv"] = _write_csv(
-            out / "logits.csv",
+        files["logits.csv"] = _csv(
             ["step", "position", "token", "kl", "top_f32", "top_q4", "same_top", "p_top_f32",
              "p_top_q4", "delta_p"],
             [dict(s.__dict__, same_top=s.same_top, delta_p=s.delta_p)
@@ -380,8 +382,7 @@ def write_csvs(data: ProfileData, report: dict, out: Path) -> dict[str, Path]:
         for k in instr["kernels"]:
             for ln in k["lines"]:
                 rows.append(dict(ln, kernel=k["kernel"], instruction=ln["text"]))
-        files["line_counts.csv"] = _write_csv(
-            out / "line_counts.csv",
+        files["line_counts.csv"] = _csv(
             ["kernel", "pc", "line", "instruction", "count", "active_lanes", "utilisation"], rows)
     return files
 

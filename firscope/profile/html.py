@@ -10,6 +10,8 @@ import base64
 import html
 import math
 
+from ..text import printable
+
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0 auto;max-width:1100px;
 padding:0 1.2em 3em;color:#222;line-height:1.4}
@@ -27,7 +29,9 @@ details{margin:.4em 0}summary{cursor:pointer}
 
 
 def esc(x) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
+    """HTML-escaped, with control characters shown as escapes (``cat report.html`` on a
+    terminal must not run what a model file smuggled into a name)."""
+    return html.escape(printable("" if x is None else x), quote=True)
 
 
 def num(v, fmt: str = ".4g") -> str:

@@ -12,7 +12,7 @@
 """
 from __future__ import annotations
 
-import json
+import io
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,10 +22,12 @@ import numpy as np
 from .. import __version__
 from ..errors import FirError
 from ..runtime import Model
+from ..runtime.opening import RunInput, check_output_folder, check_steps, write_into_folder
+from ..text import printable
 from . import figures as F
 from .collect import Profiler, make_machine, run_instrumented
 from .data import ProfileData
-from .export import dumps, report_dict, trace_dict, write_csvs
+from .export import csv_tables, dumps, report_dict, trace_json
 from .html import render_html
 from .progress import Progress, Silent
 from .quant import compare_run, weight_stats
@@ -49,8 +51,7 @@ def profile_model(model: Model, prompt: list[int], n: int, *, engine: str = "com
     progress = progress or Silent()
     if not prompt:
         raise FirError("the prompt is empty: give at least one token")
-    if n < 0:
-        raise FirError("-n must be 0 or more")
+    check_steps(n)
     machine, actual = make_machine(model, engine)
     for t in prompt:
         machine.check_token(t)
@@ -138,57 +139,52 @@ def build_figures(report: dict) -> dict[str, bytes | None]:
 
 def write_report(data: ProfileData, out_dir, *, progress: Progress | None = None
                  ) -> dict[str, Path]:
-    """Write the report folder; returns {file name: path} of everything written."""
+    """Write the report folder; returns {file name: path} of everything written.
+
+    Every file is written under a new temporary name and renamed into place, so a
+    link already in the folder is replaced rather than written through, and a file
+    is either the old one or the whole new one.
+    """
     progress = progress or Silent()
-    out = Path(out_dir)
+    out = check_output_folder(out_dir)
+    progress.phase("writing the report")
+    report = report_dict(data)
+    contents: dict[str, str | bytes] = dict(csv_tables(data, report))
+    if data.tokens:
+        contents["trace.json"] = trace_json(data)
+    if data.comparison is not None:
+        buf = io.BytesIO()
+        np.savez(buf, q4=data.comparison.logits_q4, f32=data.comparison.logits_f32,
+                 tokens=np.asarray(data.comparison.tokens, dtype=np.int64))
+        contents["logits.npz"] = buf.getvalue()
+    contents["report.json"] = dumps(report)
+    names = sorted(contents)
+    contents["report.html"] = render_html(report, build_figures(report), names)
+    files: dict[str, Path] = {}
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        progress.phase("writing the report")
-        report = report_dict(data)
-        files = write_csvs(data, report, out)
-        if data.tokens:
-            files["trace.json"] = out / "trace.json"
-            files["trace.json"].write_text(json.dumps(trace_dict(data), ensure_ascii=False),
-                                           encoding="utf-8")
-        if data.comparison is not None:
-            files["logits.npz"] = out / "logits.npz"
-            np.savez(files["logits.npz"], q4=data.comparison.logits_q4,
-                     f32=data.comparison.logits_f32,
-                     tokens=np.asarray(data.comparison.tokens, dtype=np.int64))
-        files["report.json"] = out / "report.json"
-        files["report.json"].write_text(dumps(report), encoding="utf-8")
-        figs = build_figures(report)
-        files["report.html"] = out / "report.html"
-        names = sorted(files)
-        files["report.html"].write_text(render_html(report, figs, names), encoding="utf-8")
-        progress.end()
+        for name, content in contents.items():
+            files[name] = write_into_folder(out, name, content)
     except OSError as e:
-        raise FirError(f"{out}: cannot write the report: {e.strerror or e}") from None
+        raise FirError(f"{printable(out)}: cannot write the report: {e.strerror or e}") from None
+    progress.end()
     return files
 
 
-def run_profile(args) -> int:
-    """``firscope profile``: the CLI glue (argument handling lives in cli.py)."""
-    from ..cli import load, prompt_ids  # the CLI's own loading rules, not duplicated here
-
-    out = Path(args.out)
-    try:  # a folder we cannot write is reported before minutes of profiling, not after
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise FirError(f"{out}: cannot create the report folder: {e.strerror or e}") from None
+def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "compiled",
+                out: str | Path) -> int:
+    """``firscope profile``: the CLI glue (argument parsing lives in cli.py)."""
+    check_steps(n)
+    # A folder we cannot write is reported before minutes of profiling, not after.
+    out = check_output_folder(out)
     progress = Progress(sys.stderr)
     progress.phase("loading the model")
-    model = load(args)
+    opened = source.open()
     progress.end()
-    ids, tok = prompt_ids(args, model)
-    n = DEFAULT_STEPS if args.n is None else args.n
-    if n < 0:
-        raise FirError("-n must be 0 or more")
-    data = profile_model(model, ids, n, engine=getattr(args, "engine", "compiled"),
-                         tokenizer=tok, progress=progress)
+    data = profile_model(opened.model, list(opened.ids), n, engine=engine,
+                         tokenizer=opened.tokenizer, progress=progress)
     files = write_report(data, out, progress=progress)
-    print(f"wrote {files['report.html']}")
+    print(f"wrote {printable(files['report.html'])}")
     for name in sorted(files):
         if name != "report.html":
-            print(f"      {files[name]}")
+            print(f"      {printable(files[name])}")
     return 0

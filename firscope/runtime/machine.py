@@ -243,8 +243,14 @@ class Machine:
 def choose_token(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
     if temperature <= 0:
         return int(np.argmax(logits))
-    z = logits.astype(np.float64) / temperature
-    z -= z.max()
-    p = np.exp(z)
+    if not np.isfinite(logits).all():
+        raise FirError("the logits contain NaN or Inf: there is no distribution to sample from "
+                       "(break nan finds the node that made them; greedy decoding, "
+                       "temperature 0, still runs)")
+    # Shift before dividing: the largest logit becomes 0 whatever the temperature, and a tiny
+    # one (1e-320) sends the others to -inf, whose exp is 0, instead of overflowing to NaN.
+    z = logits.astype(np.float64) - float(logits.max())
+    with np.errstate(over="ignore", under="ignore"):
+        p = np.exp(z / temperature)
     p /= p.sum()
     return int(rng.choice(len(p), p=p))

@@ -22,6 +22,7 @@ from ..debug.commands import CommandInterpreter, Result
 from ..debug.session import Session
 from ..debug.snapshot import Stop
 from ..errors import FirError
+from ..text import printable
 from .attention_view import AttentionRecorder, AttentionView
 from .buffers_view import BuffersView
 from .console_view import ConsoleView
@@ -30,6 +31,7 @@ from .keys import bindings
 from .palette import DebuggerCommands
 from .profile_view import ProfileView
 from .registers_pane import RegistersPane
+from .safe_text import ControlCharacterFilter
 from .screens import HelpScreen, PromptScreen
 from .source_pane import SourceLines, SourcePane
 
@@ -65,8 +67,9 @@ class FirscopeApp(App):
 
     def __init__(self, model_path: Path, *, prompt_ids=None, prompt_text: str | None = None,
                  n: int = DEFAULT_N, fir_f32: bool = False, group: int = 32,
-                 engine: str = "compiled", show_times: bool = True):
+                 engine: str = "compiled", show_times: bool = True, q4_path: str = "packed"):
         super().__init__()
+        self.q4_path = q4_path
         self.model_path = Path(model_path)
         self.prompt_ids = prompt_ids
         self.prompt_text = prompt_text
@@ -84,6 +87,11 @@ class FirscopeApp(App):
         self.last_stop: Stop | None = None
         self.status_text = "loading"
         self.load_error: FirError | None = None
+        self.control_filter = ControlCharacterFilter()
+
+    def get_line_filters(self):
+        # every line of every widget: no control character from a file reaches the terminal
+        return [*super().get_line_filters(), self.control_filter]
 
     # -- layout -----------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -113,23 +121,17 @@ class FirscopeApp(App):
     # -- loading ------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="load")
     def load(self) -> None:
-        from ..runtime import load_model
-        from ..model.tokens import load_tokenizer
+        from ..runtime.opening import open_model, prompt_ids
 
         def progress(what: str, frac: float) -> None:
             self.call_from_thread(self.on_progress, what, frac)
 
         try:
             t0 = time.perf_counter()
-            model = load_model(self.model_path, fir_f32=self.fir_f32, group=self.group,
+            model = open_model(self.model_path, fir_f32=self.fir_f32, group=self.group,
+                               q4_path=self.q4_path,
                                progress=lambda w, f: progress(f"loading: {w}", f * 0.7))
-            tok = load_tokenizer(model.folder, model.vocab)
-            if self.prompt_ids is not None:
-                ids = list(self.prompt_ids)
-            else:
-                from ..cli import DEFAULT_PROMPT
-                ids = tok.encode(self.prompt_text if self.prompt_text is not None
-                                 else DEFAULT_PROMPT)
+            ids, tok = prompt_ids(model, prompt=self.prompt_text, tokens=self.prompt_ids)
             session = Session(model, ids, self.n, engine=self.engine_name)
             runner = session.machine.kernel_runner
             if runner is not None and hasattr(runner, "warmup"):
@@ -147,7 +149,7 @@ class FirscopeApp(App):
         self.call_from_thread(self.on_loaded, session, tok, loaded)
 
     def on_progress(self, what: str, frac: float) -> None:
-        self.query_one("#load-label", Label).update(f"{self.model_path.name}: {what}")
+        self.query_one("#load-label", Label).update(f"{printable(self.model_path.name)}: {what}")
         self.query_one("#load-bar", ProgressBar).update(progress=frac * 100)
 
     def show_load_error(self, e: FirError) -> None:
@@ -156,7 +158,7 @@ class FirscopeApp(App):
         panel.display = True
         panel.update(Text(str(e) + "\n\nfix the file and press F2 to reload, or q to quit",
                           style="bold"))
-        self.query_one("#load-label", Label).update(f"{self.model_path}: cannot load")
+        self.query_one("#load-label", Label).update(f"{printable(self.model_path)}: cannot load")
         self.query_one("#loading").display = True
         self.query_one("#main").display = False
         self.status_text = "error: " + e.message.splitlines()[0]
@@ -188,7 +190,7 @@ class FirscopeApp(App):
         t.append(" firscope ", style="bold reverse")
         if s is not None:
             m = s.model
-            t.append(f"  {m.folder.name} · {'f32' if m.fir_f32 else 'q4'} · ")
+            t.append(f"  {printable(m.folder.name)} · {'f32' if m.fir_f32 else 'q4'} · ")
             if s.finished:
                 t.append(f"finished {s.step}/{s.total_steps}")
             else:
@@ -505,13 +507,12 @@ def export_session(session: Session, tokenizer, out: Path) -> str:
 
 
 def run_app(args) -> int:
-    from ..cli import resolve_model
     from ..model.tokens import parse_token_list
+    from ..runtime.opening import resolve_model
     ids = parse_token_list(args.tokens) if getattr(args, "tokens", None) else None
-    n = DEFAULT_N if args.n is None else args.n
-    if n < 0:
-        raise FirError("-n must be 0 or more")
+    n = DEFAULT_N if args.n is None else args.n  # -n is checked by its argparse type
     app = FirscopeApp(resolve_model(args.model), prompt_ids=ids, prompt_text=args.prompt, n=n,
-                      fir_f32=args.fir_f32, group=args.group, engine=args.engine)
+                      fir_f32=args.fir_f32, group=args.group, engine=args.engine,
+                      q4_path=args.q4_path)
     app.run()
     return 0

@@ -6,6 +6,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, RichLog
 
+from ..text import printable
+
 
 class ConsoleView(Vertical):
     DEFAULT_CSS = """
@@ -30,7 +32,7 @@ class ConsoleView(Vertical):
         from rich.text import Text
         self.history.append(text)
         del self.history[:-2000]
-        self.query_one(RichLog).write(Text(text, style=style or ""))
+        self.query_one(RichLog).write(Text(printable(text, newlines=True), style=style or ""))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id != "console-input":

@@ -8,6 +8,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..debug.session import Session
+from ..text import printable
 from .heat import ramp
 
 
@@ -86,7 +87,7 @@ class SourcePane(Vertical):
                 t.append(f"×{n:<6}" if n is not None else " " * 7,
                          style=(f"bold {ramp(0.35 + 0.65 * n / top).name}" if n else "dim") if n is not None
                          else "")
-            body = text.strip()
+            body = printable(text.strip())  # the user sees \x1b, the terminal never gets it
             style = "bold yellow" if here else ("dim" if body.startswith("#") else "")
             t.append("  " * depth.get(ln, 0) + body, style=style)
             width = lines_view.size.width - 2
@@ -102,7 +103,7 @@ class SourcePane(Vertical):
         elif old is not None and self._shown_kernel == node.target:
             lines_view.highlighted = min(old, len(options) - 1)
         self._shown_kernel = node.target
-        where = f"{node.target} · {model.path.name}:{pc_line or k.loc.line}"
+        where = f"{node.target} · {printable(model.path.name)}:{pc_line or k.loc.line}"
         self.border_title = where
         lanes = prog.threads
         self.border_subtitle = (f"{node.full_name} · {lanes} lanes"
@@ -119,7 +120,8 @@ class SourcePane(Vertical):
     def _show_ext(self, session: Session, node) -> None:
         t = Text()
         t.append(f"{node.full_name}: ext {node.target}\n", style="bold")
-        t.append(session.model.fir.lines[node.loc.line - 1].strip() + "\n\n", style="dim")
+        t.append(printable(session.model.fir.lines[node.loc.line - 1].strip()) + "\n\n",
+                 style="dim")
         for label, ops in (("in", node.args), ("out", node.outs)):
             for i, o in enumerate(ops):
                 t.append(f"{label}{i} ", style="cyan")
@@ -140,5 +142,6 @@ class SourcePane(Vertical):
         last = session.node_times.get(node.index)
         if last is not None:
             t.append(f"\nlast run: {last * 1e3:.3f} ms\n")
-        self._show_text(f"{node.target} · {session.model.path.name}:{node.loc.line}", t)
+        self._show_text(f"{node.target} · {printable(session.model.path.name)}:{node.loc.line}",
+                        t)
         self.border_subtitle = node.full_name

@@ -1,0 +1,245 @@
+"""Opening a run: the model files, the tokenizer, the prompt as ids, and the output paths.
+
+Every front end (the command line, batch debugging, the profiler, the UI)
+opens a model here, with plain values rather than an argparse namespace, so
+the rules are the same everywhere: which file a folder stands for, what a
+prompt means without a tokenizer, which ids are in the vocabulary.
+
+Output files are checked before the run (a folder that cannot be written is
+reported before minutes of profiling, not after) and written without
+following a link already at the destination: each file is written under a
+fresh temporary name beside it and renamed over the destination, so a
+symlink planted in a report folder (or at an output path) is replaced, never
+written through, and a failed write leaves the previous file as it was.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from ..errors import FirError
+from ..text import printable, undecodable
+
+if TYPE_CHECKING:  # the model layer is imported when a model is opened, not before
+    from ..model.tokens import Tokenizer
+    from .load import Model
+
+__all__ = ["DEFAULT_PROMPT", "DEFAULT_GROUP", "RunInput", "Opened", "resolve_model",
+           "open_model", "prompt_ids", "check_steps", "check_text", "check_output_folder",
+           "check_output_file", "write_output", "write_into_folder"]
+
+DEFAULT_PROMPT = "    if "  # the prompt when none is given (the UI shows it being completed)
+DEFAULT_GROUP = 32
+MAX_GROUP = 1 << 20
+
+
+def resolve_model(arg: str | os.PathLike | None) -> Path:
+    """The .fir file a command-line argument names: the bundled sample for None; for a
+    folder, its gpt2.fir or its only .fir file."""
+    from ..samples import default_model
+    if arg is None:
+        return default_model()
+    path = Path(arg)
+    if path.is_dir():
+        cand = path / "gpt2.fir"
+        if cand.exists():
+            return cand
+        firs = sorted(path.glob("*.fir"))
+        if len(firs) == 1:
+            return firs[0]
+        raise FirError(f"{path}: a folder; give the .fir file inside it")
+    return path
+
+
+def open_model(path: str | os.PathLike | None, *, fir_f32: bool = False,
+               group: int = DEFAULT_GROUP, q4_path: str = "packed",
+               progress: Callable[[str, float], None] | None = None) -> "Model":
+    """Load and check the model ``path`` names (see :func:`resolve_model`)."""
+    if not 1 <= group <= MAX_GROUP:
+        raise FirError(f"--group {group}: must be a positive group size")
+    from .load import load_model  # the one place a front end loads a model
+    return load_model(resolve_model(path), fir_f32=fir_f32, group=group, q4_path=q4_path,
+                      progress=progress)
+
+
+def check_text(text: str, what: str) -> str:
+    """``text`` if it is all UTF-8; else a FirError naming the first byte that is not.
+
+    Python hands bytes of argv and file names that are not UTF-8 on as lone
+    surrogates, which no tokenizer can encode.
+    """
+    bad = undecodable(text)
+    if bad is not None:
+        raise FirError(f"{what}: {bad}")
+    return text
+
+
+def prompt_ids(model: "Model", *, prompt: str | None = None,
+               tokens: str | Sequence[int] | None = None) -> tuple[list[int], "Tokenizer"]:
+    """The prompt as token ids, and the model's tokenizer.
+
+    ``tokens`` (text like ``"1,2,3"`` or ids) wins over ``prompt``; with neither,
+    :data:`DEFAULT_PROMPT` is encoded. Every id is checked against the vocabulary.
+    """
+    from ..model.tokens import load_tokenizer, parse_token_list
+    tok = load_tokenizer(model.folder, model.vocab)
+    if tokens is not None:
+        ids = parse_token_list(tokens) if isinstance(tokens, str) else [int(t) for t in tokens]
+        if not ids:
+            raise FirError("--tokens: no token ids given")
+    else:
+        ids = tok.encode(check_text(DEFAULT_PROMPT if prompt is None else prompt, "--prompt"))
+        if not ids:
+            raise FirError("--prompt: the prompt encodes to no tokens")
+    for i in ids:
+        if not 0 <= i < model.vocab:
+            raise FirError(f"token id {i} is outside the vocabulary 0..{model.vocab - 1}")
+    return ids, tok
+
+
+def check_steps(n: int) -> int:
+    """``n`` tokens to generate: 0 or more (the rule behind every ``-n``)."""
+    if n < 0:
+        raise FirError("-n must be 0 or more")
+    return n
+
+
+@dataclass(frozen=True)
+class Opened:
+    model: "Model"
+    ids: tuple[int, ...]
+    tokenizer: "Tokenizer"
+
+
+@dataclass(frozen=True)
+class RunInput:
+    """What a command opens, as the user gave it: the model and the prompt."""
+
+    model: str | None = None  # a .fir file, a folder holding one, or None: the bundled sample
+    fir_f32: bool = False
+    group: int = DEFAULT_GROUP
+    prompt: str | None = None
+    tokens: str | tuple[int, ...] | None = None  # wins over prompt
+    q4_path: str = "packed"  # or "dequant": f32 copies of q4 matrices (for comparison)
+
+    def open(self, progress: Callable[[str, float], None] | None = None) -> Opened:
+        model = open_model(self.model, fir_f32=self.fir_f32, group=self.group,
+                           q4_path=self.q4_path, progress=progress)
+        ids, tok = prompt_ids(model, prompt=self.prompt, tokens=self.tokens)
+        return Opened(model, tuple(ids), tok)
+
+
+# -- output paths ---------------------------------------------------------------------------------
+def _path_of(path: str | os.PathLike, what: str) -> Path:
+    text = os.fspath(path)
+    if not text:  # Path("") is the current folder: never what the user meant
+        raise FirError(f"{what}: the path is empty")
+    if "\0" in text:
+        raise FirError(f"{what}: a path cannot hold a NUL character")
+    return Path(path)
+
+
+def _os_error(path: Path, doing: str, e: OSError) -> FirError:
+    return FirError(f"{printable(path)}: cannot {doing}: {e.strerror or e}")
+
+
+def _stat(path: Path, doing: str) -> os.stat_result | None:
+    """What ``path`` is (links followed), or None when nothing is there yet."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _os_error(path, doing, e) from None
+
+
+def _probe(folder: Path, doing: str) -> None:
+    """Create and remove a file in ``folder``: only an actual write proves it is writable
+    (``os.access`` says yes to root on a read-only file system)."""
+    probe = folder / f".firscope-probe-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise _os_error(folder, doing, e) from None
+
+
+def check_output_folder(path: str | os.PathLike, what: str = "-o") -> Path:
+    """Create the folder ``path`` if needed and check that files can be written in it."""
+    out = _path_of(path, what)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise FirError(f"{printable(out)}: cannot create the report folder: it exists and "
+                       "is not a folder") from None
+    except OSError as e:
+        raise _os_error(out, "create the report folder", e) from None
+    _probe(out, "write into the report folder")
+    return out
+
+
+def check_output_file(path: str | os.PathLike, what: str) -> Path:
+    """Check before a run that exactly ``path`` can be written afterwards."""
+    out = _path_of(path, what)
+    st = _stat(out, "write there")
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise FirError(f"{printable(out)}: is a folder; {what} needs a file name")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if not os.access(out, os.W_OK):
+            raise FirError(f"{printable(out)}: cannot write there: permission denied")
+        return out  # a device or FIFO (/dev/stdout): written into as it is
+    folder = out.parent  # the link itself is replaced: its own folder is written
+    if not folder.is_dir():
+        raise FirError(f"{printable(out)}: cannot write there: folder "
+                       f"{printable(folder)} does not exist")
+    _probe(folder, "write there")
+    return out
+
+
+def _replace(final: Path, data: bytes) -> None:
+    """Write ``data`` to a new file beside ``final`` and rename it over ``final``."""
+    tmp = final.parent / f".{final.name[:64]}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # new: never a link
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, final)  # replaces a link at ``final`` itself, not what it points to
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_output(path: str | os.PathLike, data: bytes, what: str) -> Path:
+    """Write ``data`` to exactly the file ``path`` names, keeping the old file if the write
+    fails. A link at ``path`` is replaced by the file, as in a report folder: firscope never
+    writes through a link into a regular file. A device or FIFO (``/dev/stdout``, a pipe)
+    is written into, as a shell redirection would."""
+    out = _path_of(path, what)
+    st = _stat(out, f"write {what}")
+    try:
+        if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            with open(out, "wb") as f:
+                f.write(data)
+        else:
+            _replace(out, data)
+    except OSError as e:
+        raise _os_error(out, f"write {what}", e) from None
+    return out
+
+
+def write_into_folder(folder: Path, name: str, data: bytes | str) -> Path:
+    """Write the file ``name`` firscope chose inside ``folder``, never following a link or
+    writing into a device already there. Raises OSError."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", errors="backslashreplace")
+    final = folder / name
+    _replace(final, data)
+    return final
