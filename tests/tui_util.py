@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 
 from rich.console import Console
 
@@ -9,13 +10,14 @@ from firscope.tui.app import FirscopeApp
 
 
 def plain(widget) -> str:
-    """What a Static shows, as plain text."""
-    content = widget.content if hasattr(widget, "content") else widget.renderable
+    """What a Static shows (or a Rich renderable), as plain text."""
+    content = widget.content if hasattr(widget, "content") else widget
     if hasattr(content, "plain"):
         return content.plain
-    console = Console(width=200, record=True, color_system=None)
-    console.print(content)
-    return console.export_text()
+    out = io.StringIO()
+    Console(file=out, width=200, height=500, color_system=None, force_terminal=False,
+            legacy_windows=False).print(content)
+    return out.getvalue()
 
 
 def option_texts(option_list) -> list[str]:

@@ -39,6 +39,7 @@ class CommandInput(Input):
                 Binding("tab", "complete", show=False, priority=True)]
 
     def __init__(self, *args, **kw):
+        kw.setdefault("select_on_focus", False)  # a prefilled command is extended, not replaced
         super().__init__(*args, **kw)
         self.history: list[str] = []
         self.at = 0

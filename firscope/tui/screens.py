@@ -1,6 +1,7 @@
 """Modal screens: help, a one-line prompt, an element's write history, quit confirmation."""
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,28 +14,31 @@ from textual.widgets.option_list import Option
 from .keys import rows
 
 
-def help_table(commands: list[tuple[str, str]]) -> Table:
+def help_table(commands: list[tuple[str, str]]) -> Group:
     """Every key from the key table, then every console / palette command."""
-    t = Table(title="firscope keys", box=None, padding=(0, 2), title_style="bold", expand=True)
-    t.add_column("keys", style="bold cyan", no_wrap=True)
-    t.add_column("action", ratio=1)
-    for keys, help_text in rows():
-        t.add_row(keys, help_text)
-    if commands:
-        t.add_row("", "")
-        t.add_row(Text("commands", style="bold"),
-                  Text("console (4) and palette (ctrl+p) take every batch-mode command:",
-                       style="bold"))
-        for usage, help_text in commands:
-            t.add_row(Text(usage, style="green"), help_text)
-    return t
+    keys = Table(title="firscope keys", box=None, padding=(0, 2), title_style="bold",
+                 expand=True, title_justify="left")
+    keys.add_column("keys", style="bold cyan", max_width=20)
+    keys.add_column("action", ratio=1)
+    for k, help_text in rows():
+        keys.add_row(Text(k), Text(help_text))  # Text: no markup ([i] is not italics)
+    if not commands:
+        return Group(keys)
+    cmds = Table(title="\ncommands: the console (4) and the palette (ctrl+p) take every "
+                 "batch-mode command", box=None, padding=(0, 2), title_style="bold",
+                 expand=True, title_justify="left")
+    cmds.add_column("command", style="green", max_width=32, overflow="fold")
+    cmds.add_column("what it does", ratio=1)
+    for usage, help_text in commands:
+        cmds.add_row(Text(usage), Text(help_text))
+    return Group(keys, cmds)
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 100; max-width: 100%; height: auto; max-height: 100%;
+    HelpScreen > VerticalScroll { width: 100; max-width: 100%; height: 95%;
                                   border: thick $accent; background: $surface; padding: 0 1; }
     """
 

@@ -75,7 +75,9 @@ def source_rows(model, view: StopView, node_index: int, width: int) -> SourceVie
     lines = model.fir.lines
     bodies = {ln: (lines[ln - 1] if ln - 1 < len(lines) else "").strip()
               for ln in range(k.loc.line, k.end.line + 1)}
-    widest = max((len(b) + 2 * depth.get(ln, 0) for ln, b in bodies.items()), default=0)
+    # instructions only: the kernel header and comments may be cut, an instruction never
+    widest = max((len(b) + 2 * depth.get(ln, 0) for ln, b in bodies.items() if ln in depth),
+                 default=0)
     show_counts = bool(top) and 8 + 7 + widest <= width  # counts give way to whole lines
     rows = []
     for ln, body in bodies.items():
