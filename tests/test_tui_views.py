@@ -110,7 +110,7 @@ def test_registers_and_watch_list_render_the_snapshot(sample):
     con.print(table)
     text = con.export_text()
     regs = v.snapshot.lane
-    assert f"U1" in text and str(int(regs.U[1])) in text
+    assert "U1" in text and str(int(regs.U[1])) in text
     # inside the attention kernel x does not change: no highlight
     assert not v.snapshot.displays[0].changed
     assert not any("on yellow" in str(span.style) for span in watch_text(v).spans)

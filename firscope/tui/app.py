@@ -11,8 +11,7 @@ escape interrupts it (or an export, which then leaves no files).
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -20,22 +19,24 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.widgets import Footer, Input, Label, ProgressBar, Static, TabbedContent, TabPane
 
-from ..debug.commands import CommandInterpreter, Result
+from ..debug.commands import Result
 from ..errors import FirError
-from .attention_view import AttentionRecorder, AttentionView
+from .attention_view import AttentionView
 from .buffers_view import BuffersView
 from .console_view import CommandInput, ConsoleView
 from .graph_pane import GraphPane, NodeList
-from .jobs import Interrupted, JobProgress, Probe, default_report_dir, export_session
+from .jobs import (Interrupted, JobProgress, Probe, default_report_dir, export_session,
+                   measure_quant)
 from .keys import bindings
+from .loading import LoadingPanel, open_session
+from .messages import Job, JobDone, LoadFailed, Loaded, LoadProgress
 from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
 from .profile_view import ProfileView
 from .registers_pane import RegistersPane, RightColumn
-from .reload import carry, restore
+from .reload import carry
 from .screens import HelpScreen, HistoryScreen, PromptScreen, QuitScreen
 from .source_pane import SourceLines, SourcePane
 from .state import StopView, Wants, build_view
@@ -48,55 +49,6 @@ TABS = ("buffers", "attention", "profile", "console", "lens", "regs")
 
 class Bottom(TabbedContent):
     ALLOW_MAXIMIZE = True
-
-
-class LoadingPanel(Vertical):
-    DEFAULT_CSS = """
-    LoadingPanel { align: center middle; height: 1fr; }
-    LoadingPanel > * { width: 70; max-width: 100%; }
-    LoadingPanel #load-error { width: 1fr; height: auto; padding: 1 2; border: thick $error;
-                               display: none; }
-    LoadingPanel.-error #load-error { display: block; }
-    """
-
-    def compose(self) -> ComposeResult:
-        yield Label("loading…", id="load-label")
-        yield ProgressBar(total=100, show_eta=False, id="load-bar")
-        yield Static(id="load-error")
-
-
-@dataclass
-class Job:
-    label: str
-    fn: Callable[[], object] | None  # runs in the worker; None only refreshes the view
-    moves: bool = False  # the command resumes the engine (Command.resumes)
-    cancel: threading.Event | None = None  # escape sets it (default: the session's)
-    then: Callable[[object], None] | None = None  # on the UI thread, with fn's result
-    quiet: bool = False  # write nothing to the console
-
-
-class JobDone(Message):
-    def __init__(self, job: Job, out, error: FirError | None, view: StopView | None) -> None:
-        self.job, self.out, self.error, self.view = job, out, error, view
-        super().__init__()
-
-
-class Loaded(Message):
-    def __init__(self, parts: dict) -> None:
-        self.parts = parts
-        super().__init__()
-
-
-class LoadProgress(Message):
-    def __init__(self, what: str, frac: float) -> None:
-        self.what, self.frac = what, frac
-        super().__init__()
-
-
-class LoadFailed(Message):
-    def __init__(self, error: FirError) -> None:
-        self.error = error
-        super().__init__()
 
 
 class FirscopeApp(App):
@@ -182,8 +134,11 @@ class FirscopeApp(App):
     # -- loading ------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="load")
     def load(self, carried) -> None:
+        options = dict(prompt_ids=self.prompt_ids, prompt_text=self.prompt_text, n=self.n,
+                       fir_f32=self.fir_f32, group=self.group, engine=self.engine_name)
         try:
-            parts = self._open(carried)
+            parts = open_session(self.model_path, options, carried, self.probe, self.wants,
+                                 lambda what, frac: self.post_message(LoadProgress(what, frac)))
         except FirError as e:
             self.post_message(LoadFailed(e))
             return
@@ -192,37 +147,6 @@ class FirscopeApp(App):
                 f"internal error while loading: {type(e).__name__}: {e}")))
             return
         self.post_message(Loaded(parts))
-
-    def _open(self, carried) -> dict:
-        from ..debug.session import Session
-        from ..model import load_model
-        from ..model.tokens import load_tokenizer
-
-        def progress(what: str, frac: float) -> None:
-            self.post_message(LoadProgress(what, frac))
-
-        t0 = time.perf_counter()
-        model = load_model(self.model_path, fir_f32=self.fir_f32, group=self.group,
-                           progress=lambda w, f: progress(f"loading: {w}", f * 0.7))
-        tok = load_tokenizer(model.folder, model.vocab)
-        if self.prompt_ids is not None:
-            ids = list(self.prompt_ids)
-        else:
-            from ..cli import DEFAULT_PROMPT
-            ids = tok.encode(self.prompt_text if self.prompt_text is not None else DEFAULT_PROMPT)
-        session = Session(model, ids, self.n, engine=self.engine_name)
-        runner = session.machine.kernel_runner
-        if runner is not None and hasattr(runner, "warmup"):
-            progress("compiling kernels", 0.75)
-            runner.warmup()
-        ci = CommandInterpreter(session, tok)
-        recorder = AttentionRecorder(session)
-        notes = restore(ci, carried) if carried is not None else []
-        session.node_observers.append(self.probe)
-        progress("ready", 1.0)
-        view = build_view(session, ci, tok, recorder, self.wants)
-        return dict(session=session, ci=ci, tok=tok, recorder=recorder, view=view, notes=notes,
-                    seconds=time.perf_counter() - t0)
 
     def on_load_progress(self, message: LoadProgress) -> None:
         self.query_one("#load-label", Label).update(f"{self.model_path.name}: {message.what}")
@@ -555,12 +479,7 @@ class FirscopeApp(App):
         s = self.session
 
         def measure():
-            from ..profile.collect import preserved_state
-            from ..profile.quant import compare_run, weight_stats
-            tokens = list(s.sequence[: max(s.step, 1)])
-            with preserved_state(s.model):
-                return weight_stats(s.model), compare_run(s.model, tokens,
-                                                          engine=s.machine.engine), len(tokens)
+            return measure_quant(s)
 
         def shown(out):
             self.query_one(ProfileView).set_quant(out[0], out[1])

@@ -139,3 +139,14 @@ def export_session(session, tokenizer, out: Path, progress: JobProgress) -> Expo
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return ExportDone(out, tuple(sorted(files)))
+
+
+def measure_quant(session):
+    """Quantization error (q4 vs an f32 shadow) over the tokens decoded so far; the
+    session's buffers are put back afterwards."""
+    from ..profile.collect import preserved_state
+    from ..profile.quant import compare_run, weight_stats
+    tokens = list(session.sequence[: max(session.step, 1)])
+    with preserved_state(session.model):
+        return (weight_stats(session.model),
+                compare_run(session.model, tokens, engine=session.machine.engine), len(tokens))
