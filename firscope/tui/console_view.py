@@ -36,7 +36,8 @@ class CommandInput(Input):
     """The console's input: up/down walk the history, Tab completes."""
 
     BINDINGS = [Binding("up", "history(-1)", show=False), Binding("down", "history(1)", show=False),
-                Binding("tab", "complete", show=False, priority=True)]
+                Binding("tab", "complete", show=False, priority=True),
+                Binding("escape", "app.interrupt", "leave input", show=True)]
 
     def __init__(self, *args, **kw):
         kw.setdefault("select_on_focus", False)  # a prefilled command is extended, not replaced
@@ -80,6 +81,7 @@ class ConsoleView(Vertical):
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.lines: list[str] = []  # everything written, also while the tab is hidden
+        self._queue: list[Text] = []
 
     def compose(self) -> ComposeResult:
         yield RichLog(id="console-log", wrap=True, markup=False, highlight=False, max_lines=None,
@@ -96,7 +98,16 @@ class ConsoleView(Vertical):
 
     def write(self, text: str, style: str | None = None) -> None:
         self.lines.append(text)
-        self.query_one(RichLog).write(Text(text, style=style or ""))
+        # Wrapped at the log's width after the next refresh: lines written while the
+        # panes are hidden (a reload) would otherwise wrap at the minimum width.
+        self._queue.append(Text(text, style=style or ""))
+        self.call_after_refresh(self._flush)
+
+    def _flush(self) -> None:
+        log = self.query_one(RichLog)
+        for t in self._queue:
+            log.write(t)
+        self._queue.clear()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id != "console-input":

@@ -223,7 +223,7 @@ class WatchPane(VerticalScroll):
 
     ALLOW_MAXIMIZE = True
     DEFAULT_CSS = """
-    WatchPane { border: round $primary-darken-2; height: auto; max-height: 40%; min-height: 3; }
+    WatchPane { border: round $primary-darken-2; height: auto; max-height: 40%; min-height: 4; }
     WatchPane:focus, WatchPane:focus-within { border: round $accent; }
     """
     can_focus = True

@@ -132,7 +132,7 @@ class QuitScreen(ModalScreen[bool]):
     """
 
     def compose(self) -> ComposeResult:
-        yield Label("Quit firscope and end this session?  q / y / Enter: quit · n / escape: stay")
+        yield Label("Quit firscope?  q / y / Enter: quit · n / escape: stay")
 
     def action_quit(self) -> None:
         self.dismiss(True)
