@@ -609,3 +609,63 @@ def test_escape_during_export_leaves_no_files(tmp_path):
             assert list(tmp_path.iterdir()) == []  # no report folder, no staging folder
             assert app.session.node_index == 0
     run(go())
+
+
+def test_watchpoint_stop_shows_one_location_everywhere():
+    async def go():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            app.run_command("until ln1@0")
+            app.run_command("watch x[0:4]")
+            app.run_command("continue")
+            await settle(app, pilot)
+            s = app.session
+            loc = s.location()
+            snap = app.view.snapshot
+            assert snap.reason == "watchpoint" and snap.location == loc
+            where = loc.node + (f", line {loc.line}" if loc.in_kernel else "")
+            assert f"stopped: watchpoint 1 at {where}" in header(app)
+            src = app.query_one("#source")
+            if loc.in_kernel:  # the source pane's pc is the instruction after the write
+                assert f":{loc.line}" in src.border_title and f"pc {loc.pc}" in \
+                    src.border_subtitle
+            await press(app, pilot, "R")  # reverse-next reports where it really is
+            assert app.view.snapshot.location == app.session.location()
+            assert app.view.status == app.ci.status_line(app.view.snapshot)
+            assert app.view.status in header(app)
+    run(go())
+
+
+def test_panes_show_the_last_stop_while_a_run_goes_on(tmp_path):
+    """No pane reads the live session while the worker runs: moving the graph cursor or
+    resizing during a run redraws the frozen stop, not the registers being changed."""
+    fir = copy_sample(tmp_path, "slow")
+    fir.write_text(SEED_FIR.read_text().replace(
+        "loadconstf32 15 in0.size", "loadconstf32 20 1000000000\nforbegin 20\naddconst 21 21 1\n"
+        "forend\nloadconstf32 15 in0.size", 1))
+
+    async def go():
+        app = make_app(fir)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            app.run_command("until ln1@0")
+            app.run_command("stepi 4")  # inside the spin: R21 counts up as it runs
+            await settle(app, pilot)
+            regs = app.query_one("#right RegistersPane")
+            before_regs = plain(regs.query_one(".regs"))
+            before_src = app.query_one("#source").border_title
+            await pilot.press("c")
+            await wait_for(pilot, lambda: app.session.dispatch is not None
+                           and float(app.session.dispatch.R[21, 0]) > 1000)
+            nodes = app.query_one(NodeList)
+            nodes.highlighted = nodes.index_of_node(app.session.node_index)
+            await pilot.resize_terminal(130, 38)
+            await pilot.pause()
+            assert app.busy
+            assert plain(regs.query_one(".regs")) == before_regs
+            assert app.query_one("#source").border_title == before_src
+            await pilot.press("escape")
+            await settle(app, pilot)
+            assert app.status_text.startswith("interrupted")
+    run(go())
