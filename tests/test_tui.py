@@ -33,6 +33,16 @@ def copy_sample(tmp_path, name="m") -> Path:
     return folder / "gpt2.fir"
 
 
+def spinning_model(tmp_path, body: str) -> Path:
+    """The sample with a layernorm that first spins a billion times running ``body``:
+    far too long to wait for."""
+    fir = copy_sample(tmp_path, "slow")
+    fir.write_text(SEED_FIR.read_text().replace(
+        "loadconstf32 15 in0.size", f"loadconstf32 20 1000000000\nforbegin 20\n{body}\n"
+        "forend\nloadconstf32 15 in0.size", 1))
+    return fir
+
+
 def header(app) -> str:
     return plain(app.query_one("#status"))
 
@@ -478,11 +488,7 @@ async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
 
 
 def test_interrupt_key_stops_a_long_run_and_progress_shows(tmp_path):
-    fir = copy_sample(tmp_path, "slow")
-    # a layernorm that first spins a billion times: far too long to wait for
-    fir.write_text(SEED_FIR.read_text().replace(
-        "loadconstf32 15 in0.size", "loadconstf32 20 1000000000\nforbegin 20\nadd 21 21 21\n"
-        "forend\nloadconstf32 15 in0.size", 1))
+    fir = spinning_model(tmp_path, "add 21 21 21")
 
     async def go():
         app = make_app(fir)
@@ -640,10 +646,7 @@ def test_watchpoint_stop_shows_one_location_everywhere():
 def test_panes_show_the_last_stop_while_a_run_goes_on(tmp_path):
     """No pane reads the live session while the worker runs: moving the graph cursor or
     resizing during a run redraws the frozen stop, not the registers being changed."""
-    fir = copy_sample(tmp_path, "slow")
-    fir.write_text(SEED_FIR.read_text().replace(
-        "loadconstf32 15 in0.size", "loadconstf32 20 1000000000\nforbegin 20\naddconst 21 21 1\n"
-        "forend\nloadconstf32 15 in0.size", 1))
+    fir = spinning_model(tmp_path, "addconst 21 21 1")
 
     async def go():
         app = make_app(fir)

@@ -196,8 +196,19 @@ def test_progress_line_only_after_half_a_second():
         and "node 45/61" in line and "1.5 s" in line
 
 
-def test_reload_plan_re_resolves_a_moved_line(sample, tmp_path):
+def reloaded(tmp_path, tok, old: str, new: str):
+    """A copy of the sample with one edit, loaded, with a fresh session at its start."""
     import shutil
+    folder = tmp_path / "m"
+    shutil.copytree(SAMPLE, folder)
+    fir = folder / "gpt2.fir"
+    fir.write_text(fir.read_text().replace(old, new, 1))
+    m2 = load_model(fir)
+    s2 = Session(m2, tok.encode("def "), 3, engine="interp")
+    return m2, s2, CommandInterpreter(s2, tok)
+
+
+def test_reload_plan_re_resolves_a_moved_line(sample, tmp_path):
     model, tok = sample
     s, ci, view = fresh(sample)
     ci.run("until ln2@1")
@@ -207,17 +218,11 @@ def test_reload_plan_re_resolves_a_moved_line(sample, tmp_path):
     ci.run("display max(abs(x))")
     ci.run("disable 2")
     carried = carry(s, ci)
-    folder = tmp_path / "m"
-    shutil.copytree(SAMPLE, folder)
-    fir = folder / "gpt2.fir"
-    text = fir.read_text()
     # two lines before the kernel body: every line number after moves by two
-    fir.write_text(text.replace("kernel g2.attn_decode", "# moved\n# moved\nkernel g2.attn_decode", 1))
-    m2 = load_model(fir)
+    m2, s2, ci2 = reloaded(tmp_path, tok, "kernel g2.attn_decode",
+                           "# moved\n# moved\nkernel g2.attn_decode")
     c = next(b for b in carried.breaks if b.kernel)
     assert _resolve_line(m2, c) == "break g2.attn_decode:158"
-    s2 = Session(m2, tok.encode("def "), 3, engine="interp")
-    ci2 = CommandInterpreter(s2, tok)
     notes = restore(ci2, carried)
     assert s2.node.full_name == "ln2@1" and s2.step == 0
     specs = [(bp.spec, bp.enabled) for bp in s2.breakpoints]
@@ -227,19 +232,12 @@ def test_reload_plan_re_resolves_a_moved_line(sample, tmp_path):
 
 
 def test_reload_lists_what_no_longer_resolves(sample, tmp_path):
-    import shutil
     model, tok = sample
     s, ci, view = fresh(sample)
     ci.run("break g2.attn_decode:156")
     ci.run("break gelu@1")
     carried = carry(s, ci)
-    folder = tmp_path / "m"
-    shutil.copytree(SAMPLE, folder)
-    fir = folder / "gpt2.fir"
-    fir.write_text(fir.read_text().replace("cmplt 4 10 3", "cmplt 4 3 10", 1))
-    m2 = load_model(fir)
-    s2 = Session(m2, tok.encode("def "), 3, engine="interp")
-    ci2 = CommandInterpreter(s2, tok)
+    m2, s2, ci2 = reloaded(tmp_path, tok, "cmplt 4 10 3", "cmplt 4 3 10")
     notes = restore(ci2, carried)
     assert [bp.spec for bp in s2.breakpoints] == ["gelu@1"]
     lost = [n for n in notes if n.startswith("not restored")]

@@ -18,6 +18,7 @@ from typing import Callable
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
+from textual.reactive import reactive
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input, Label, ProgressBar, Static, TabbedContent, TabPane
 
@@ -56,6 +57,8 @@ class FirscopeApp(App):
     TITLE = "firscope"
     COMMANDS = App.COMMANDS | {DebuggerCommands}
     BINDINGS = bindings()
+    # The last frozen stop: every JobDone / Loaded message sets it, watch_view renders it.
+    view: reactive[StopView | None] = reactive(None, always_update=True, init=False)
 
     def __init__(self, model_path: Path, *, prompt_ids=None, prompt_text: str | None = None,
                  n: int = DEFAULT_N, fir_f32: bool = False, group: int = 32,
@@ -72,7 +75,7 @@ class FirscopeApp(App):
             None if show_times else (lambda times: {}))
         self.session = self.ci = self.tokenizer = self.recorder = None
         self.model = None
-        self.view: StopView | None = None
+        self._follow = True  # the graph cursor follows the next view's stop
         self.wants = Wants()
         self.probe = Probe()
         self.busy = False
@@ -220,10 +223,16 @@ class FirscopeApp(App):
                 self.set_status(line)
 
     def show_view(self, view: StopView, follow: bool = True) -> None:
-        """Render one frozen stop in every pane."""
+        """Put a frozen stop into the ``view`` reactive (``watch_view`` renders it)."""
+        self._follow = follow
         self.view = view
+
+    def watch_view(self, view: StopView | None) -> None:
+        """Render one frozen stop in every pane."""
+        if view is None or self.model is None:
+            return
         m = self.model
-        self.query_one(GraphPane).show(m, view, follow=follow)
+        self.query_one(GraphPane).show(m, view, follow=self._follow)
         self.query_one(SourcePane).show(m, view)
         for col in self.query(RightColumn):
             col.show(m, view)
@@ -261,8 +270,8 @@ class FirscopeApp(App):
         out = error = None
         try:
             out = job.fn() if job.fn is not None else None
-        except Interrupted:
-            error = FirError("interrupted: nothing was written")
+        except Interrupted as e:
+            error = e
         except FirError as e:
             error = e
         except Exception as e:  # keep the UI alive; say it is a bug
@@ -280,7 +289,11 @@ class FirscopeApp(App):
         moved = isinstance(out, Result) and out.snapshot is not None
         if message.view is not None:
             self.show_view(message.view, follow=moved or job.moves)
-        if error is not None:
+        if isinstance(error, Interrupted):
+            self.pending.clear()
+            console.write(f"interrupted: {job.label}; nothing was written", "yellow")
+            self.set_status(f"interrupted: {job.label}; nothing was written")
+        elif error is not None:
             self.pending.clear()
             console.write(f"error: {error}", "red")
             self.set_status(f"error: {error.message.splitlines()[0][:200]}", error=True)

@@ -19,6 +19,7 @@ from textual.widgets import Input, Static
 
 from ..errors import FirError
 from .heat import histogram, sparkline
+from .messages import ElementMessage
 from .state import BufferPeek, StopView
 
 PAGE = 64  # values per page (8 rows of 8)
@@ -170,15 +171,11 @@ class BuffersView(Vertical):
             self.name = name
             super().__init__()
 
-    class Edit(Message):
-        def __init__(self, target: str, value: str) -> None:
-            self.target, self.value = target, value
-            super().__init__()
+    class Edit(ElementMessage):
+        """``=`` on an element: set it."""
 
-    class History(Message):
-        def __init__(self, target: str, value: str) -> None:
-            self.target, self.value = target, value
-            super().__init__()
+    class History(ElementMessage):
+        """``h`` on an element: every write to it."""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)

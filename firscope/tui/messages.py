@@ -23,7 +23,7 @@ class Job:
 
 
 class JobDone(Message):
-    def __init__(self, job: Job, out, error: FirError | None, view: StopView | None) -> None:
+    def __init__(self, job: Job, out, error: Exception | None, view: StopView | None) -> None:
         self.job, self.out, self.error, self.view = job, out, error, view
         super().__init__()
 
@@ -43,4 +43,12 @@ class LoadProgress(Message):
 class LoadFailed(Message):
     def __init__(self, error: FirError) -> None:
         self.error = error
+        super().__init__()
+
+
+class ElementMessage(Message):
+    """A pane asks about one element or register: ``target`` ("x[3]", "R3") and its value."""
+
+    def __init__(self, target: str, value: str) -> None:
+        self.target, self.value = target, value
         super().__init__()

@@ -16,6 +16,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from .heat import normalise, ramp
+from .messages import ElementMessage
 from .state import StopView
 
 CHANGED = "bold black on yellow"
@@ -157,12 +158,8 @@ class RegistersPane(VerticalScroll):
             self.file, self.reg = file, reg
             super().__init__()
 
-    class Edit(Message):
+    class Edit(ElementMessage):
         """``=`` on a register: set it."""
-
-        def __init__(self, target: str, value: str) -> None:
-            self.target, self.value = target, value
-            super().__init__()
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
