@@ -73,22 +73,30 @@ def stats_text(label: str, arr: np.ndarray) -> Text:
     return t
 
 
-def inputs_text(peek: BufferPeek) -> Text:
-    """The next node's inputs, one line each (the first one's values are below)."""
+def summary(arr: np.ndarray) -> tuple[float, float, float, int] | None:
+    """(min, max, mean, non-finite count) of an array, or None when nothing is finite."""
+    flat = arr.reshape(-1).astype(np.float64)
+    finite = flat[np.isfinite(flat)]
+    if not finite.size:
+        return None
+    return float(finite.min()), float(finite.max()), float(finite.mean()), flat.size - finite.size
+
+
+def inputs_text(peek: BufferPeek, summarize=lambda name, arr, weight: summary(arr)) -> Text:
+    """The next node's inputs, one line each (the first one's values are below).
+    ``summarize(name, array, is_weight)`` may cache what it computes for weights."""
     t = Text()
     t.append(peek.title, style="bold")
     t.append("  (type a name above to look at another buffer or weight)\n", style="dim")
-    for name, arr in zip(peek.names, peek.arrays):
-        flat = arr.reshape(-1).astype(np.float64)
-        finite = flat[np.isfinite(flat)]
+    for name, arr, weight in zip(peek.names, peek.arrays, peek.weight):
         t.append(f"{name:<16}", style="bold cyan")
         t.append(f" {str(list(arr.shape)):<12}")
-        if finite.size:
-            t.append(f" min {finite.min():<10.4g} max {finite.max():<10.4g} "
-                     f"mean {finite.mean():<10.4g}")
-        bad = flat.size - finite.size
-        if bad:
-            t.append(f" {bad} NaN/Inf", style="bold red")
+        sm = summarize(name, arr, weight)
+        if sm is not None:
+            lo, hi, mean, bad = sm
+            t.append(f" min {lo:<10.4g} max {hi:<10.4g} mean {mean:<10.4g}")
+            if bad:
+                t.append(f" {bad} NaN/Inf", style="bold red")
         t.append("\n")
     t.rstrip()
     return t
@@ -183,6 +191,7 @@ class BuffersView(Vertical):
         self.peek: BufferPeek | None = None
         self.cursor = 0
         self._stats_cache: dict[str, Text] = {}
+        self._summary_cache: dict[str, tuple | None] = {}
         self._q4_error_cache: dict[str, np.ndarray | None] = {}
 
     def compose(self) -> ComposeResult:
@@ -199,6 +208,7 @@ class BuffersView(Vertical):
     def bind_model(self, model) -> None:
         self.model = model
         self._stats_cache.clear()  # a reload may have changed the weights
+        self._summary_cache.clear()
         self._q4_error_cache.clear()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -233,10 +243,17 @@ class BuffersView(Vertical):
             self.remove_class("-q4")
             return
         if len(peek.names) > 1 or peek.title.startswith("inputs of"):
-            stats.update(inputs_text(peek))
+            stats.update(inputs_text(peek, self._summary))
         else:
             stats.update(self._stats(peek.names[0], peek.arrays[0], peek.weight[0]))
         self.render_values()
+
+    def _summary(self, name: str, arr: np.ndarray, weight: bool):
+        if not weight:
+            return summary(arr)
+        if name not in self._summary_cache:  # weights never change: once per load
+            self._summary_cache[name] = summary(arr)
+        return self._summary_cache[name]
 
     def _stats(self, label: str, arr: np.ndarray, weight: bool) -> Text:
         # Weights never change: their statistics (38M values for GPT-2's wte) are
