@@ -26,7 +26,7 @@ from ..debug.commands import Result
 from ..errors import FirError
 from .attention_view import AttentionView
 from .buffers_view import BuffersView
-from .console_view import CommandInput, ConsoleView
+from .console_view import CommandInput, ConsoleView, completion_words
 from .graph_pane import GraphPane, NodeList
 from .jobs import (Interrupted, JobProgress, Probe, default_report_dir, export_session,
                    measure_quant)
@@ -86,6 +86,7 @@ class FirscopeApp(App):
         self.load_error: FirError | None = None
         self._pane_focus = None  # the pane focus returns to when an input is left
         self._carried = None  # what F2 carries into the reloaded session
+        self._interrupting = False  # escape was pressed during the running job
 
     # -- layout -----------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -176,7 +177,7 @@ class FirscopeApp(App):
         self.query_one(BuffersView).bind_model(self.model)
         self.query_one(AttentionView).bind_model(self.model)
         console = self.query_one(ConsoleView)
-        console.set_words(self._words())
+        console.set_words(completion_words(self.ci, self.model))
         s = self.session
         console.write(f"firscope: {self.model.path} · {len(self.model.nodes)} nodes · engine "
                       f"{s.machine.engine} · prompt {len(s.prompt)} tokens, {s.n_generate} to "
@@ -192,14 +193,6 @@ class FirscopeApp(App):
         self.set_status(p["view"].status)
         if first or self.focused is None:
             self.query_one(NodeList).focus()
-
-    def _words(self) -> list[str]:
-        m = self.model
-        names = set(self.ci.by_name) | set(m.buffers) | {w.decl for w in m.weights.values()}
-        names |= {n.full_name for n in m.nodes} | {n.name for n in m.nodes}
-        names |= {"registers", "breakpoints", "watch", "lanes", "node", "patches", "display",
-                  "checkpoints", "nan", "token", "--all", "--weight"}
-        return sorted(names)
 
     # -- status and views --------------------------------------------------------------------
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:
@@ -217,10 +210,16 @@ class FirscopeApp(App):
         self.query_one("#status", Static).update(t)
 
     def _show_progress(self) -> None:
-        if self.busy:
-            line = self.probe.line()
-            if line is not None:
-                self.set_status(line)
+        if not self.busy:
+            return
+        if self._interrupting:
+            # The engine clears its flag when a run starts: an escape pressed before the
+            # worker got there would be lost, so keep it set until the job ends.
+            self._cancel_flag().set()
+            return
+        line = self.probe.line()
+        if line is not None:
+            self.set_status(line)
 
     def show_view(self, view: StopView, follow: bool = True) -> None:
         """Put a frozen stop into the ``view`` reactive (``watch_view`` renders it)."""
@@ -284,7 +283,7 @@ class FirscopeApp(App):
 
     def on_job_done(self, message: JobDone) -> None:
         job, out, error = message.job, message.out, message.error
-        self.busy, self.job = False, None
+        self.busy, self.job, self._interrupting = False, None, False
         console = self.query_one(ConsoleView)
         moved = isinstance(out, Result) and out.snapshot is not None
         if message.view is not None:
@@ -332,32 +331,19 @@ class FirscopeApp(App):
             self.submit(Job("refresh", None, quiet=True))
 
     # -- actions ------------------------------------------------------------------------------
-    def action_cont(self) -> None:
-        self.run_command("continue")
+    def action_command(self, line: str) -> None:
+        """A key bound to one debugger command (continue, next, stepi, ...)."""
+        self.run_command(line)
 
-    def action_next(self) -> None:
-        self.run_command("next")
-
-    def action_stepi(self) -> None:
-        self.run_command("stepi")
-
-    def action_finish(self) -> None:
-        self.run_command("finish")
-
-    def action_token(self) -> None:
-        self.run_command("token")
-
-    def action_reverse_stepi(self) -> None:
-        self.run_command("reverse-stepi")
-
-    def action_reverse_next(self) -> None:
-        self.run_command("reverse-next")
+    def _cancel_flag(self):
+        return self.job.cancel if self.job is not None and self.job.cancel is not None \
+            else self.session.cancel
 
     def action_interrupt(self) -> None:
         if self.busy:
             self.pending.clear()
-            cancel = self.job.cancel if self.job and self.job.cancel else self.session.cancel
-            cancel.set()
+            self._interrupting = True
+            self._cancel_flag().set()
             self.set_status("interrupting…")
         elif isinstance(self.focused, Input):
             self._leave_input()
@@ -469,7 +455,13 @@ class FirscopeApp(App):
         elif self.session is None:
             self.exit()
         else:
-            self.push_screen(QuitScreen(), lambda yes: self.exit() if yes else None)
+            self.push_screen(QuitScreen(), lambda yes: self._quit() if yes else None)
+
+    def _quit(self) -> None:
+        if self.busy:  # a thread cannot be killed: ask the run to stop, then leave
+            self.pending.clear()
+            self._cancel_flag().set()
+        self.exit()
 
     def action_reload(self) -> None:
         if self.busy:

@@ -63,7 +63,8 @@ def attention_text(view: StopView, sites: dict, layer, head: int, width: int) ->
     cell = max(1, min(4, width // max(cols, 1)))  # widen cells when there are few keys
     for h in range(n_head):
         r = np.repeat(rows[h, -cols:], cell)
-        t.append(f"head {h:<3}" + (" ▶" if h == head else "  "), style="bold" if h == head else "")
+        chosen = h == head
+        t.append(f"head {h:<3}" + (" ▶" if chosen else "  "), style="bold" if chosen else "")
         t.append_text(half_block_rows(np.vstack([r, r]), 0.0, 1.0)[0])
         t.append(f"  max {rows[h].max():.2f}@{int(np.argmax(rows[h]))}\n", style="dim")
     pieces = list(view.pieces[: cur + 1])[-cols:]

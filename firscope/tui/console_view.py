@@ -32,6 +32,15 @@ def complete(text: str, words: list[str]) -> tuple[str, list[str]]:
     return prefix + before + common, found
 
 
+def completion_words(ci, model) -> list[str]:
+    """Command names, info topics, buffer, weight and node names: what Tab completes."""
+    names = set(ci.by_name) | set(model.buffers) | {w.decl for w in model.weights.values()}
+    names |= {n.full_name for n in model.nodes} | {n.name for n in model.nodes}
+    names |= {"registers", "breakpoints", "watch", "lanes", "node", "patches", "display",
+              "checkpoints", "nan", "token", "--all", "--weight"}
+    return sorted(names)
+
+
 class CommandInput(Input):
     """The console's input: up/down walk the history, Tab completes."""
 

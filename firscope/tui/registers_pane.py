@@ -97,7 +97,8 @@ def lanes_text(view: StopView, width: int) -> Text:
     vals = across.values.astype(np.float64)[:width]
     t.append(f"{across.file}{across.reg} over lanes\n", style="bold")
     for lane, v in enumerate(normalise(vals)):
-        t.append("█" if mask[lane] else "░", style=ramp(v).name if np.isfinite(v) else "magenta")
+        colour = ramp(v).name if np.isfinite(v) else "magenta"
+        t.append("█" if mask[lane] else "░", style=colour)
     t.append("\n")
     for lane in range(min(lanes, 16)):
         mark = "◆" if across.changed[lane] else " "

@@ -83,7 +83,8 @@ def source_rows(model, view: StopView, node_index: int, width: int) -> SourceVie
     for ln, body in bodies.items():
         t = Text(no_wrap=True, overflow="crop")
         t.append("●" if ln in bps else " ", style="red bold")
-        t.append("▶" if ln == pc_line else ("▷" if ln == next_line else " "), style="yellow bold")
+        mark = "▶" if ln == pc_line else ("▷" if ln == next_line else " ")
+        t.append(mark, style="yellow bold")
         t.append(f"{ln:4d} ", style="dim")
         if show_counts:
             cell, style = _count_cell(per_line.get(ln), top)
