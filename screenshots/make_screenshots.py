@@ -3,10 +3,11 @@
     python screenshots/make_screenshots.py
 
 Writes SVG (Textual's own export) and, when cairosvg is installed, PNG.
-Screens: the main view stopped in the attention kernel (120x36 and 200x50),
-registers across lanes, a q4 weight in the buffers tab, attention heatmaps,
-the profile tab with quantization error, the help screen, and a broken model
-file. Never edit the images by hand.
+Screens: the main view stopped in the attention kernel (80x24, 120x36 and
+200x50), registers across lanes with the console, a q4 weight in the buffers
+tab, attention heatmaps, the logit lens with a watch list, the profile tab
+with quantization error, the help screen, and a broken model file. Never edit
+the images by hand.
 """
 from __future__ import annotations
 
@@ -25,29 +26,34 @@ from firscope.tui.app import FirscopeApp  # noqa: E402
 SAMPLE = REPO / "sample_models" / "tiny-gpt2" / "gpt2.fir"
 
 
-async def wait(app, pilot, attr="busy", timeout=120.0):
-    await pilot.pause(0.05)
-    for _ in range(int(timeout / 0.05)):
-        if attr == "loaded" and (app.session is not None or app.load_error is not None):
+async def settle(app, pilot):
+    """Until no worker runs and nothing is queued (workers post messages; let them land)."""
+    while True:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if not app.workers._workers and not app.busy and not app.pending:
+            await pilot.pause()
             return
-        if attr == "busy" and not app.busy:
-            await pilot.pause(0.05)
-            return
-        await pilot.pause(0.05)
 
 
 async def keys(app, pilot, *ks):
     for k in ks:
         await pilot.press(k)
-        await wait(app, pilot)
+        await settle(app, pilot)
+
+
+async def commands(app, pilot, *lines):
+    for line in lines:
+        app.run_command(line)
+        await settle(app, pilot)
 
 
 async def shoot(name, size, script, path=SAMPLE, engine="compiled"):
     app = FirscopeApp(path, prompt_text="def main(", n=12, engine=engine)
     async with app.run_test(size=size) as pilot:
-        await wait(app, pilot, "loaded")
+        await settle(app, pilot)
         await script(app, pilot)
-        await pilot.pause(0.2)
+        await settle(app, pilot)
         svg = HERE / f"{name}.svg"
         app.save_screenshot(str(svg))
     try:
@@ -60,41 +66,40 @@ async def shoot(name, size, script, path=SAMPLE, engine="compiled"):
 
 
 async def main_view(app, pilot):
-    app.session.add_breakpoint("gelu@2")
-    app.session.add_breakpoint("token 5")
+    await commands(app, pilot, "break gelu@2", "break token 5")
     await keys(app, pilot, "c", "c", "c")  # gelu@2 in tokens 0..3... then token 5 starts
-    app.session.add_breakpoint("g2.attn_decode:158")
+    await commands(app, pilot, "break g2.attn_decode:158")
     await keys(app, pilot, "c", "s", "s")
 
 
 async def lanes_view(app, pilot):
-    app.session.add_breakpoint("g2.attn_decode:157 if lane == 0")
-    await keys(app, pilot, "t", "t", "t", "t", "c", "s")
-    app.action_tab("console")
-    app.run_command("info lanes R3")
-    app.run_command("print scores[0:8]")
-    await pilot.pause(0.1)
+    await commands(app, pilot, "break g2.attn_decode:157 if lane == 0")
+    await keys(app, pilot, "t", "t", "t", "t", "c", "s", "4")
+    await commands(app, pilot, "info lanes R3", "print scores[0:8]")
 
 
 async def buffers_view(app, pilot):
     await keys(app, pilot, "t", "t", "n", "n", "n")
-    app.action_tab("buffers")
-    await pilot.pause(0.1)
     app.query_one("#buffers-view").show_name("qkvw@0")
 
 
 async def attention_view(app, pilot):
-    await keys(app, pilot, *["t"] * 9)
-    app.action_tab("attention")
+    await keys(app, pilot, *["t"] * 9, "2")
     att = app.query_one("#attention-view")
     att.layer_i = 2
     att.head = 1
-    att.show()
+    att.render_view()
+
+
+async def lens_view(app, pilot):
+    await commands(app, pilot, "display max(abs(x))", "display x[0:4]")
+    await keys(app, pilot, *["t"] * 5)
+    await commands(app, pilot, "until final_norm")
+    await keys(app, pilot, "5")
 
 
 async def profile_view(app, pilot):
-    await keys(app, pilot, *["t"] * 6, "p")
-    app.action_tab("profile")
+    await keys(app, pilot, *["t"] * 6, "p", "3")
 
 
 async def help_view(app, pilot):
@@ -106,11 +111,13 @@ async def nothing(app, pilot):
 
 
 async def main():
+    await shoot("main-80x24", (80, 24), main_view)
     await shoot("main-120x36", (120, 36), main_view)
     await shoot("main-200x50", (200, 50), main_view)
     await shoot("lanes-console", (120, 36), lanes_view)
     await shoot("buffers-q4", (120, 36), buffers_view)
     await shoot("attention", (120, 36), attention_view)
+    await shoot("lens-watch", (120, 36), lens_view)
     await shoot("profile-quant", (120, 36), profile_view)
     await shoot("help", (120, 36), help_view)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,8 @@
-"""Helpers for driving the Textual app in tests."""
+"""Helpers for driving the Textual app in tests: wait on workers and messages, not on time."""
 from __future__ import annotations
 
 import asyncio
+import io
 
 from rich.console import Console
 
@@ -9,13 +10,14 @@ from firscope.tui.app import FirscopeApp
 
 
 def plain(widget) -> str:
-    """What a Static shows, as plain text."""
-    content = widget.content
+    """What a Static shows (or a Rich renderable), as plain text."""
+    content = widget.content if hasattr(widget, "content") else widget
     if hasattr(content, "plain"):
         return content.plain
-    console = Console(width=200, record=True, color_system=None)
-    console.print(content)
-    return console.export_text()
+    out = io.StringIO()
+    Console(file=out, width=200, height=500, color_system=None, force_terminal=False,
+            legacy_windows=False).print(content)
+    return out.getvalue()
 
 
 def option_texts(option_list) -> list[str]:
@@ -23,28 +25,36 @@ def option_texts(option_list) -> list[str]:
             for i in range(option_list.option_count)]
 
 
-async def wait_loaded(app: FirscopeApp, pilot, timeout: float = 60.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        await pilot.pause(0.05)
-        if app.session is not None or app.load_error is not None:
+async def settle(app: FirscopeApp, pilot, rounds: int = 10_000) -> None:
+    """Until no worker runs and no job is queued: each round waits for the workers to
+    complete, then lets the app handle the messages they posted (which may start more)."""
+    for _ in range(rounds):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if not app.workers._workers and not app.busy and not app.pending:
+            await pilot.pause()
             return
-    raise AssertionError("the app did not finish loading")
+    raise AssertionError("the app kept starting work")
 
 
-async def wait_idle(app: FirscopeApp, pilot, timeout: float = 60.0) -> None:
-    await pilot.pause(0.02)
-    for _ in range(int(timeout / 0.02)):
-        if not app.busy:
-            await pilot.pause(0.02)
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("the engine did not stop")
+async def wait_loaded(app: FirscopeApp, pilot) -> None:
+    await settle(app, pilot)
+    assert app.session is not None or app.load_error is not None, "the app did not load"
+
+
+wait_idle = settle
 
 
 async def press(app, pilot, *keys: str) -> None:
     for k in keys:
         await pilot.press(k)
-        await wait_idle(app, pilot)
+        await settle(app, pilot)
+
+
+def screen_text(app) -> str:
+    """The whole screen as plain text, one line per row (what a user sees)."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(seg.text for seg in strip) for strip in strips)
 
 
 def run(coro):

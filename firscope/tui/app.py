@@ -1,99 +1,102 @@
-"""The Textual app: routes keys to the debugger engine and shows what it reports.
+"""The Textual app: routes keys to the debugger's command interpreter and shows each stop.
 
-Long work (loading, compiling, running to a stop, exporting) runs in thread
-workers that only hand results back with ``call_from_thread``; while one runs
-the panes keep their last state and escape interrupts it. The app owns no
-debugger logic: every action is one call on :class:`~firscope.debug.Session`
-or one line through the batch command interpreter.
+Every engine action is one command line through
+:meth:`CommandInterpreter.run`, run in a thread worker (one at a time; keys
+pressed meanwhile are queued, like typing ahead in gdb). The worker freezes
+what the panes show (:func:`~firscope.tui.state.build_view`) and posts it as a
+:class:`JobDone` message; the UI thread only renders those frozen views, so no
+widget reads the live session while a worker runs. A run never moves focus;
+escape interrupts it (or an export, which then leaves no files).
 """
 from __future__ import annotations
 
-import time
+import threading
+from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.reactive import reactive
 from textual.containers import Horizontal, Vertical
-from textual.widgets import (Footer, Label, ProgressBar, Static, TabbedContent, TabPane)
+from textual.widgets import Footer, Input, Label, ProgressBar, Static, TabbedContent, TabPane
 
-from ..debug.commands import CommandInterpreter, Result
-from ..debug.session import Session
-from ..debug.snapshot import Stop
-from ..errors import FirError
 from ..text import printable
-from .attention_view import AttentionRecorder, AttentionView
+from ..debug.commands import Result
+from ..errors import FirError
+from .attention_view import AttentionView
 from .buffers_view import BuffersView
-from .console_view import ConsoleView
+from .console_view import CommandInput, ConsoleView, completion_words
 from .graph_pane import GraphPane, NodeList
+from .jobs import (Interrupted, JobProgress, Probe, default_report_dir, export_session,
+                   measure_quant)
 from .keys import bindings
+from .loading import LoadingPanel, open_session
+from .messages import Job, JobDone, LoadFailed, Loaded, LoadProgress
+from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
 from .profile_view import ProfileView
-from .registers_pane import RegistersPane
+from .registers_pane import RegistersPane, RightColumn
 from .safe_text import ControlCharacterFilter
-from .screens import HelpScreen, PromptScreen
+from .reload import carry
+from .screens import HelpScreen, HistoryScreen, PromptScreen, QuitScreen
 from .source_pane import SourceLines, SourcePane
+from .state import StopView, Wants, build_view
 
 DEFAULT_N = 12
 MAX_PENDING = 32
+NARROW = 100  # below this many columns the registers become a tab
+TABS = ("buffers", "attention", "profile", "console", "lens", "regs")
 
 
-class LoadingPanel(Vertical):
-    DEFAULT_CSS = """
-    LoadingPanel { align: center middle; height: 1fr; }
-    LoadingPanel > * { width: 70; }
-    LoadingPanel #load-error { width: 1fr; height: auto; padding: 1 2; border: thick $error;
-                               display: none; }
-    """
-
-    def compose(self) -> ComposeResult:
-        yield Label("loading…", id="load-label")
-        yield ProgressBar(total=100, show_eta=False, id="load-bar")
-        yield Static(id="load-error")
+class Bottom(TabbedContent):
+    ALLOW_MAXIMIZE = True
 
 
 class FirscopeApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "firscope"
     COMMANDS = App.COMMANDS | {DebuggerCommands}
-    BINDINGS = bindings() + [
-        Binding("left_square_bracket", "lane_step(-1)", "lane-", show=False),
-        Binding("right_square_bracket", "lane_step(1)", "lane+", show=False),
-        Binding("m", "maximize_focused", "maximize", show=False),
-        Binding("1", "tab('buffers')", show=False), Binding("2", "tab('attention')", show=False),
-        Binding("3", "tab('profile')", show=False), Binding("4", "tab('console')", show=False),
-    ]
+    BINDINGS = bindings()
+    # The last frozen stop: every JobDone / Loaded message sets it, watch_view renders it.
+    view: reactive[StopView | None] = reactive(None, always_update=True, init=False)
 
     def __init__(self, model_path: Path, *, prompt_ids=None, prompt_text: str | None = None,
                  n: int = DEFAULT_N, fir_f32: bool = False, group: int = 32,
-                 engine: str = "compiled", show_times: bool = True, q4_path: str = "packed"):
+                 engine: str = "compiled", show_times: bool = True,
+                 time_of: Callable | None = None, q4_path: str = "packed"):
         super().__init__()
         self.q4_path = q4_path
+        # every line of every widget: no control character from a file reaches the terminal
+        self.control_filter = ControlCharacterFilter()
         self.model_path = Path(model_path)
         self.prompt_ids = prompt_ids
         self.prompt_text = prompt_text
-        self.n = n
-        self.fir_f32 = fir_f32
-        self.group = group
-        self.engine_name = engine
+        self.n, self.fir_f32, self.group, self.engine_name = n, fir_f32, group, engine
         self.show_times = show_times
-        self.session: Session | None = None
-        self.ci: CommandInterpreter | None = None
-        self.tokenizer = None
-        self.recorder: AttentionRecorder | None = None
+        # node times as shown: tests pass a deterministic function of the real ones
+        self.time_of = time_of if time_of is not None else (
+            None if show_times else (lambda times: {}))
+        self.session = self.ci = self.tokenizer = self.recorder = None
+        self.model = None
+        self._follow = True  # the graph cursor follows the next view's stop
+        self.wants = Wants()
+        self.probe = Probe()
         self.busy = False
-        self.pending: list = []  # engine actions typed ahead while one runs
-        self.last_stop: Stop | None = None
+        self.job: Job | None = None
+        self.pending: list[Job] = []
         self.status_text = "loading"
+        self.status_error = False
         self.load_error: FirError | None = None
-        self.control_filter = ControlCharacterFilter()
-
-    def get_line_filters(self):
-        # every line of every widget: no control character from a file reaches the terminal
-        return [*super().get_line_filters(), self.control_filter]
+        self._pane_focus = None  # the pane focus returns to when an input is left
+        self._carried = None  # what F2 carries into the reloaded session
+        self._interrupting = False  # escape was pressed during the running job
 
     # -- layout -----------------------------------------------------------------------
+    def get_line_filters(self):
+        return [*super().get_line_filters(), self.control_filter]
+
     def compose(self) -> ComposeResult:
         yield Static(id="status")
         yield LoadingPanel(id="loading")
@@ -101,8 +104,8 @@ class FirscopeApp(App):
             with Horizontal(id="top"):
                 yield GraphPane(id="graph")
                 yield SourcePane(id="source")
-                yield RegistersPane(id="registers")
-            with TabbedContent(id="bottom", initial="attention"):
+                yield RightColumn(id="right")
+            with Bottom(id="bottom", initial="buffers"):
                 with TabPane("Buffers", id="buffers"):
                     yield BuffersView(id="buffers-view")
                 with TabPane("Attention", id="attention"):
@@ -111,399 +114,473 @@ class FirscopeApp(App):
                     yield ProfileView(id="profile-view")
                 with TabPane("Console", id="console"):
                     yield ConsoleView(id="console-view")
+                with TabPane("Lens", id="lens"):
+                    yield LensView(id="lens-view")
+                with TabPane("Registers", id="regs"):
+                    yield RightColumn(id="right-tab")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#main").display = False
+        self.screen.add_class("-loading")
+        self.query_one(GraphPane).time_of = self.time_of
+        self.query_one(ProfileView).time_of = self.time_of
+        self._layout_for(self.size.width)
+        self.set_interval(0.25, self._show_progress)
         self.set_status()
-        self.load()
+        self.load(None)
+
+    def on_resize(self, event) -> None:
+        self._layout_for(event.size.width)
+
+    def _layout_for(self, width: int) -> None:
+        narrow = width < NARROW
+        self.screen.set_class(narrow, "-narrow")
+        bottom = self.query_one(Bottom)
+        if narrow:
+            bottom.show_tab("regs")
+        else:
+            if bottom.active == "regs":
+                bottom.active = "buffers"
+            bottom.hide_tab("regs")
 
     # -- loading ------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="load")
-    def load(self) -> None:
-        from ..runtime.opening import open_model, prompt_ids
-
-        def progress(what: str, frac: float) -> None:
-            self.call_from_thread(self.on_progress, what, frac)
-
+    def load(self, carried) -> None:
+        options = dict(prompt_ids=self.prompt_ids, prompt_text=self.prompt_text, n=self.n,
+                       fir_f32=self.fir_f32, group=self.group, engine=self.engine_name,
+                       q4_path=self.q4_path)
         try:
-            t0 = time.perf_counter()
-            model = open_model(self.model_path, fir_f32=self.fir_f32, group=self.group,
-                               q4_path=self.q4_path,
-                               progress=lambda w, f: progress(f"loading: {w}", f * 0.7))
-            ids, tok = prompt_ids(model, prompt=self.prompt_text, tokens=self.prompt_ids)
-            session = Session(model, ids, self.n, engine=self.engine_name)
-            runner = session.machine.kernel_runner
-            if runner is not None and hasattr(runner, "warmup"):
-                progress("compiling kernels", 0.75)
-                runner.warmup()
-            progress("ready", 1.0)
-            loaded = time.perf_counter() - t0
+            parts = open_session(self.model_path, options, carried, self.probe, self.wants,
+                                 lambda what, frac: self.post_message(LoadProgress(what, frac)))
         except FirError as e:
-            self.call_from_thread(self.show_load_error, e)
+            self.post_message(LoadFailed(e))
             return
         except Exception as e:  # a bug: keep the app alive and say so
-            self.call_from_thread(self.show_load_error,
-                                  FirError(f"internal error while loading: {type(e).__name__}: {e}"))
+            self.post_message(LoadFailed(FirError(
+                f"internal error while loading: {type(e).__name__}: {e}")))
             return
-        self.call_from_thread(self.on_loaded, session, tok, loaded)
+        self.post_message(Loaded(parts))
 
-    def on_progress(self, what: str, frac: float) -> None:
-        self.query_one("#load-label", Label).update(f"{printable(self.model_path.name)}: {what}")
-        self.query_one("#load-bar", ProgressBar).update(progress=frac * 100)
+    def on_load_progress(self, message: LoadProgress) -> None:
+        self.query_one("#load-label", Label).update(
+            f"{printable(self.model_path.name)}: {message.what}")
+        self.query_one("#load-bar", ProgressBar).update(progress=message.frac * 100)
 
-    def show_load_error(self, e: FirError) -> None:
+    def on_load_failed(self, message: LoadFailed) -> None:
+        e = message.error
         self.load_error = e
-        panel = self.query_one("#load-error", Static)
-        panel.display = True
-        panel.update(Text(str(e) + "\n\nfix the file and press F2 to reload, or q to quit",
-                          style="bold"))
+        self.query_one(LoadingPanel).add_class("-error")
+        self.query_one("#load-error", Static).update(
+            Text(str(e) + "\n\nfix the file and press F2 to reload, or q to quit", style="bold"))
         self.query_one("#load-label", Label).update(f"{printable(self.model_path)}: cannot load")
-        self.query_one("#loading").display = True
-        self.query_one("#main").display = False
-        self.status_text = "error: " + e.message.splitlines()[0]
-        self.set_status()
+        self.screen.add_class("-loading")
+        self.set_status("error: " + e.message.splitlines()[0], error=True)
 
-    def on_loaded(self, session: Session, tok, seconds: float) -> None:
-        self.session = session
-        self.tokenizer = tok
-        self.ci = CommandInterpreter(session, tok)
-        self.recorder = AttentionRecorder(session)
+    def on_loaded(self, message: Loaded) -> None:
+        p = message.parts
+        first = self.session is None and self.model is None
+        self.session, self.ci, self.tokenizer = p["session"], p["ci"], p["tok"]
+        self.recorder, self.model = p["recorder"], p["session"].model
         self.load_error = None
-        self.query_one("#loading").display = False
-        self.query_one("#main").display = True
-        self.query_one(BuffersView).bind_session(session)
-        self.query_one(AttentionView).bind_session(session, self.recorder, tok)
-        self.status_text = f"loaded in {seconds:.2f} s" if self.show_times else "loaded"
+        self.query_one(LoadingPanel).remove_class("-error")
+        self.screen.remove_class("-loading")
+        self.query_one(BuffersView).bind_model(self.model)
+        self.query_one(AttentionView).bind_model(self.model)
         console = self.query_one(ConsoleView)
-        console.write(f"firscope: {session.model.path} · {len(session.model.nodes)} nodes · "
-                      f"engine {session.machine.engine} · prompt {len(session.prompt)} tokens, "
-                      f"{session.n_generate} to generate")
+        console.set_words(completion_words(self.ci, self.model))
+        s = self.session
+        console.write(f"firscope: {self.model.path} · {len(self.model.nodes)} nodes · engine "
+                      f"{s.machine.engine} · prompt {len(s.prompt)} tokens, {s.n_generate} to "
+                      f"generate" + (f" · loaded in {p['seconds']:.2f} s" if self.show_times
+                                     else ""))
+        for note in p["notes"]:
+            console.write(note, "yellow" if note.startswith("not restored") else None)
+        if any(n.startswith("not restored") for n in p["notes"]):
+            self.notify("some breakpoints did not survive the reload: see the console",
+                        severity="warning", timeout=8)
         console.write(self.ci.where_line())
-        self.refresh_views()
-        self.query_one(NodeList).focus()
+        self.show_view(p["view"])
+        self.set_status(p["view"].status)
+        if first or self.focused is None:
+            self.query_one(NodeList).focus()
 
     # -- status and views --------------------------------------------------------------------
-    def set_status(self) -> None:
-        s = self.session
-        t = Text()
+    def set_status(self, text: str | None = None, *, error: bool = False) -> None:
+        if text is not None:
+            self.status_text, self.status_error = text, error
+        t = Text(no_wrap=True, overflow="ellipsis")
         t.append(" firscope ", style="bold reverse")
-        if s is not None:
-            m = s.model
-            t.append(f"  {printable(m.folder.name)} · {'f32' if m.fir_f32 else 'q4'} · ")
-            if s.finished:
-                t.append(f"finished {s.step}/{s.total_steps}")
-            else:
-                piece = self.tokenizer.piece(s.token) if s.token is not None else "?"
-                t.append(f"token {s.step + 1}/{s.total_steps} {piece!r} pos {s.step}")
-        t.append("   ")
-        style = "bold green" if self.busy else ("bold red" if self.status_text.startswith(
-            ("error", "fault", "budget")) else "bold yellow")
-        t.append(("▶ " if self.busy else "■ ") + self.status_text, style=style)
+        style = "bold green" if self.busy else ("bold red" if self.status_error else "bold yellow")
+        t.append((" ▶ " if self.busy else " ■ ") + self.status_text, style=style)
+        if self.view is not None:
+            t.append("  ·  " + self.view.header)
+            if self.view.patched:
+                t.append(f"  · patched ({self.view.patched})", style="bold magenta")
+        t.truncate(max(self.size.width, 20), overflow="ellipsis")
         self.query_one("#status", Static).update(t)
 
-    def refresh_views(self, follow: bool = True) -> None:
-        s = self.session
-        if s is None:
+    def _show_progress(self) -> None:
+        if not self.busy:
             return
-        saved_times = s.node_times
-        if not self.show_times:
-            s.node_times = {}
-        try:
-            self.query_one(GraphPane).show(s, self.tokenizer, follow=follow)
-            self.query_one(SourcePane).show(s)
-            self.query_one(RegistersPane).show(s, self.ci)
-            self.query_one(BuffersView).show()
-            att = self.query_one(AttentionView)
-            if s.layer is not None:
-                att.follow_layer(s.layer)
-            att.show()
-            self.query_one(ProfileView).show(s)
-        finally:
-            s.node_times = saved_times
-        self.set_status()
+        if self._interrupting:
+            # The engine clears its flag when a run starts: an escape pressed before the
+            # worker got there would be lost, so keep it set until the job ends.
+            self._cancel_flag().set()
+            return
+        line = self.probe.line()
+        if line is not None:
+            self.set_status(line)
+
+    def show_view(self, view: StopView, follow: bool = True) -> None:
+        """Put a frozen stop into the ``view`` reactive (``watch_view`` renders it)."""
+        self._follow = follow
+        self.view = view
+
+    def watch_view(self, view: StopView | None) -> None:
+        """Render one frozen stop in every pane."""
+        if view is None or self.model is None:
+            return
+        m = self.model
+        self.query_one(GraphPane).show(m, view, follow=self._follow)
+        self.query_one(SourcePane).show(m, view)
+        for col in self.query(RightColumn):
+            col.show(m, view)
+        self.query_one(BuffersView).show(view)
+        idx = view.node_index
+        self.query_one(AttentionView).show(view, m.nodes[idx].layer if idx is not None else None)
+        self.query_one(LensView).show(view)
+        self.query_one(ProfileView).show(m, view)
 
     def on_option_list_option_highlighted(self, event) -> None:
-        if isinstance(event.option_list, NodeList) and self.session is not None and not self.busy:
+        if isinstance(event.option_list, NodeList) and self.view is not None:
             idx = event.option_list.cursor_node()
-            panes = self.query(SourcePane)  # empty while the app is closing
-            if idx is not None and panes:
-                panes.first().show(self.session, idx)
+            if idx is not None:
+                self.query_one(SourcePane).show(self.model, self.view, idx)
 
-    # -- running the engine --------------------------------------------------------------------
-    def engine(self, label: str, fn) -> None:
+    # -- running commands --------------------------------------------------------------------
+    def submit(self, job: Job) -> None:
         if self.session is None:
             self.notify("no model loaded", severity="warning")
             return
         if self.busy:
-            # Keys pressed while the engine runs are queued, like typing ahead in gdb.
             if len(self.pending) >= MAX_PENDING:
                 self.notify("still running — press escape to interrupt", severity="warning")
             else:
-                self.pending.append((label, fn))
+                self.pending.append(job)
             return
-        self.busy = True
-        self.status_text = f"running: {label} (escape interrupts)"
-        self.set_status()
-        self._engine_worker(label, fn)
+        self.busy, self.job = True, job
+        self.probe.reset(job.label)
+        if job.moves:
+            self.set_status(f"running: {job.label} (escape interrupts)")
+        self._run_job(job, self.wants)
 
     @work(thread=True, group="engine")
-    def _engine_worker(self, label: str, fn) -> None:
+    def _run_job(self, job: Job, wants: Wants) -> None:
+        out = error = None
         try:
-            result = fn()
+            out = job.fn() if job.fn is not None else None
+        except Interrupted as e:
+            error = e
         except FirError as e:
-            self.call_from_thread(self.on_engine_error, label, e)
-            return
+            error = e
         except Exception as e:  # keep the UI alive; say it is a bug
-            self.call_from_thread(self.on_engine_error, label,
-                                  FirError(f"internal error: {type(e).__name__}: {e}"))
-            return
-        self.call_from_thread(self.on_engine_done, label, result)
+            error = FirError(f"internal error: {type(e).__name__}: {e}")
+        try:
+            view = build_view(self.session, self.ci, self.tokenizer, self.recorder, wants)
+        except Exception as e:  # a bug in a view: keep the last picture, say so
+            view, error = None, error or FirError(f"internal error: {type(e).__name__}: {e}")
+        self.post_message(JobDone(job, out, error, view))
 
-    def on_engine_done(self, label: str, result) -> None:
-        self.busy = False
+    def on_job_done(self, message: JobDone) -> None:
+        job, out, error = message.job, message.out, message.error
+        self.busy, self.job, self._interrupting = False, None, False
         console = self.query_one(ConsoleView)
-        stop = result.snapshot.stop if isinstance(result, Result) and result.snapshot else None
-        if stop is not None:
-            self.last_stop = stop
-            console.write(result.text, "red" if stop.reason.is_error else None)
-            self.status_text = self.ci.status_line(result.snapshot)
-            if stop.reason.is_error:
-                self.notify(stop.message.splitlines()[0][:200], severity="error", timeout=8)
+        moved = isinstance(out, Result) and out.snapshot is not None
+        if message.view is not None:
+            self.show_view(message.view, follow=moved or job.moves)
+        if isinstance(error, Interrupted):
+            self.pending.clear()
+            console.write(f"interrupted: {job.label}; nothing was written", "yellow")
+            self.set_status(f"interrupted: {job.label}; nothing was written")
+        elif error is not None:
+            self.pending.clear()
+            console.write(f"error: {error}", "red")
+            self.set_status(f"error: {error.message.splitlines()[0][:200]}", error=True)
         else:
-            text = result.text if isinstance(result, Result) else result
-            if text:
-                console.write(text)
-            self.status_text = f"{label}: done"
-        if self.pending and stop is not None and stop.reason.wants_attention:
-            self.pending.clear()  # something worth looking at: drop what was typed ahead
-        self.refresh_views()
-        self._next_pending()
-
-    def _next_pending(self) -> None:
+            self._report(job, out, console)
+            if job.then is not None:
+                job.then(out)
+        if moved and out.snapshot.reason.wants_attention:
+            self.pending = [j for j in self.pending if not j.moves]  # look before moving on
         if self.pending and not self.busy:
-            label, fn = self.pending.pop(0)
-            self.engine(label, fn)
+            self.submit(self.pending.pop(0))
 
-    def on_engine_error(self, label: str, e: FirError) -> None:
-        self.busy = False
-        self.pending.clear()
-        self.query_one(ConsoleView).write(f"error: {e}", "red")
-        self.status_text = f"error: {e.message.splitlines()[0][:100]}"
-        self.notify(str(e)[:300], severity="error", timeout=8)
-        self.refresh_views()
+    def _report(self, job: Job, out, console: ConsoleView) -> None:
+        text = out.text if isinstance(out, Result) else (out if isinstance(out, str) else "")
+        snap = out.snapshot if isinstance(out, Result) else None
+        if text and not job.quiet:
+            console.write(text, "red" if snap is not None and snap.reason.is_error else None)
+        if snap is not None and snap.reason.is_error:
+            self.notify(snap.stop.message.splitlines()[0][:200], severity="error", timeout=8)
+        if self.view is not None:
+            self.set_status(self.view.status, error=snap is not None and snap.reason.is_error)
+
+    def run_command(self, text: str) -> None:
+        """One command line from a key, the console or the palette."""
+        text = text.strip()
+        if self.ci is None or not text:
+            return
+        if text.split()[0] in ("quit", "q"):
+            self.action_quit()
+            return
+        self.submit(Job(text, lambda: self.ci.run(text), moves=self.ci.resumes(text)))
+
+    def refresh_view(self) -> None:
+        """Rebuild the frozen view (another buffer name, the Lens tab shown)."""
+        if self.session is not None:
+            self.submit(Job("refresh", None, quiet=True))
 
     # -- actions ------------------------------------------------------------------------------
-    def _command(self, line: str) -> None:
-        self.engine(line, lambda: self.ci.run(line))
+    def action_command(self, line: str) -> None:
+        """A key bound to one debugger command (continue, next, stepi, ...)."""
+        self.run_command(line)
 
-    def action_cont(self) -> None:
-        self._command("continue")
-
-    def action_next(self) -> None:
-        self._command("next")
-
-    def action_stepi(self) -> None:
-        self._command("stepi")
-
-    def action_finish(self) -> None:
-        self._command("finish")
-
-    def action_token(self) -> None:
-        self._command("token")
-
-    def action_reverse_stepi(self) -> None:
-        self._command("reverse-stepi")
-
-    def action_reverse_next(self) -> None:
-        self._command("reverse-next")
+    def _cancel_flag(self):
+        return self.job.cancel if self.job is not None and self.job.cancel is not None \
+            else self.session.cancel
 
     def action_interrupt(self) -> None:
-        if self.session is not None and self.busy:
+        if self.busy:
             self.pending.clear()
-            self.session.cancel.set()
-            self.status_text = "interrupting…"
-            self.set_status()
-        elif isinstance(self.screen, PromptScreen):
-            self.screen.dismiss(None)
+            self._interrupting = True
+            self._cancel_flag().set()
+            self.set_status("interrupting…")
+        elif isinstance(self.focused, Input):
+            self._leave_input()
+        elif self.screen.maximized is not None:
+            self.screen.minimize()
+
+    def _leave_input(self) -> None:
+        target = self._pane_focus
+        if target is None or not target.is_attached:
+            target = self.query_one(NodeList)
+        target.focus()
+
+    def on_descendant_focus(self, event) -> None:
+        w = event.widget
+        if not isinstance(w, Input):
+            self._pane_focus = w
+        self.screen.set_class(isinstance(w, CommandInput), "-console")
+
+    def _cursor_spec(self) -> str | None:
+        """The breakpoint location under the cursor (kernel line, node, or the current node)."""
+        focused, m, view = self.focused, self.model, self.view
+        if isinstance(focused, SourceLines):
+            line = focused.cursor_line()
+            node_idx = self.query_one(NodeList).cursor_node()
+            node = m.nodes[node_idx if node_idx is not None else view.node_index]
+            if line is None or node.kind != "micro":
+                return None
+            return f"{node.target}:{line}"
+        if isinstance(focused, NodeList):
+            idx = focused.cursor_node()
+            return m.nodes[idx].full_name if idx is not None else None
+        idx = view.node_index if view is not None else None
+        return m.nodes[idx].full_name if idx is not None else None
 
     def action_toggle_break(self) -> None:
-        s = self.session
-        if s is None or self.busy:
+        spec = self._cursor_spec() if self.model is not None else None
+        if spec is None:
             return
-        focused = self.focused
-        try:
-            if isinstance(focused, SourceLines):
-                line = focused.cursor_line()
-                node_idx = self.query_one(NodeList).cursor_node()
-                node = s.model.nodes[node_idx if node_idx is not None else s.node_index]
-                if line is None or node.kind != "micro":
-                    return
-                spec = f"{node.target}:{line}"
-            elif isinstance(focused, NodeList):
-                idx = focused.cursor_node()
-                if idx is None:
-                    return
-                spec = s.model.nodes[idx].full_name
-            else:
-                if s.finished:
-                    return
-                spec = s.node.full_name
-            what, bp = s.toggle_breakpoint(spec)
-        except FirError as e:
-            self.notify(str(e), severity="warning")
-            return
-        self.query_one(ConsoleView).write(f"breakpoint {bp.number} at {bp.spec}: {what}")
-        self.notify(f"breakpoint {bp.number} {what}: {bp.spec}")
-        self.refresh_views(follow=False)
+        ci = self.ci
+
+        def toggle():
+            same = [bp.number for bp in ci.s.breakpoints if bp.spec == spec]
+            return ci.run(f"delete {' '.join(map(str, same))}" if same else f"break {spec}")
+
+        self.submit(Job(f"break {spec}", toggle))
+
+    def _ask(self, question: str, value: str, then: Callable[[str], None]) -> None:
+        self.push_screen(PromptScreen(question, value), lambda v: then(v) if v else None)
 
     def action_lane(self) -> None:
-        s = self.session
-        if s is None or s.lanes() is None:
-            self.notify("no kernel at this node: lanes exist inside micro nodes", severity="warning")
+        lanes = self.view.snapshot.node_lanes if self.view is not None else None
+        if lanes is None:
+            self.notify("no kernel at this node: lanes exist inside micro nodes",
+                        severity="warning")
             return
-
-        def chosen(value: str | None) -> None:
-            if not value:
-                return
-            try:
-                self.ci.set_lane(int(value))
-            except (ValueError, FirError) as e:
-                self.notify(str(e), severity="warning")
-                return
-            self.refresh_views(follow=False)
-
-        self.push_screen(PromptScreen(f"focus lane (0..{s.lanes() - 1}):", str(self.ci.lane)),
-                         chosen)
+        self._ask(f"focus lane (0..{lanes - 1}):", str(self.ci.lane),
+                  lambda v: self.run_command(f"lane {v}"))
 
     def action_lane_step(self, delta: int) -> None:
-        s = self.session
-        if s is None or s.lanes() is None:
+        regs = self.view.snapshot.lane if self.view is not None else None
+        if regs is None or not regs.lanes:
             return
-        lanes = s.lanes()
-        if not lanes or s.dispatch is None:
-            return
-        self.ci.set_lane((self.ci.lane + delta) % lanes)
-        self.refresh_views(follow=False)
+        self.run_command(f"lane {(self.view.lane + delta) % regs.lanes}")
 
     def action_goto(self) -> None:
-        s = self.session
-        if s is None:
+        if self.model is None:
             return
         nodes = self.query_one(NodeList)
         if self.focused is nodes and nodes.cursor_node() is not None:
-            name = s.model.nodes[nodes.cursor_node()].full_name
-            self._command(f"goto {name}")
+            self.run_command(f"goto {self.model.nodes[nodes.cursor_node()].full_name}")
             return
+        self._ask("go to node (e.g. attention@1, or attention@1 token 3):", "",
+                  lambda v: self.run_command(f"goto {v}"))
 
-        def chosen(value: str | None) -> None:
-            if value:
-                self._command(f"goto {value}")
-
-        self.push_screen(PromptScreen("go to node (e.g. attention@1):"), chosen)
+    def action_display(self) -> None:
+        if self.ci is not None:
+            self._ask("display (shown at every stop), e.g. max(abs(x)):", "",
+                      lambda v: self.run_command(f"display {v}"))
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        rows = [(c.usage, c.help) for c in self.ci.table] if self.ci is not None else []
+        self.push_screen(HelpScreen(rows))
 
     def action_tab(self, name: str) -> None:
-        self.query_one(TabbedContent).active = name
+        bottom = self.query_one(Bottom)
+        if name == "regs" and not self.screen.has_class("-narrow"):
+            self.query_one("#right RegistersPane").focus()  # beside the source when wide
+            return
+        bottom.active = name
+        if name == "console":
+            self.query_one(CommandInput).focus()
+
+    def on_tabbed_content_tab_activated(self, event) -> None:
+        lens = event.pane.id == "lens"
+        if lens != self.wants.lens:
+            self.wants = replace(self.wants, lens=lens)
+            if lens:
+                self.refresh_view()
 
     def action_maximize_focused(self) -> None:
         if self.screen.maximized is not None:
             self.screen.minimize()
-            return
-        w = self.focused
-        while w is not None and not isinstance(w, (GraphPane, SourcePane, RegistersPane,
-                                                   TabbedContent)):
-            w = w.parent
-        if w is not None:
-            self.screen.maximize(w)
+        elif self.focused is not None:
+            self.screen.maximize(self.focused)
+
+    def action_quit(self) -> None:
+        if isinstance(self.screen, QuitScreen):
+            self.screen.dismiss(True)
+        elif self.session is None:
+            self.exit()
+        else:
+            self.push_screen(QuitScreen(), lambda yes: self._quit() if yes else None)
+
+    def _quit(self) -> None:
+        if self.busy:  # a thread cannot be killed: ask the run to stop, then leave
+            self.pending.clear()
+            self._cancel_flag().set()
+        self.exit()
 
     def action_reload(self) -> None:
         if self.busy:
             return
-        self.session = None
-        self.query_one("#load-error", Static).display = False
-        self.query_one("#loading").display = True
-        self.query_one("#main").display = False
-        self.status_text = "reloading"
-        self.set_status()
-        self.load()
+        # A reload that fails keeps what the last good session had for the next F2.
+        if self.session is not None:
+            self._carried = carry(self.session, self.ci)
+        self.session = self.ci = None
+        self.query_one(LoadingPanel).remove_class("-error")
+        self.screen.add_class("-loading")
+        self.set_status("reloading")
+        self.load(self._carried)
 
     def action_quant(self) -> None:
-        s = self.session
-        if s is None:
+        if self.model is None:
             return
-        if s.model.fir_f32:
+        if self.model.fir_f32:
             self.notify("loaded with --fir-f32: nothing is quantized", severity="warning")
             return
-        tokens = list(s.sequence[: max(s.step, 1)])
-        view = self.query_one(ProfileView)
+        s = self.session
 
         def measure():
-            from ..profile.quant import compare_run, weight_stats
-            view.weights = weight_stats(s.model)
-            view.quant = compare_run(s.model, tokens, engine=s.machine.engine)
-            return f"quantization error measured over {len(tokens)} token(s)"
+            return measure_quant(s)
 
-        self.query_one(TabbedContent).active = "profile"
-        self.engine("quantization error", measure)
+        def shown(out):
+            self.query_one(ProfileView).set_quant(out[0], out[1])
+            self.query_one(ProfileView).show(self.model, self.view)
+            self.query_one(ConsoleView).write(f"quantization error measured over {out[2]} "
+                                              "token(s)")
+
+        self.query_one(Bottom).active = "profile"
+        self.submit(Job("quantization error", measure, then=shown, quiet=True))
 
     def action_export(self) -> None:
-        s = self.session
-        if s is None:
+        if self.session is None:
             return
+        s, tok = self.session, self.tokenizer
+        default = str(default_report_dir(self.model.folder.name))
 
-        def chosen(value: str | None) -> None:
-            if not value:
-                return
-            out = Path(value)
-            self.engine(f"export to {out}", lambda: export_session(s, self.tokenizer, out))
+        def chosen(value: str) -> None:
+            out = Path(value).expanduser().resolve()
+            cancel = threading.Event()
+            job = Job(f"export to {out}", lambda: export_session(
+                s, tok, out, JobProgress(self.probe, cancel)), cancel=cancel, quiet=True,
+                then=lambda done: self._exported(done))
+            self.submit(job)
 
-        self.push_screen(PromptScreen("export the report to folder:", "firscope-report"), chosen)
+        self._ask("export the report to folder (a new or empty folder):", default, chosen)
 
-    # -- commands from the console and the palette ------------------------------------------------
+    def _exported(self, done) -> None:
+        self.query_one(ConsoleView).write(done.text())
+        self.set_status(f"report written to {done.folder}")
+        self.notify(f"report written to {done.folder}", timeout=8)
+
+    # -- messages from the panes ---------------------------------------------------------------
     def on_console_view_command(self, message: ConsoleView.Command) -> None:
         self.run_command(message.text)
 
-    def run_command(self, text: str) -> None:
-        if self.ci is None:
-            return
-        word = text.split(" ", 1)[0]
-        if word in ("quit", "q"):
-            self.exit()
-            return
-        if self.ci.resumes(text):
-            self._command(text)
+    def on_buffers_view_name_changed(self, message: BuffersView.NameChanged) -> None:
+        self.wants = replace(self.wants, buffer=message.name)
+        self.refresh_view()
+
+    def on_buffers_view_edit(self, message) -> None:
+        self._ask(f"set {message.target} =", message.value,
+                  lambda v: self.run_command(f"set {message.target} = {v}"))
+
+    def on_registers_pane_edit(self, message: RegistersPane.Edit) -> None:
+        self.on_buffers_view_edit(message)
+
+    def on_registers_pane_chosen(self, message: RegistersPane.Chosen) -> None:
+        ci = self.ci
+        self.submit(Job(f"{message.file}{message.reg} over lanes",
+                        lambda: ci.set_register(message.file, message.reg), quiet=True))
+
+    def on_buffers_view_history(self, message: BuffersView.History) -> None:
+        ci, target = self.ci, message.target
+
+        def writes():
+            out = ci.run(f"history {target}")
+            return out.text.splitlines()[0], list(getattr(ci, "last_history", []))
+
+        def shown(out) -> None:
+            self.push_screen(HistoryScreen(*out), self._history_chosen)
+
+        self.submit(Job(f"history {target}", writes, then=shown))
+
+    def _history_chosen(self, write) -> None:
+        if write is None:
             return
         try:
-            out = self.ci.execute(text)
-        except FirError as e:
-            self.query_one(ConsoleView).write(f"error: {e}", "red")
+            self.model.node_index(write.node)
+        except KeyError:
+            self.notify(f"{write.node}: not a node to go to", severity="warning")
             return
-        if out:
-            self.query_one(ConsoleView).write(out)
-        self.refresh_views(follow=False)
+        self.run_command(f"goto {write.node} token {write.step}")
+
+    def on_lens_view_jump(self, message: LensView.Jump) -> None:
+        node = end_of_layer(self.model, message.layer)
+        if node is None:
+            self.notify(f"layer {message.layer} is the model's end", severity="warning")
+            return
+        self.run_command(f"goto {node} token {self.view.snapshot.step}")
 
     def prefill_console(self, text: str) -> None:
-        from textual.widgets import Input
-        self.query_one(TabbedContent).active = "console"
-        inp = self.query_one("#console-input", Input)
+        self.query_one(Bottom).active = "console"
+        inp = self.query_one(CommandInput)
         inp.value = text
         inp.focus()
-
-
-def export_session(session: Session, tokenizer, out: Path) -> str:
-    """The same report as `firscope profile`, for the tokens this session decodes."""
-    from ..profile.collect import preserved_state
-    from ..profile.report import profile_model, write_report
-    model = session.model
-    n = session.n_generate
-    with preserved_state(model):
-        data = profile_model(model, list(session.prompt), n, engine=session.machine.engine,
-                             tokenizer=tokenizer)
-    files = write_report(data, out)
-    return f"report written to {out}: " + ", ".join(sorted(files))
+        inp.cursor_position = len(text)
 
 
 def run_app(args) -> int:

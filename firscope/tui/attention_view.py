@@ -11,6 +11,7 @@ from textual.widgets import Static
 from ..debug.session import Session
 from ..profile.collect import find_attention_sites
 from .heat import half_block_rows, legend
+from .state import StopView
 
 
 class AttentionRecorder:
@@ -35,6 +36,56 @@ class AttentionRecorder:
         return sorted({s.layer for s in self.sites.values()}, key=lambda x: -1 if x is None else x)
 
 
+def attention_text(view: StopView, sites: dict, layer, head: int, width: int) -> Text:
+    """Softmax rows of the latest token whose attention ran in ``layer``, per head, and
+    the tokens-by-positions map of ``head`` (pure: frozen maps in, text out)."""
+    if not sites:
+        return Text("no attention node found (a kernel storing into a buffer of "
+                    "n_head × n_positions elements)", style="dim")
+    maps = view.attention
+    n_head = next(iter(sites.values())).n_head
+    steps = sorted(p for (p, l) in maps if l == layer and p <= view.snapshot.step)
+    t = Text()
+    if not steps:
+        t.append(f"layer {layer}: attention has not run yet for this token; "
+                 "step or continue past an attention node\n", style="dim")
+        return t
+    cur = steps[-1]
+    rows = maps[(cur, layer)]
+    t.append(f"scores · layer {layer} · query pos {cur}", style="bold")
+    if cur < len(view.pieces):
+        t.append(f" {view.pieces[cur]!r}")
+    t.append("   ←/→ layer  ↑/↓ head   ")
+    t.append_text(legend(0.0, 1.0))
+    t.append("\n")
+    width = max(width - 30, 20)
+    cols = min(rows.shape[1], width)
+    cell = max(1, min(4, width // max(cols, 1)))  # widen cells when there are few keys
+    for h in range(n_head):
+        r = np.repeat(rows[h, -cols:], cell)
+        chosen = h == head
+        t.append(f"head {h:<3}" + (" ▶" if chosen else "  "), style="bold" if chosen else "")
+        t.append_text(half_block_rows(np.vstack([r, r]), 0.0, 1.0)[0])
+        t.append(f"  max {rows[h].max():.2f}@{int(np.argmax(rows[h]))}\n", style="dim")
+    pieces = list(view.pieces[: cur + 1])[-cols:]
+    t.append("keys     ", style="dim")
+    t.append("".join((p[0] if p else "?").ljust(cell) for p in pieces) + "\n", style="cyan")
+    # tokens-by-positions for the selected head: rows = query tokens, cols = key positions
+    t.append(f"\nhead {head}, layer {layer}: query tokens (rows) × key positions (cols)\n",
+             style="bold")
+    full = np.full((len(steps), cur + 1), np.nan)
+    for i, p in enumerate(steps):
+        full[i, : p + 1] = maps[(p, layer)][head]
+    shown = np.repeat(full[-2 * 12:, -cols:], cell, axis=1)
+    masked = np.where(np.isnan(shown), 0.0, shown)
+    for i, line in enumerate(half_block_rows(masked, 0.0, 1.0)):
+        q0 = steps[-len(shown):][2 * i] if 2 * i < len(shown) else 0
+        t.append(f"q{q0:<4}    ", style="dim")
+        t.append_text(line)
+        t.append("\n")
+    return t
+
+
 class AttentionView(VerticalScroll, can_focus=True):
     BINDINGS = [Binding("left", "layer(-1)", "layer-"), Binding("right", "layer(1)", "layer+"),
                 Binding("up", "head(-1)", "head-"), Binding("down", "head(1)", "head+")]
@@ -42,85 +93,43 @@ class AttentionView(VerticalScroll, can_focus=True):
     AttentionView { padding: 0 1; }
     """
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.sites: dict = {}
+        self.att_layers: list = []
+        self.layer_i = 0
+        self.head = 0
+        self.view: StopView | None = None
+
     def compose(self):
         yield Static(id="att-body")
 
-    def on_mount(self) -> None:
-        self.session: Session | None = None
-        self.recorder: AttentionRecorder | None = None
-        self.layer_i = 0
-        self.head = 0
-        self.tokenizer = None
-
-    def bind_session(self, session: Session, recorder: AttentionRecorder, tokenizer) -> None:
-        self.session, self.recorder, self.tokenizer = session, recorder, tokenizer
+    def bind_model(self, model) -> None:
+        self.sites = {s.node: s for s in find_attention_sites(model)}
+        self.att_layers = sorted({s.layer for s in self.sites.values()},
+                             key=lambda x: -1 if x is None else x)
+        self.layer_i = min(self.layer_i, max(len(self.att_layers) - 1, 0))
 
     def action_layer(self, delta: int) -> None:
-        if self.recorder and self.recorder.layers:
-            self.layer_i = (self.layer_i + delta) % len(self.recorder.layers)
-            self.show()
+        if self.att_layers:
+            self.layer_i = (self.layer_i + delta) % len(self.att_layers)
+            self.render_view()
 
     def action_head(self, delta: int) -> None:
-        if self.recorder and self.recorder.sites:
-            n = next(iter(self.recorder.sites.values())).n_head
-            self.head = (self.head + delta) % n
-            self.show()
+        if self.sites:
+            self.head = (self.head + delta) % next(iter(self.sites.values())).n_head
+            self.render_view()
 
-    def follow_layer(self, layer) -> None:
-        if self.recorder and layer in self.recorder.layers:
-            self.layer_i = self.recorder.layers.index(layer)
+    def show(self, view: StopView, layer) -> None:
+        """Follow the stop's layer (the user's ←/→ choice holds until the layer changes)."""
+        self.view = view
+        if layer in self.att_layers:
+            self.layer_i = self.att_layers.index(layer)
+        self.render_view()
 
-    def show(self) -> None:
-        body = self.query_one("#att-body", Static)
-        s, rec = self.session, self.recorder
-        if s is None or rec is None:
+    def render_view(self) -> None:
+        if self.view is None:
             return
-        if not rec.sites:
-            body.update(Text("no attention node found (a kernel storing into a buffer of "
-                             "n_head × n_positions elements)", style="dim"))
-            return
-        layer = rec.layers[self.layer_i]
-        n_head = next(iter(rec.sites.values())).n_head
-        # the latest token whose attention for this layer has run
-        steps = sorted(p for (p, l) in rec.maps if l == layer and p <= s.step)
-        t = Text()
-        if not steps:
-            t.append(f"layer {layer}: attention has not run yet for this token; "
-                     "step or continue past an attention node\n", style="dim")
-            body.update(t)
-            return
-        cur = steps[-1]
-        rows = rec.maps[(cur, layer)]
-        tok = s.sequence[cur] if cur < len(s.sequence) else None
-        t.append(f"scores · layer {layer} · query pos {cur}", style="bold")
-        t.append(f" {self.tokenizer.piece(tok)!r}" if tok is not None else "")
-        t.append("   ←/→ layer  ↑/↓ head   ")
-        t.append_text(legend(0.0, 1.0))
-        t.append("\n")
-        width = max(self.size.width - 30, 20)
-        cols = min(rows.shape[1], width)
-        cell = max(1, min(4, width // max(cols, 1)))  # widen cells when there are few keys
-        for h in range(n_head):
-            r = np.repeat(rows[h, -cols:], cell)
-            t.append(f"head {h:<3}" + (" ▶" if h == self.head else "  "),
-                     style="bold" if h == self.head else "")
-            t.append_text(half_block_rows(np.vstack([r, r]), 0.0, 1.0)[0])
-            top = int(np.argmax(rows[h]))
-            t.append(f"  max {rows[h].max():.2f}@{top}\n", style="dim")
-        pieces = [self.tokenizer.piece(x) for x in s.sequence[: cur + 1]][-cols:]
-        t.append("keys     ", style="dim")
-        t.append("".join((p[0] if p else "?").ljust(cell) for p in pieces) + "\n", style="cyan")
-        # tokens-by-positions for the selected head: rows = query tokens, cols = key positions
-        t.append(f"\nhead {self.head}, layer {layer}: query tokens (rows) × key positions (cols)\n",
-                 style="bold")
-        full = np.full((len(steps), cur + 1), np.nan)
-        for i, p in enumerate(steps):
-            full[i, : p + 1] = rec.maps[(p, layer)][self.head]
-        shown = np.repeat(full[-2 * 12:, -cols:], cell, axis=1)
-        masked = np.where(np.isnan(shown), 0.0, shown)
-        for i, line in enumerate(half_block_rows(masked, 0.0, 1.0)):
-            q0 = steps[-len(shown):][2 * i] if 2 * i < len(shown) else 0
-            t.append(f"q{q0:<4}    ", style="dim")
-            t.append_text(line)
-            t.append("\n")
-        body.update(t)
+        layer = self.att_layers[self.layer_i] if self.att_layers else None
+        self.query_one("#att-body", Static).update(
+            attention_text(self.view, self.sites, layer, self.head, self.size.width))

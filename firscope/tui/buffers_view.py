@@ -1,6 +1,12 @@
-"""Buffers: any buffer or weight, any layer: values with paging, shape, statistics,
-a histogram and a sparkline; a q4 weight also shows codes, scale and min per group
-and its dequantization error against the checkpoint's f32 values."""
+"""Buffers: the next node's inputs by default, or any buffer or weight by name: values
+with paging and an element cursor, shape, statistics, a histogram and a sparkline; a
+q4 weight also shows codes, scale and min per group and its dequantization error
+against the checkpoint's f32 values.
+
+The text is built by pure functions from the frozen :class:`BufferPeek` of a
+:class:`StopView`. On an element, ``=`` edits it (``set``) and ``h`` lists every
+write to it (``history``); the app runs both through the command interpreter.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -8,180 +14,42 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.widgets import Input, Static
 
-from ..debug.session import Session
 from ..errors import FirError
-from ..model import Ref
 from .heat import histogram, sparkline
+from .messages import ElementMessage
+from .state import BufferPeek, StopView
 
 PAGE = 64  # values per page (8 rows of 8)
 
 
-class ValuesView(Static, can_focus=True):
-    BINDINGS = [Binding("pagedown", "page(1)", "next page"), Binding("pageup", "page(-1)", "prev page"),
-                Binding("home", "first", "first page", show=False),
-                Binding("end", "last", "last page", show=False)]
-
-    def on_resize(self) -> None:
-        self.parent.parent.show()  # re-flow the values to the new width
-
-    def action_page(self, delta: int) -> None:
-        self.parent.parent.page(delta)
-
-    def action_first(self) -> None:
-        self.parent.parent.page(-10 ** 9)
-
-    def action_last(self) -> None:
-        self.parent.parent.page(10 ** 9)
+def per_row_for(width: int) -> int:
+    return max(1, min(8, (width - 10) // 11)) if width > 0 else 8
 
 
-class BuffersView(Vertical):
-    DEFAULT_CSS = """
-    BuffersView #buf-bar { height: 3; }
-    BuffersView #buf-name { width: 32; }
-    BuffersView #buf-hint { width: 1fr; padding: 1 1 0 1; color: $text-muted; }
-    BuffersView #buf-stats { height: auto; padding: 0 1; }
-    BuffersView #buf-body { height: 1fr; }
-    BuffersView ValuesView { width: 1fr; padding: 0 1; }
-    BuffersView #buf-q4 { width: 48; padding: 0 1; border-left: solid $primary-darken-2; }
-    """
-
-    def compose(self) -> ComposeResult:
-        with Horizontal(id="buf-bar"):
-            yield Input(value="x", placeholder="buffer or weight, e.g. key_cache@1 or qkvw@0",
-                        id="buf-name")
-            yield Static("enter a name · PgUp/PgDn pages · names: ", id="buf-hint")
-        yield Static(id="buf-stats")
-        with Horizontal(id="buf-body"):
-            yield ValuesView(id="buf-values")
-            yield Static(id="buf-q4")
-
-    def on_mount(self) -> None:
-        self.session: Session | None = None
-        self.value_offset = 0
-        self.name_shown = "x"
-        self._q4_error_cache: dict[str, np.ndarray] = {}
-        self._stats_cache: dict[str, Text] = {}
-
-    def bind_session(self, session: Session) -> None:
-        self.session = session
-        self._stats_cache.clear()  # a reload may have changed the weights
-        self._q4_error_cache.clear()
-        names = list(session.model.buffers)[:6]
-        self.query_one("#buf-hint", Static).update(
-            "Enter shows it · PgUp/PgDn pages · e.g. " + ", ".join(names) + ", qkvw@0")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "buf-name":
-            self.name_shown = event.value.strip()
-            self.value_offset = 0
-            self.show()
-            self.query_one(ValuesView).focus()
-
-    def page(self, delta: int) -> None:
-        self.value_offset = max(0, self.value_offset + delta * PAGE)
-        self.show()
-
-    def show_name(self, name: str) -> None:
-        self.name_shown = name
-        self.value_offset = 0
-        self.query_one("#buf-name", Input).value = name
-        self.show()
-
-    def show(self) -> None:
-        s = self.session
-        stats = self.query_one("#buf-stats", Static)
-        values = self.query_one(ValuesView)
-        q4 = self.query_one("#buf-q4", Static)
-        if s is None:
-            return
-        text = self.name_shown
-        try:
-            ref = Ref.parse(text)
-            arr = s.buffer_value(ref.name, ref.layer)
-        except FirError as e:
-            stats.update(Text(str(e), style="red"))
-            values.update("")
-            q4.display = False
-            return
-        name, layer = ref.name, "" if ref.layer is None else str(ref.layer)
-        arr = np.asarray(arr)
-        flat = arr.reshape(-1)
-        n = flat.size
-        self.value_offset = min(self.value_offset, max(0, (n - 1) // PAGE * PAGE))
-        shown_layer = layer if layer else (str(s.layer) if s.layer is not None and
-                                           _per_layer(s, name) else "")
-        label = f"{name}{'@' + shown_layer if shown_layer else ''}"
-        # Weights never change: their statistics (38M values for GPT-2's wte) are
-        # computed once, not on every stop.
-        t = self._stats_cache.get(label) if name not in s.model.buffers else None
-        if t is None:
-            t = _stats_text(label, arr)
-            if name not in s.model.buffers:
-                self._stats_cache[label] = t
-        stats.update(t)
-        v = Text(no_wrap=True)
-        per_row = max(1, min(8, (values.size.width - 10) // 11)) if values.size.width else 8
-        page = flat[self.value_offset: self.value_offset + PAGE]
-        for row in range(0, page.size, per_row):
-            v.append(f"[{self.value_offset + row:>7}] ", style="dim")
-            for x in page[row: row + per_row]:
-                style = "bold red" if not np.isfinite(x) else ""
-                v.append(f"{float(x):>11.5g}", style=style)
-            v.append("\n")
-        v.append(f"{self.value_offset}..{min(self.value_offset + PAGE, n) - 1} of {n}", style="dim")
-        values.update(v)
-        self._show_q4(name, layer)
-
-    def _show_q4(self, name: str, layer: str) -> None:
-        s = self.session
-        q4 = self.query_one("#buf-q4", Static)
-        disp = name if name in s.model.weights else f"{name}@{layer or s.layer}"
-        w = s.model.weights.get(disp)
-        if w is None or w.q4 is None:
-            q4.display = False
-            return
-        q4.display = True
-        q = w.q4
-        row = self.value_offset // q.cols
-        col0 = self.value_offset % q.cols
-        g0 = col0 // q.group
-        t = Text()
-        t.append(f"q4 {disp}: [{q.rows} out, {q.cols} in], group {q.group}\n", style="bold")
-        t.append(f"row {row}, groups {g0}..{min(g0 + 3, q.ngroups - 1)}\n")
-        codes = q.codes()[row]
-        for g in range(g0, min(g0 + 4, q.ngroups)):
-            t.append(f"g{g:<4} scale {float(q.scale[row, g]):.4g} min {float(q.minimum[row, g]):.4g}\n",
-                     style="cyan")
-            c = codes[g * q.group:(g + 1) * q.group]
-            t.append("  " + "".join(f"{int(x):x}" for x in c) + "\n", style="dim")
-        err = self._q4_error(w)
-        if err is not None:
-            ae = np.abs(err)
-            t.append(f"\nerror vs f32: rmse {np.sqrt((err ** 2).mean()):.3g}  max {ae.max():.3g}\n"
-                     f"p95 {np.percentile(ae, 95):.3g}  median {np.median(ae):.3g}\n")
-            rel = ae / np.repeat(q.scale, q.group, axis=1)[:, : q.cols]
-            t.append(f"|err|/scale max {rel.max():.3f} (≤ 0.5 + rounding)\n", style="dim")
-        t.append(f"scales {q.scale.min():.3g}..{q.scale.max():.3g}  mins {q.minimum.min():.3g}.."
-                 f"{q.minimum.max():.3g}", style="dim")
-        q4.update(t)
-
-    def _q4_error(self, w) -> np.ndarray | None:
-        if w.name in self._q4_error_cache:
-            return self._q4_error_cache[w.name]
-        try:
-            from ..model.checkpoint import Checkpoint
-            ck = Checkpoint(self.session.model.config_path.parent)
-            original = np.ascontiguousarray(ck.read(w.tensor).T)
-        except FirError:
-            return None
-        err = original.astype(np.float64) - w.q4.dequantize()
-        self._q4_error_cache[w.name] = err
-        return err
+def values_text(arr: np.ndarray, cursor: int, per_row: int) -> Text:
+    """One page of values around ``cursor`` (the element under it reversed)."""
+    flat = arr.reshape(-1)
+    n = flat.size
+    offset = cursor - cursor % PAGE
+    page = flat[offset: offset + PAGE]
+    v = Text(no_wrap=True)
+    for row in range(0, page.size, per_row):
+        v.append(f"[{offset + row:>7}] ", style="dim")
+        for k, x in enumerate(page[row: row + per_row]):
+            style = "bold red" if not np.isfinite(x) else ""
+            if offset + row + k == cursor:
+                style += " reverse"
+            v.append(f"{float(x):>11.5g}", style=style.strip())
+        v.append("\n")
+    v.append(f"{offset}..{min(offset + PAGE, n) - 1} of {n} · cursor [{cursor}] "
+             "· = set · h history", style="dim")
+    return v
 
 
-def _stats_text(label: str, arr: np.ndarray) -> Text:
+def stats_text(label: str, arr: np.ndarray) -> Text:
     flat = arr.reshape(-1)
     a64 = flat.astype(np.float64)
     finite = a64[np.isfinite(a64)]
@@ -205,8 +73,236 @@ def _stats_text(label: str, arr: np.ndarray) -> Text:
     return t
 
 
-def _per_layer(session: Session, name: str) -> bool:
-    m = session.model
-    if name in m.buffers:
-        return m.buffers[name].per_layer
-    return any(w.decl == name and w.layer is not None for w in m.weights.values())
+def summary(arr: np.ndarray) -> tuple[float, float, float, int] | None:
+    """(min, max, mean, non-finite count) of an array, or None when nothing is finite."""
+    flat = arr.reshape(-1).astype(np.float64)
+    finite = flat[np.isfinite(flat)]
+    if not finite.size:
+        return None
+    return float(finite.min()), float(finite.max()), float(finite.mean()), flat.size - finite.size
+
+
+def inputs_text(peek: BufferPeek, summarize=lambda name, arr, weight: summary(arr)) -> Text:
+    """The next node's inputs, one line each (the first one's values are below).
+    ``summarize(name, array, is_weight)`` may cache what it computes for weights."""
+    t = Text()
+    t.append(peek.title, style="bold")
+    t.append("  (type a name above to look at another buffer or weight)\n", style="dim")
+    for name, arr, weight in zip(peek.names, peek.arrays, peek.weight):
+        t.append(f"{name:<16}", style="bold cyan")
+        t.append(f" {str(list(arr.shape)):<12}")
+        sm = summarize(name, arr, weight)
+        if sm is not None:
+            lo, hi, mean, bad = sm
+            t.append(f" min {lo:<10.4g} max {hi:<10.4g} mean {mean:<10.4g}")
+            if bad:
+                t.append(f" {bad} NaN/Inf", style="bold red")
+        t.append("\n")
+    t.rstrip()
+    return t
+
+
+def q4_text(w, row: int, col0: int, error: np.ndarray | None) -> Text:
+    q = w.q4
+    g0 = col0 // q.group
+    t = Text()
+    t.append(f"q4 {w.name}: [{q.rows} out, {q.cols} in], group {q.group}\n", style="bold")
+    t.append(f"row {row}, groups {g0}..{min(g0 + 3, q.ngroups - 1)}\n")
+    codes = q.codes()[row]
+    for g in range(g0, min(g0 + 4, q.ngroups)):
+        t.append(f"g{g:<4} scale {float(q.scale[row, g]):.4g} min "
+                 f"{float(q.minimum[row, g]):.4g}\n", style="cyan")
+        c = codes[g * q.group:(g + 1) * q.group]
+        t.append("  " + "".join(f"{int(x):x}" for x in c) + "\n", style="dim")
+    if error is not None:
+        ae = np.abs(error)
+        t.append(f"\nerror vs f32: rmse {np.sqrt((error ** 2).mean()):.3g}  max {ae.max():.3g}\n"
+                 f"p95 {np.percentile(ae, 95):.3g}  median {np.median(ae):.3g}\n")
+        rel = ae / np.repeat(q.scale, q.group, axis=1)[:, : q.cols]
+        t.append(f"|err|/scale max {rel.max():.3f} (≤ 0.5 + rounding)\n", style="dim")
+    t.append(f"scales {q.scale.min():.3g}..{q.scale.max():.3g}  mins {q.minimum.min():.3g}.."
+             f"{q.minimum.max():.3g}", style="dim")
+    return t
+
+
+def dense(w) -> np.ndarray:
+    """A weight's f32 matrix; a resident q4 weight is dequantized on demand."""
+    m = getattr(w, "matrix", None)
+    return m if m is not None else w.q4.dequantize()
+
+
+class ValuesView(Static, can_focus=True):
+    BINDINGS = [Binding("pagedown", "move(64)", "next page", show=False),
+                Binding("pageup", "move(-64)", "prev page", show=False),
+                Binding("left", "move(-1)", show=False), Binding("right", "move(1)", show=False),
+                Binding("up", "move_row(-1)", show=False),
+                Binding("down", "move_row(1)", show=False),
+                Binding("home", "move(-1000000000000)", show=False),
+                Binding("end", "move(1000000000000)", show=False),
+                Binding("equals_sign", "edit", "set", show=False),
+                Binding("h", "history", "history", show=False)]
+
+    def _owner(self) -> "BuffersView":
+        return next(a for a in self.ancestors if isinstance(a, BuffersView))
+
+    def on_resize(self) -> None:
+        self._owner().render_values()
+
+    def action_move(self, delta: int) -> None:
+        self._owner().move(delta)
+
+    def action_move_row(self, rows: int) -> None:
+        self._owner().move(rows * per_row_for(self.size.width))
+
+    def action_edit(self) -> None:
+        self._owner().request(BuffersView.Edit)
+
+    def action_history(self) -> None:
+        self._owner().request(BuffersView.History)
+
+
+class BuffersView(Vertical):
+    DEFAULT_CSS = """
+    BuffersView #buf-bar { height: 3; }
+    BuffersView #buf-name { width: 36; }
+    BuffersView #buf-hint { width: 1fr; padding: 1 1 0 1; color: $text-muted; }
+    BuffersView #buf-stats { height: auto; max-height: 8; padding: 0 1; }
+    BuffersView #buf-body { height: 1fr; }
+    BuffersView ValuesView { width: 1fr; padding: 0 1; }
+    BuffersView #buf-q4 { width: 48; padding: 0 1; border-left: solid $primary-darken-2;
+                          display: none; }
+    BuffersView.-q4 #buf-q4 { display: block; }
+    """
+
+    class NameChanged(Message):
+        def __init__(self, name: str) -> None:
+            self.name = name
+            super().__init__()
+
+    class Edit(ElementMessage):
+        """``=`` on an element: set it."""
+
+    class History(ElementMessage):
+        """``h`` on an element: every write to it."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.model = None
+        self.peek: BufferPeek | None = None
+        self.cursor = 0
+        self._stats_cache: dict[str, Text] = {}
+        self._summary_cache: dict[str, tuple | None] = {}
+        self._q4_error_cache: dict[str, np.ndarray | None] = {}
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="buf-bar"):
+            yield Input(value="", placeholder="the next node's inputs · or a name: x, qkvw@0",
+                        id="buf-name")
+            yield Static("Enter shows it · arrows/PgUp/PgDn move · = set · h history",
+                         id="buf-hint")
+        yield Static(id="buf-stats")
+        with Horizontal(id="buf-body"):
+            yield ValuesView(id="buf-values")
+            yield Static(id="buf-q4")
+
+    def bind_model(self, model) -> None:
+        self.model = model
+        self._stats_cache.clear()  # a reload may have changed the weights
+        self._summary_cache.clear()
+        self._q4_error_cache.clear()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "buf-name":
+            event.stop()
+            self.cursor = 0
+            self.post_message(self.NameChanged(event.value.strip()))
+            self.query_one(ValuesView).focus()
+
+    def show_name(self, name: str) -> None:
+        """Type ``name`` into the name field (the app then asks for its values)."""
+        self.query_one("#buf-name", Input).value = name
+        self.cursor = 0
+        self.post_message(self.NameChanged(name))
+
+    def show(self, view: StopView) -> None:
+        old, self.peek = self.peek, view.buffer
+        if old is None or self.peek is None or old.names[:1] != self.peek.names[:1]:
+            self.cursor = 0  # another buffer: start at its first element
+        self._render_all()
+
+    def _render_all(self) -> None:
+        peek = self.peek
+        stats = self.query_one("#buf-stats", Static)
+        values = self.query_one(ValuesView)
+        if peek is None:
+            return
+        if peek.error is not None or not peek.arrays:
+            stats.update(Text(peek.error or f"{peek.title}: no buffer inputs", style="red"
+                              if peek.error else "dim"))
+            values.update("")
+            self.remove_class("-q4")
+            return
+        if len(peek.names) > 1 or peek.title.startswith("inputs of"):
+            stats.update(inputs_text(peek, self._summary))
+        else:
+            stats.update(self._stats(peek.names[0], peek.arrays[0], peek.weight[0]))
+        self.render_values()
+
+    def _summary(self, name: str, arr: np.ndarray, weight: bool):
+        if not weight:
+            return summary(arr)
+        if name not in self._summary_cache:  # weights never change: once per load
+            self._summary_cache[name] = summary(arr)
+        return self._summary_cache[name]
+
+    def _stats(self, label: str, arr: np.ndarray, weight: bool) -> Text:
+        # Weights never change: their statistics (38M values for GPT-2's wte) are
+        # computed once, not on every stop.
+        if not weight:
+            return stats_text(label, arr)
+        if label not in self._stats_cache:
+            self._stats_cache[label] = stats_text(label, arr)
+        return self._stats_cache[label]
+
+    def render_values(self) -> None:
+        peek = self.peek
+        if peek is None or not peek.arrays:
+            return
+        arr = peek.arrays[0]
+        n = arr.size
+        self.cursor = min(max(self.cursor, 0), max(n - 1, 0))
+        values = self.query_one(ValuesView)
+        values.update(values_text(arr, self.cursor, per_row_for(values.size.width)))
+        self._render_q4(peek.names[0], arr)
+
+    def _render_q4(self, label: str, arr: np.ndarray) -> None:
+        w = self.model.weights.get(label) if self.model is not None else None
+        if w is None or w.q4 is None:
+            self.remove_class("-q4")
+            return
+        self.add_class("-q4")
+        q = w.q4
+        self.query_one("#buf-q4", Static).update(
+            q4_text(w, self.cursor // q.cols, self.cursor % q.cols, self._q4_error(w)))
+
+    def _q4_error(self, w) -> np.ndarray | None:
+        if w.name not in self._q4_error_cache:
+            try:
+                from ..model.checkpoint import Checkpoint
+                ck = Checkpoint(self.model.config_path.parent)
+                original = np.ascontiguousarray(ck.read(w.tensor).T)
+                self._q4_error_cache[w.name] = original.astype(np.float64) - dense(w)
+            except FirError:
+                self._q4_error_cache[w.name] = None
+        return self._q4_error_cache[w.name]
+
+    def move(self, delta: int) -> None:
+        self.cursor += delta
+        self.render_values()
+
+    def request(self, kind) -> None:
+        peek = self.peek
+        if peek is None or not peek.arrays:
+            return
+        value = f"{float(peek.arrays[0].reshape(-1)[self.cursor]):.9g}"
+        self.post_message(kind(f"{peek.names[0]}[{self.cursor}]", value))

@@ -1,5 +1,12 @@
-"""The graph pane: the unrolled node list grouped by layer, and the token strip."""
+"""The graph pane: the unrolled node list grouped by layer, and the token strip.
+
+:func:`node_rows` and :func:`token_strip` are pure: a :class:`StopView`, the
+static model and a width in, Rich text out. A node's time sits right-aligned
+on its own line at every width: the name is truncated, never the time.
+"""
 from __future__ import annotations
+
+from typing import Callable, Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -7,82 +14,80 @@ from textual.containers import Vertical
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint
-from ..debug.session import Session
+from .state import StopView
+
+TIME_WIDTH = 7  # "999.9ms" / " 187µs"
 
 
-def _ms(seconds: float | None) -> str:
+def fmt_time(seconds: float | None) -> str:
     if seconds is None:
         return ""
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f}µs"
-    return f"{seconds * 1e3:.2f}ms"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.1f}ms"
+    return f"{seconds:.2f}s"
 
 
-class TokenStrip(Static):
-    DEFAULT_CSS = """
-    TokenStrip { height: auto; max-height: 3; padding: 0 1; }
-    """
+def token_strip(view: StopView) -> Text:
+    snap = view.snapshot
+    t = Text()
+    for i, piece in enumerate(view.pieces):
+        style = "bold reverse" if i == snap.step and not snap.finished else (
+            "cyan" if i < view.n_prompt else "green")
+        t.append(piece, style=style)
+        t.append(" " if len(piece) > 1 else "")
+    remaining = snap.total_steps + 1 - len(view.pieces)
+    if remaining > 0:
+        t.append(f" +{remaining}", style="dim")
+    return t
 
-    def show(self, session: Session, tokenizer) -> None:
-        t = Text()
-        n_prompt = len(session.prompt)
-        for i, tok in enumerate(session.sequence):
-            piece = tokenizer.piece(tok)
-            style = "bold reverse" if i == session.step and not session.finished else (
-                "cyan" if i < n_prompt else "green")
-            t.append(piece, style=style)
-            t.append(" " if len(piece) > 1 else "")
-        remaining = session.total_steps + 1 - len(session.sequence)
-        if remaining > 0:
-            t.append(f" +{remaining}", style="dim")
-        self.update(t)
+
+def node_rows(model, view: StopView, width: int,
+              times: Mapping[int, float] | None = None) -> list[tuple[str, Text, bool]]:
+    """(option id, text, disabled) per row: layer headers, then one row per node."""
+    current = view.node_index if not view.snapshot.finished else None
+    if times is None:
+        times = view.snapshot.node_times
+    rows = []
+    last_layer: object = "none"
+    width = max(width, 12)
+    for node in model.nodes:
+        if node.layer != last_layer and node.layer is not None:
+            rows.append((f"layer{node.layer}", Text(f"▾ layer {node.layer}", style="bold"), True))
+        last_layer = node.layer
+        time = fmt_time(times.get(node.index))
+        indent = "  " if node.layer is not None else ""
+        room = width - 2 - len(indent) - (len(time) + 1 if time else 0)
+        name = node.name if len(node.name) <= room else node.name[: max(room - 1, 1)] + "…"
+        t = Text(no_wrap=True, overflow="crop")
+        t.append(view.marks.node_marked(node), style="red bold")
+        t.append("▶" if node.index == current else " ", style="yellow bold")
+        t.append(indent + name, style="bold yellow" if node.index == current
+                 else ("" if node.kind == "micro" else "italic"))
+        if time:
+            t.append(" " * max(width - t.cell_len - len(time), 1) + time, style="dim")
+        rows.append((str(node.index), t, False))
+    return rows
 
 
 class NodeList(OptionList):
     """One option per node (id = node index); layer headers are disabled options."""
 
-
-    def show(self, session: Session, keep_cursor: bool = True) -> None:
-        model = session.model
-        bp_nodes = {(bp.node, bp.layer) for bp in session.breakpoints.enabled(NodeBreakpoint)}
-        line_kernels = {bp.kernel for bp in session.breakpoints.enabled(LineBreakpoint)}
-        current = session.node_index if not session.finished else None
+    def show_rows(self, rows: list[tuple[str, Text, bool]], follow: int | None) -> None:
         old = self.highlighted
-        options = []
-        last_layer = "none"
-        for node in model.nodes:
-            if node.layer != last_layer and node.layer is not None:
-                options.append(Option(Text(f"▾ layer {node.layer}", style="bold"),
-                                      id=f"layer{node.layer}", disabled=True))
-            last_layer = node.layer
-            mark = "●" if (node.name, None) in bp_nodes or (node.name, node.layer) in bp_nodes \
-                else ("○" if node.kind == "micro" and node.target in line_kernels else " ")
-            here = "▶" if node.index == current else " "
-            indent = "  " if node.layer is not None else ""
-            t = Text(no_wrap=True, overflow="ellipsis")
-            t.append(mark, style="red bold")
-            t.append(here, style="yellow bold")
-            t.append(f"{indent}{node.name:<18.18}", style="bold yellow" if node.index == current
-                     else ("" if node.kind == "micro" else "italic"))
-            t.append(f"{_ms(session.node_times.get(node.index)):>8}", style="dim")
-            options.append(Option(t, id=str(node.index)))
         self.clear_options()
-        self.add_options(options)
-        if keep_cursor and old is not None and old < len(options):
+        self.add_options([Option(t, id=i, disabled=d) for i, t, d in rows])
+        if follow is not None:
+            self.highlighted = self.index_of_node(follow)
+        elif old is not None and old < self.option_count:
             self.highlighted = old
-        elif current is not None:
-            self.highlighted = self.index_of_node(current)
 
     def index_of_node(self, node_index: int) -> int:
         for i in range(self.option_count):
             if self.get_option_at_index(i).id == str(node_index):
                 return i
         return 0
-
-    def follow(self, session: Session) -> None:
-        if not session.finished:
-            self.highlighted = self.index_of_node(session.node_index)
 
     def cursor_node(self) -> int | None:
         opt = self.highlighted_option
@@ -92,24 +97,40 @@ class NodeList(OptionList):
 
 
 class GraphPane(Vertical):
+    ALLOW_MAXIMIZE = True
     DEFAULT_CSS = """
     GraphPane { border: round $primary-darken-2; }
     GraphPane:focus-within { border: round $accent; }
     GraphPane NodeList, GraphPane NodeList:focus { height: 1fr; border: none; padding: 0;
                                                    scrollbar-size-vertical: 1; }
+    GraphPane #tokens { height: auto; max-height: 3; padding: 0 1; }
     """
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.model = None
+        self.view: StopView | None = None
+        self.time_of: Callable | None = None  # tests: deterministic times
+
     def compose(self) -> ComposeResult:
-        yield TokenStrip(id="tokens")
+        yield Static(id="tokens")
         yield NodeList(id="nodes")
 
     def on_mount(self) -> None:
         self.border_title = "Graph"
 
-    def show(self, session: Session, tokenizer, follow: bool = True) -> None:
-        self.query_one(TokenStrip).show(session, tokenizer)
+    def show(self, model, view: StopView, follow: bool = True) -> None:
+        self.model, self.view = model, view
+        self.query_one("#tokens", Static).update(token_strip(view))
+        self._render_rows(view.node_index if follow and not view.snapshot.finished else None)
+        self.border_subtitle = f"{len(model.nodes)} nodes"
+
+    def _render_rows(self, follow: int | None) -> None:
         nodes = self.query_one(NodeList)
-        nodes.show(session)
-        if follow:
-            nodes.follow(session)
-        self.border_subtitle = f"{len(session.model.nodes)} nodes"
+        width = nodes.scrollable_content_region.width or (self.size.width - 3)
+        times = self.time_of(self.view.snapshot.node_times) if self.time_of else None
+        nodes.show_rows(node_rows(self.model, self.view, width - 1, times), follow)
+
+    def on_resize(self) -> None:
+        if self.view is not None:
+            self._render_rows(None)

@@ -1,32 +1,99 @@
-"""The key table: one place for bindings, the footer and the help screen."""
+"""The key table: one place for bindings, the footer, the help screen and the README.
+
+Every key the app answers is a :class:`Key` row here, including the ones a
+pane binds for itself (``=`` and ``h`` on a buffer element, arrows in a
+pane): the help screen and the README's key table are generated from this
+list, so a key cannot exist without being documented.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from textual.binding import Binding
 
-# (keys, action, footer label, help text)
-KEYS = [
-    ("f5,c", "cont", "continue", "continue to the next breakpoint or the end"),
-    ("f10,n", "next", "next", "run the current node, stop before the next"),
-    ("f11,s", "stepi", "step", "execute one instruction (all active lanes)"),
-    ("shift+f11,f", "finish", "finish", "finish the kernel (between nodes: the token)"),
-    ("f9,b", "toggle_break", "break", "toggle a breakpoint at the cursor (node or kernel line)"),
-    ("r", "reverse_stepi", "reverse", "reverse-stepi: undo one instruction"),
-    ("shift+f10,R", "reverse_next", "rev next", "reverse-next: undo one node"),
-    ("l", "lane", "lane", "choose the focused lane"),
-    ("g", "goto", "goto", "go to the node under the cursor (or a named node)"),
-    ("t", "token", "token", "run to the start of the next token"),
-    ("e", "export", "export", "export the profiling report for this session"),
-    ("p", "quant", "quant err", "measure quantization error (q4 vs f32) for tokens so far"),
-    ("escape", "interrupt", "stop", "interrupt a long run"),
-    ("f2", "reload", "reload", "reload the model file from disk"),
-    ("question_mark", "help", "help", "this help"),
-    ("q", "quit", "quit", "quit"),
-]
 
-SHOWN_IN_FOOTER = {"cont", "next", "stepi", "finish", "toggle_break", "reverse_stepi", "lane",
-                   "token", "export", "help", "quit"}
+@dataclass(frozen=True)
+class Key:
+    keys: str  # Textual key names, comma-separated
+    action: str | None  # the app action, or None when a pane binds the key itself
+    label: str  # footer label
+    help: str
+    footer: bool = False  # shown in the footer (kept short so 80 columns hold help and quit)
+
+
+KEYS: tuple[Key, ...] = (
+    Key("f5,c", "command('continue')", "cont", "continue to the next breakpoint or the end", True),
+    Key("f10,n", "command('next')", "next", "run the current node, stop before the next", True),
+    Key("f11,s", "command('stepi')", "step", "execute one instruction (all active lanes)", True),
+    Key("shift+f11,f", "command('finish')", "finish",
+        "finish the kernel (between nodes: the token)"),
+    Key("f9,b", "toggle_break", "break", "toggle a breakpoint at the cursor (node or kernel line)",
+        True),
+    Key("r", "command('reverse-stepi')", "rev", "reverse-stepi: undo one instruction", True),
+    Key("shift+f10,R", "command('reverse-next')", "rev next", "reverse-next: undo one node"),
+    Key("t", "command('token')", "token", "run to the start of the next token", True),
+    Key("g", "goto", "goto", "go to the node under the cursor (or a named node)"),
+    Key("l", "lane", "lane", "choose the focused lane"),
+    Key("left_square_bracket", "lane_step(-1)", "lane-", "focus the previous lane"),
+    Key("right_square_bracket", "lane_step(1)", "lane+", "focus the next lane"),
+    Key("equals_sign", None, "set", "on a buffer element or a register: edit it in place (set)"),
+    Key("h", None, "history", "on a buffer element: every write to it; Enter on one goes there"),
+    Key("d", "display", "display", "add an expression to the watch list (display EXPR)"),
+    Key("1", "tab('buffers')", "buffers", "Buffers tab (the next node's inputs, or any name)"),
+    Key("2", "tab('attention')", "attention", "Attention tab"),
+    Key("3", "tab('profile')", "profile", "Profile tab"),
+    Key("4", "tab('console')", "console", "Console tab: focuses its input (escape leaves it)"),
+    Key("5", "tab('lens')", "lens", "Lens tab: top-5 next tokens after each layer"),
+    Key("6", "tab('regs')", "regs", "Registers tab (narrow terminals)"),
+    Key("tab,shift+tab", None, "focus", "move focus between panes"),
+    Key("m", "maximize_focused", "max", "maximize the focused pane (m again restores)"),
+    Key("p", "quant", "quant err", "measure quantization error (q4 vs f32) for tokens so far"),
+    Key("e", "export", "export", "export the profiling report (asks where; escape cancels)"),
+    Key("f2", "reload", "reload", "reload the model file, keeping breakpoints, displays and place"),
+    Key("escape", "interrupt", "stop", "interrupt a run or an export; leave an input"),
+    Key("ctrl+p", "command_palette", "palette", "command palette: every debugger command"),
+    Key("question_mark", "help", "help", "this help", True),
+    Key("q,ctrl+q,ctrl+c", "quit", "quit", "quit (asks first: press q again)", True),
+)
+
+_NAMES = {"question_mark": "?", "left_square_bracket": "[", "right_square_bracket": "]",
+          "equals_sign": "=", "escape": "escape"}
+
+
+def shown(keys: str) -> str:
+    """``f5,c`` -> ``F5 / c`` as the help screen and README show it."""
+    out = []
+    for k in keys.split(","):
+        k = _NAMES.get(k, k)
+        if k[:1] == "f" and k[1:].isdigit():
+            k = k.upper()
+        elif k.startswith("shift+f") and k[7:].isdigit():
+            k = "shift+F" + k[7:]
+        out.append(k)
+    return " / ".join(out)
 
 
 def bindings() -> list[Binding]:
-    return [Binding(keys, action, label, show=action in SHOWN_IN_FOOTER)
-            for keys, action, label, _ in KEYS]
+    """App-level bindings (rows a pane binds for itself are documentation only)."""
+    out = []
+    for key in KEYS:
+        if key.action is None or key.action == "command_palette":
+            continue
+        plain = ",".join(k for k in key.keys.split(",") if not k.startswith("ctrl+"))
+        ctrl = ",".join(k for k in key.keys.split(",") if k.startswith("ctrl+"))
+        if plain:
+            out.append(Binding(plain, key.action, key.label, show=key.footer))
+        if ctrl:  # ctrl keys act even while an input has focus
+            out.append(Binding(ctrl, key.action, key.label, show=False, priority=True))
+    return out
+
+
+def rows() -> list[tuple[str, str]]:
+    return [(shown(k.keys), k.help) for k in KEYS]
+
+
+def markdown_table() -> str:
+    """The README's key table, generated from :data:`KEYS`."""
+    lines = ["| keys | action |", "|---|---|"]
+    lines += [f"| {k.replace('|', '/')} | {h} |" for k, h in rows()]
+    return "\n".join(lines)

@@ -1,124 +1,252 @@
-"""Registers: the focused lane's R0..R31 and U0..U31, changes marked; one register over lanes."""
+"""Registers: the focused lane's R and U registers with changes marked, one register over
+lanes, and the watch list of ``display`` expressions.
+
+The renderers are pure functions of a :class:`StopView` and the static model.
+The registers pane keeps a cursor on one register: Enter shows it across
+lanes, ``=`` edits it (through ``set``).
+"""
 from __future__ import annotations
 
 import numpy as np
 from rich.table import Table
 from rich.text import Text
-from textual.containers import VerticalScroll
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.widgets import Static
 
-from ..debug.session import Session
-from .heat import ramp, normalise
+from .heat import normalise, ramp
+from .messages import ElementMessage
+from .state import StopView
+
+CHANGED = "bold black on yellow"
 
 
-class RegistersPane(VerticalScroll):
-    DEFAULT_CSS = """
-    RegistersPane { border: round $primary-darken-2; }
-    RegistersPane:focus-within { border: round $accent; }
-    RegistersPane > Static { width: 100%; }
-    """
-    can_focus = True
-
-    def compose(self):
-        yield Static(id="regs")
-        yield Static(id="lanes")
-
-    def on_mount(self) -> None:
-        self.border_title = "Registers"
-        self.lane_register: tuple[str, int] | None = None
-
-    def show(self, session: Session, ci) -> None:
-        regs = self.query_one("#regs", Static)
-        lanes_view = self.query_one("#lanes", Static)
-        d = session.dispatch
-        if d is None:
-            n = session.lanes()
-            self.border_title = "Registers"
-            msg = Text("no kernel running\n", style="dim")
-            if n is not None:
-                msg.append(f"next: {session.node.full_name} dispatches {n} lanes\n"
-                           "press s / F11 to step into it", style="dim")
-            regs.update(msg)
-            lanes_view.update("")
-            return
-        lane = min(ci.lane, max(d.lanes - 1, 0))
-        snap = ci.last
-        changed = snap.lane.changed if snap.lane is not None and snap.lane.lane == lane \
-            else frozenset()
-        active = bool(d.mask[lane]) if d.lanes else False
-        self.border_title = f"Registers · lane {lane} of {d.lanes}" + ("" if active else " (inactive)")
-        table = Table.grid(padding=(0, 1))
-        table.add_column(justify="left")
-        table.add_column(justify="right", min_width=11)
-        table.add_column(justify="left")
-        table.add_column(justify="right", min_width=10)
-        used = _used_registers(d)
-        for i in range(32):
-            if i not in used["R"] and i not in used["U"] and ("R", i) not in changed \
-                    and ("U", i) not in changed:
-                continue
-            r_style = "bold black on yellow" if ("R", i) in changed else ""
-            u_style = "bold black on yellow" if ("U", i) in changed else ""
-            table.add_row(Text(f"R{i}", style="cyan"), Text(_f(d.R[i, lane]), style=r_style),
-                          Text(f"U{i}", style="magenta"), Text(str(int(d.U[i, lane])), style=u_style))
-        regs.update(table)
-        lanes_view.update(self._lanes_text(ci, d))
-
-    def _lanes_text(self, ci, d) -> Text:
-        t = Text()
-        reg = self.lane_register or _last_written(d)
-        width = max(self.size.width - 14, 8)
-        mask = "".join("■" if m else "□" for m in d.mask[:width])
-        t.append(f"\nmask {int(d.mask.sum())}/{d.lanes} ", style="bold")
-        t.append(mask + ("…" if d.lanes > width else "") + "\n")
-        if reg is None:
-            return t
-        file, i = reg
-        vals = (d.R[i] if file == "R" else d.U[i].astype(np.float64))[:width]
-        norm = normalise(vals)
-        t.append(f"{file}{i} over lanes\n", style="bold")
-        for lane, v in enumerate(norm):
-            t.append("█" if d.mask[lane] else "░", style=ramp(v).name if np.isfinite(v) else "magenta")
-        t.append("\n")
-        if ci.register != (file, i):
-            ci.set_register(file, i)
-        across = ci.last.across
-        changed = across.changed if across is not None else np.zeros(0, dtype=bool)
-        for lane in range(min(d.lanes, 16)):
-            mark = "◆" if changed.size > lane and changed[lane] else " "
-            focus = "◀" if lane == ci.lane else " "
-            v = _f(d.R[i, lane]) if file == "R" else str(int(d.U[i, lane]))
-            t.append(f" {lane:>3} {'■' if d.mask[lane] else '□'} {v:>12}{mark}{focus}\n")
-        if d.lanes > 16:
-            t.append(f" … {d.lanes - 16} more lanes (command: info lanes {file}{i})\n", style="dim")
-        t.append("◆ changed since last stop", style="dim")
-        return t
-
-
-def _f(v) -> str:
+def fmt_reg(v) -> str:
     v = float(v)
     if v != v or v in (float("inf"), float("-inf")):
         return str(v)
     return f"{v:.6g}"
 
 
-def _used_registers(d) -> dict[str, set[int]]:
-    used = {"R": {0}, "U": set()}
-    for op in d.ops:
+def used_registers(program) -> list[tuple[str, int]]:
+    """Registers the kernel names, in file then number order (R0 always: the lane id)."""
+    used = {("R", 0)}
+    for op in program.ops:
         for kind, a in zip(op.spec.operands, op.args):
             if kind in ("Rd", "Rs"):
-                used["R"].add(a)
+                used.add(("R", a))
             elif kind in ("Ud", "Us"):
-                used["U"].add(a)
-    return used
+                used.add(("U", a))
+    return sorted(used, key=lambda r: (r[0], r[1]))
 
 
-def _last_written(d):
-    """The register the most recent writing instruction before the pc wrote."""
-    for op in reversed(d.ops[: min(d.pc, len(d.ops))]):
-        for kind, a in zip(op.spec.operands, op.args):
-            if kind == "Rd":
-                return ("R", a)
-            if kind == "Ud":
-                return ("U", a)
-    return ("R", 0)
+def shown_registers(model, view: StopView) -> list[tuple[str, int]]:
+    regs = view.snapshot.lane
+    idx = view.node_index
+    if regs is None or idx is None or model.nodes[idx].program is None:
+        return []
+    used = set(used_registers(model.nodes[idx].program)) | set(regs.changed)
+    return sorted(used, key=lambda r: (r[0], r[1]))
+
+
+def register_table(model, view: StopView, cursor: tuple[str, int] | None) -> Table | Text:
+    regs = view.snapshot.lane
+    if regs is None:
+        msg = Text("no kernel running\n", style="dim")
+        idx, lanes = view.node_index, view.snapshot.node_lanes
+        if idx is not None and lanes is not None:
+            msg.append(f"next: {model.nodes[idx].full_name} dispatches {lanes} lanes\n"
+                       "press s / F11 to step into it", style="dim")
+        return msg
+    shown = shown_registers(model, view)
+    r_list = [i for f, i in shown if f == "R"]
+    u_list = [i for f, i in shown if f == "U"]
+    table = Table.grid(padding=(0, 1))
+    for justify in ("left", "right", "left", "right"):
+        table.add_column(justify=justify)
+    for k in range(max(len(r_list), len(u_list))):
+        cells = []
+        for file, lst, values, colour in (("R", r_list, regs.R, "cyan"),
+                                          ("U", u_list, regs.U, "magenta")):
+            if k >= len(lst):
+                cells += [Text(""), Text("")]
+                continue
+            i = lst[k]
+            text = fmt_reg(values[i]) if file == "R" else str(int(values[i]))
+            style = CHANGED if (file, i) in regs.changed else ""
+            name_style = colour + (" reverse" if cursor == (file, i) else "")
+            cells += [Text(f"{file}{i}", style=name_style), Text(text, style=style)]
+        table.add_row(*cells)
+    return table
+
+
+def lanes_text(view: StopView, width: int) -> Text:
+    """The mask and the chosen register over lanes (first 16 lanes listed)."""
+    snap = view.snapshot
+    t = Text()
+    across = snap.across
+    if across is None or snap.lane is None:
+        return t
+    width = max(width - 14, 8)
+    mask = across.mask
+    lanes = mask.size
+    t.append(f"\nmask {int(mask.sum())}/{lanes} ", style="bold")
+    t.append("".join("■" if m else "□" for m in mask[:width]) + ("…" if lanes > width else "")
+             + "\n")
+    vals = across.values.astype(np.float64)[:width]
+    t.append(f"{across.file}{across.reg} over lanes\n", style="bold")
+    for lane, v in enumerate(normalise(vals)):
+        colour = ramp(v).name if np.isfinite(v) else "magenta"
+        t.append("█" if mask[lane] else "░", style=colour)
+    t.append("\n")
+    for lane in range(min(lanes, 16)):
+        mark = "◆" if across.changed[lane] else " "
+        focus = "◀" if lane == view.lane else " "
+        v = across.values[lane]
+        text = fmt_reg(v) if across.file == "R" else str(int(v))
+        t.append(f" {lane:>3} {'■' if mask[lane] else '□'} {text:>12}{mark}{focus}\n")
+    if lanes > 16:
+        t.append(f" … {lanes - 16} more lanes (info lanes {across.file}{across.reg})\n",
+                 style="dim")
+    t.append("◆ changed since last stop · Enter: this register over lanes · =: set it",
+             style="dim")
+    return t
+
+
+def registers_title(view: StopView) -> str:
+    regs = view.snapshot.lane
+    if regs is None:
+        return "Registers"
+    return f"Registers · lane {regs.lane} of {regs.lanes}" + ("" if regs.active else
+                                                              " (inactive)")
+
+
+def watch_text(view: StopView) -> Text:
+    """The pinned ``display`` list: changed values highlighted."""
+    shown = view.snapshot.displays
+    if not shown:
+        return Text("no displays: d (or the console: display EXPR) adds one", style="dim")
+    t = Text()
+    for d in shown:
+        t.append(f"{d.number}: ", style="dim")
+        t.append(d.expr, style="bold")
+        t.append(" = ")
+        t.append(d.text, style="red" if d.error else (CHANGED if d.changed else ""))
+        t.append("\n")
+    t.rstrip()
+    return t
+
+
+class RegistersPane(VerticalScroll):
+    ALLOW_MAXIMIZE = True
+    BINDINGS = [Binding("up", "move(0, -1)", show=False), Binding("down", "move(0, 1)", show=False),
+                Binding("left", "move(-1, 0)", show=False),
+                Binding("right", "move(1, 0)", show=False),
+                Binding("enter", "choose", "across lanes", show=False),
+                Binding("equals_sign", "edit", "set", show=False)]
+    DEFAULT_CSS = """
+    RegistersPane { border: round $primary-darken-2; height: 1fr; }
+    RegistersPane:focus, RegistersPane:focus-within { border: round $accent; }
+    RegistersPane > Static { width: 100%; }
+    """
+    can_focus = True
+
+    class Chosen(Message):
+        """Show this register across lanes."""
+
+        def __init__(self, file: str, reg: int) -> None:
+            self.file, self.reg = file, reg
+            super().__init__()
+
+    class Edit(ElementMessage):
+        """``=`` on a register: set it."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.model = None
+        self.view: StopView | None = None
+        self.cursor: tuple[str, int] | None = None
+
+    def compose(self):
+        yield Static(classes="regs")
+        yield Static(classes="lanes")
+
+    def on_mount(self) -> None:
+        self.border_title = "Registers"
+
+    def show(self, model, view: StopView) -> None:
+        self.model, self.view = model, view
+        shown = shown_registers(model, view)
+        if self.cursor not in shown:
+            self.cursor = shown[0] if shown else None
+        self.query_one(".regs", Static).update(register_table(model, view, self.cursor))
+        self.query_one(".lanes", Static).update(lanes_text(view, self.size.width))
+        self.border_title = registers_title(view)
+
+    def action_move(self, dx: int, dy: int) -> None:
+        if self.view is None or self.cursor is None:
+            return
+        shown = shown_registers(self.model, self.view)
+        file, reg = self.cursor
+        if dx:
+            file = "U" if file == "R" else "R"
+            same = [r for r in shown if r[0] == file]
+            if not same:
+                return
+            old_row = [r for r in shown if r[0] == self.cursor[0]].index(self.cursor)
+            self.cursor = same[min(old_row, len(same) - 1)]
+        else:
+            same = [r for r in shown if r[0] == file]
+            k = same.index(self.cursor) + dy
+            if 0 <= k < len(same):
+                self.cursor = same[k]
+        self.show(self.model, self.view)
+
+    def action_choose(self) -> None:
+        if self.cursor is not None:
+            self.post_message(self.Chosen(*self.cursor))
+
+    def action_edit(self) -> None:
+        regs = self.view.snapshot.lane if self.view is not None else None
+        if self.cursor is None or regs is None:
+            return
+        file, i = self.cursor
+        value = fmt_reg(regs.R[i]) if file == "R" else str(int(regs.U[i]))
+        self.post_message(self.Edit(f"{file}{i}", value))
+
+
+class WatchPane(VerticalScroll):
+    """The pinned watch list (display expressions), updated at every stop."""
+
+    ALLOW_MAXIMIZE = True
+    DEFAULT_CSS = """
+    WatchPane { border: round $primary-darken-2; height: auto; max-height: 40%; min-height: 4; }
+    WatchPane:focus, WatchPane:focus-within { border: round $accent; }
+    """
+    can_focus = True
+
+    def compose(self):
+        yield Static(classes="watch")
+
+    def on_mount(self) -> None:
+        self.border_title = "Watch"
+
+    def show(self, view: StopView) -> None:
+        self.query_one(".watch", Static).update(watch_text(view))
+
+
+class RightColumn(Vertical):
+    """Registers above the watch list: beside the source when wide, a tab when narrow."""
+
+    DEFAULT_CSS = """
+    RightColumn { height: 1fr; }
+    """
+
+    def compose(self):
+        yield RegistersPane(classes="registers")
+        yield WatchPane(classes="watchpane")
+
+    def show(self, model, view: StopView) -> None:
+        self.query_one(RegistersPane).show(model, view)
+        self.query_one(WatchPane).show(view)

@@ -1,46 +1,66 @@
-"""Modal screens: help, and a one-line prompt (lane, node)."""
+"""Modal screens: help, a one-line prompt, an element's write history, quit confirmation."""
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, Static
+from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
 
-from .keys import KEYS
+from .keys import rows
+
+
+def help_table(commands: list[tuple[str, str]]) -> Group:
+    """Every key from the key table, then every console / palette command."""
+    keys = Table(title="firscope keys", box=None, padding=(0, 2), title_style="bold",
+                 expand=True, title_justify="left")
+    keys.add_column("keys", style="bold cyan", max_width=20)
+    keys.add_column("action", ratio=1)
+    for k, help_text in rows():
+        keys.add_row(Text(k), Text(help_text))  # Text: no markup ([i] is not italics)
+    if not commands:
+        return Group(keys)
+    cmds = Table(title="\ncommands: the console (4) and the palette (ctrl+p) take every "
+                 "batch-mode command", box=None, padding=(0, 2), title_style="bold",
+                 expand=True, title_justify="left")
+    cmds.add_column("command", style="green", max_width=32, overflow="fold")
+    cmds.add_column("what it does", ratio=1)
+    for usage, help_text in commands:
+        cmds.add_row(Text(usage), Text(help_text))
+    return Group(keys, cmds)
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 96; height: auto; max-height: 90%; border: thick $accent;
-                            background: $surface; padding: 1 2; }
+    HelpScreen > VerticalScroll { width: 100; max-width: 100%; height: 95%;
+                                  border: thick $accent; background: $surface; padding: 0 1; }
     """
 
+    def __init__(self, commands: list[tuple[str, str]] = ()) -> None:
+        super().__init__()
+        self.commands = list(commands)
+
     def compose(self) -> ComposeResult:
-        t = Table(title="firscope keys", box=None, padding=(0, 2), title_style="bold")
-        t.add_column("keys", style="bold cyan")
-        t.add_column("action")
-        for keys, _action, label, help_text in KEYS:
-            shown = keys.replace("question_mark", "?").replace(",", " / ")
-            t.add_row(shown, help_text or label)
-        with Vertical():
-            yield Static(t)
-            yield Static("\nThe command palette (ctrl+p) and the Console tab take every batch-mode "
-                         "command: break, tbreak, watch, condition, ignore, delete, continue, "
-                         "stepi, next, finish, until, reverse-stepi, reverse-next, lane, print, "
-                         "stats, info registers|breakpoints|lanes|node, where.\n"
-                         "Press escape to close.")
+        with VerticalScroll(id="help-body"):
+            yield Static(help_table(self.commands), id="help-table")
+            yield Static("↑/↓ PgUp/PgDn scroll · escape closes", id="help-foot")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-body").focus()
 
 
 class PromptScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel")]
     DEFAULT_CSS = """
     PromptScreen { align: center middle; }
-    PromptScreen > Vertical { width: 64; height: auto; border: thick $accent; background: $surface;
-                              padding: 1 2; }
+    PromptScreen > Vertical { width: 72; max-width: 100%; height: auto; border: thick $accent;
+                              background: $surface; padding: 0 1; }
     """
 
     def __init__(self, question: str, value: str = "") -> None:
@@ -54,10 +74,68 @@ class PromptScreen(ModalScreen[str | None]):
             yield Input(value=self.value, id="prompt-input")
 
     def on_mount(self) -> None:
-        self.query_one(Input).focus()
+        inp = self.query_one(Input)
+        inp.focus()
+        inp.cursor_position = len(inp.value)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
         self.dismiss(event.value.strip())
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class HistoryScreen(ModalScreen[object]):
+    """Every recorded write to one element; Enter goes to the node that made it."""
+
+    BINDINGS = [Binding("escape", "cancel", "close")]
+    DEFAULT_CSS = """
+    HistoryScreen { align: center middle; }
+    HistoryScreen > Vertical { width: 110; max-width: 100%; height: auto; max-height: 90%;
+                               border: thick $accent; background: $surface; padding: 0 1; }
+    HistoryScreen OptionList { height: auto; max-height: 30; }
+    """
+
+    def __init__(self, title: str, writes: list) -> None:
+        super().__init__()
+        self.title_text = title
+        self.writes = list(writes)
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(Text(self.title_text, style="bold"))
+            if self.writes:
+                yield OptionList(*[Option(f"#{i:<3} {w.describe()}", id=str(i))
+                                   for i, w in enumerate(self.writes)], id="history-list")
+                yield Label("Enter: go to the node that wrote it · escape closes", classes="dim")
+            else:
+                yield Label("no write to this element in the recorded history")
+
+    def on_mount(self) -> None:
+        for w in self.query(OptionList):
+            w.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(self.writes[int(event.option.id)])
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class QuitScreen(ModalScreen[bool]):
+    BINDINGS = [Binding("q,y,enter", "quit", "quit"), Binding("n,escape", "stay", "stay")]
+    DEFAULT_CSS = """
+    QuitScreen { align: center middle; }
+    QuitScreen > Label { border: thick $warning; background: $surface; padding: 1 2; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Label("Quit firscope?  q / y / Enter: quit · n / escape: stay")
+
+    def action_quit(self) -> None:
+        self.dismiss(True)
+
+    def action_stay(self) -> None:
+        self.dismiss(False)

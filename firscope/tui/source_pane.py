@@ -1,15 +1,131 @@
-"""Kernel source: lines with .fir line numbers, pc, breakpoint gutter, nesting, heat."""
+"""Kernel source: lines with .fir line numbers, pc, breakpoint gutter, nesting, heat.
+
+:func:`source_rows` and :func:`ext_text` are pure (static model + a
+:class:`StopView` in, Rich text out). Rows fit the width they are given:
+whole instructions first; the execution counts and then the nesting indent
+give way before any instruction text is cut.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..debug.session import Session
 from ..text import printable
 from .heat import ramp
+from .state import StopView
+
+
+@dataclass(frozen=True)
+class SourceView:
+    rows: tuple[tuple[int, Text], ...]  # (.fir line, text)
+    title: str
+    subtitle: str
+    focus_line: int | None  # the pc's line (or the kernel's first, before it runs)
+    first_line: int
+
+
+def _per_line(prog, counts: np.ndarray | None) -> tuple[dict[int, int], dict[int, int]]:
+    per_line: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    for op in prog.ops:
+        depth[op.loc.line] = op.depth
+        if counts is not None and op.pc < len(counts):
+            per_line[op.loc.line] = per_line.get(op.loc.line, 0) + int(counts[op.pc])
+    return per_line, depth
+
+
+def _count_cell(n: int | None, top: int) -> tuple[str, str]:
+    if n is None:
+        return " " * 7, ""
+    return f"×{n:<6}", (f"bold {ramp(0.35 + 0.65 * n / top).name}" if n else "dim")
+
+
+def _fit(body: str, indent: int, room: int) -> str:
+    """The line's text in ``room`` cells: drop indent, then a trailing comment, then cut."""
+    while indent and 2 * indent + len(body) > room:
+        indent -= 1
+    text = "  " * indent + body
+    if len(text) > room and "#" in body[1:]:
+        text = ("  " * indent + body[: body.index("#", 1)]).rstrip()
+    if len(text) > room:
+        text = text[: max(room - 1, 1)] + "…"
+    return text
+
+
+def source_rows(model, view: StopView, node_index: int, width: int) -> SourceView:
+    """The kernel of node ``node_index`` as the source pane shows it at this stop."""
+    node = model.nodes[node_index]
+    snap = view.snapshot
+    loc = snap.location
+    live = node_index == loc.node_index and not snap.finished
+    prog = node.program
+    k = prog.kernel.syntax
+    pc_line = loc.line if live and loc.in_kernel else None
+    next_line = prog.ops[0].loc.line if live and not loc.in_kernel and prog.ops else None
+    counts = snap.line_counts if live and snap.line_counts is not None else \
+        view.kernel_counts.get(node.target)
+    per_line, depth = _per_line(prog, counts)
+    top = max(per_line.values()) if per_line else 0
+    bps = view.marks.lines.get(node.target, frozenset())
+    lines = model.fir.lines
+    # the user sees \x1b from a file escaped; the terminal never gets it
+    bodies = {ln: printable((lines[ln - 1] if ln - 1 < len(lines) else "").strip())
+              for ln in range(k.loc.line, k.end.line + 1)}
+    # instructions only: the kernel header and comments may be cut, an instruction never
+    widest = max((len(b) + 2 * depth.get(ln, 0) for ln, b in bodies.items() if ln in depth),
+                 default=0)
+    show_counts = bool(top) and 8 + 7 + widest <= width  # counts give way to whole lines
+    rows = []
+    for ln, body in bodies.items():
+        t = Text(no_wrap=True, overflow="crop")
+        t.append("●" if ln in bps else " ", style="red bold")
+        mark = "▶" if ln == pc_line else ("▷" if ln == next_line else " ")
+        t.append(mark, style="yellow bold")
+        t.append(f"{ln:4d} ", style="dim")
+        if show_counts:
+            cell, style = _count_cell(per_line.get(ln), top)
+            t.append(cell, style=style)
+        here = ln in (pc_line, next_line)
+        style = "bold yellow" if here else ("dim" if body.startswith("#") else "")
+        t.append(_fit(body, depth.get(ln, 0), max(width - t.cell_len, 8)), style=style)
+        rows.append((ln, t))
+    title = f"{node.target} · {printable(model.path.name)}:{pc_line or k.loc.line}"
+    subtitle = f"{node.full_name} · {prog.threads} lanes" + (
+        f" · pc {loc.pc}" if pc_line is not None else "")
+    return SourceView(tuple(rows), title, subtitle, pc_line or next_line, k.loc.line)
+
+
+def ext_text(model, node, view: StopView) -> Text:
+    """An ext node: the op, operands with shapes, q4 detail, what it computes, its time."""
+    t = Text()
+    t.append(f"{node.full_name}: ext {node.target}\n", style="bold")
+    t.append(printable(model.fir.lines[node.loc.line - 1].strip()) + "\n\n", style="dim")
+    for label, ops in (("in", node.args), ("out", node.outs)):
+        for i, o in enumerate(ops):
+            t.append(f"{label}{i} ", style="cyan")
+            t.append(f"{o.display}", style="bold")
+            t.append(f"  {o.kind}, {o.size:,} elements\n")
+            w = o.weight
+            if w is not None:
+                t.append(f"     {w.dtype} declared {list(w.shape)}, {w.stored}\n")
+                if w.q4 is not None:
+                    t.append(f"     q4 group {w.q4.group}, {w.q4.ngroups} groups/row, "
+                             f"{w.q4.nbytes:,} bytes\n")
+    t.append("\n" + _EXT_FORMULA.get(node.target, "out = table[int(ids[0])]") + "\n", style="dim")
+    last = view.snapshot.node_times.get(node.index)
+    if last is not None:
+        t.append(f"\nlast run: {last * 1e3:.3f} ms\n")
+    return t
+
+
+_EXT_FORMULA = {"fir.linear": "y = x · W  (W declared [in, out])",
+                "fir.linear_t": "y = W · x  (W declared [out, in])"}
 
 
 class SourceLines(OptionList):
@@ -22,126 +138,74 @@ class SourceLines(OptionList):
         return int(opt.id)
 
 
+class ExtInfo(Static, can_focus=True):
+    """What an ext node does (focusable, so the pane can be focused and maximized)."""
+
+
 class SourcePane(Vertical):
+    ALLOW_MAXIMIZE = True
     DEFAULT_CSS = """
     SourcePane { border: round $primary-darken-2; }
     SourcePane:focus-within { border: round $accent; }
     SourcePane SourceLines, SourcePane SourceLines:focus { height: 1fr; border: none; padding: 0;
                                                            scrollbar-size-vertical: 1; }
-    SourcePane #ext-info { height: 1fr; padding: 0 1; }
+    SourcePane ExtInfo { height: 1fr; padding: 0 1; }
+    SourcePane.-ext SourceLines { display: none; }
+    SourcePane ExtInfo { display: none; }
+    SourcePane.-ext ExtInfo { display: block; }
     """
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.model = None
+        self.view: StopView | None = None
+        self.node_index: int | None = None  # the node shown (None: follow the stop)
+        self._shown: tuple | None = None
 
     def compose(self) -> ComposeResult:
         yield SourceLines(id="source-lines")
-        yield Static(id="ext-info")
+        yield ExtInfo(id="ext-info")
 
     def on_mount(self) -> None:
         self.border_title = "Kernel"
-        self.query_one("#ext-info").display = False
-        self._shown_kernel = None
 
-    def show(self, session: Session, node_index: int | None = None) -> None:
-        """Show the kernel of the current node (or of ``node_index``, e.g. the graph cursor)."""
-        model = session.model
-        if session.finished and node_index is None:
-            self._show_text("end of generation", "")
+    def show(self, model, view: StopView, node_index: int | None = None) -> None:
+        """Show the kernel of the stop's node (or of ``node_index``, e.g. the graph cursor)."""
+        self.model, self.view, self.node_index = model, view, node_index
+        self._redraw()
+
+    def on_resize(self) -> None:
+        if self.view is not None:
+            self._redraw()
+
+    def _redraw(self) -> None:
+        model, view = self.model, self.view
+        idx = view.node_index if self.node_index is None else self.node_index
+        if idx is None:
+            self._show_text("end of generation", Text("generation is over", style="dim"))
             return
-        idx = session.node_index if node_index is None else node_index
         node = model.nodes[idx]
-        live = idx == session.node_index and not session.finished
         if node.kind == "ext":
-            self._show_ext(session, node)
+            self._show_text(f"{node.target} · {printable(model.path.name)}:{node.loc.line}",
+                            ext_text(model, node, view))
+            self.border_subtitle = node.full_name
             return
-        lines_view = self.query_one(SourceLines)
-        info = self.query_one("#ext-info", Static)
-        info.display = False
-        lines_view.display = True
-        prog = node.program
-        k = prog.kernel.syntax
-        fir_lines = model.fir.lines
-        d = session.dispatch if live else None
-        pc_line = d.ops[d.pc].loc.line if d is not None and not d.done else None
-        next_line = prog.ops[0].loc.line if live and d is None and prog.ops else None
-        bps = session.breakpoints.lines(node.target)
-        counts = session.line_counts.get(node.target)
-        if d is not None:
-            counts = d.line_counts
-        per_line: dict[int, int] = {}
-        depth: dict[int, int] = {}
-        for op in prog.ops:
-            depth[op.loc.line] = op.depth
-            if counts is not None:
-                per_line[op.loc.line] = per_line.get(op.loc.line, 0) + int(counts[op.pc])
-        top = max(per_line.values()) if per_line else 0
-        options = []
-        for ln in range(k.loc.line, k.end.line + 1):
-            text = fir_lines[ln - 1] if ln - 1 < len(fir_lines) else ""
-            t = Text(no_wrap=True, overflow="ellipsis")
-            t.append("●" if ln in bps else " ", style="red bold")
-            here = ln == pc_line or ln == next_line
-            t.append("▶" if ln == pc_line else ("▷" if ln == next_line else " "),
-                     style="yellow bold")
-            t.append(f"{ln:5d} ", style="dim")
-            if top:
-                n = per_line.get(ln)
-                t.append(f"×{n:<6}" if n is not None else " " * 7,
-                         style=(f"bold {ramp(0.35 + 0.65 * n / top).name}" if n else "dim") if n is not None
-                         else "")
-            body = printable(text.strip())  # the user sees \x1b, the terminal never gets it
-            style = "bold yellow" if here else ("dim" if body.startswith("#") else "")
-            t.append("  " * depth.get(ln, 0) + body, style=style)
-            width = lines_view.size.width - 2
-            if width > 10:
-                t.truncate(width, overflow="ellipsis")
-            options.append(Option(t, id=str(ln)))
-        old = lines_view.highlighted
-        lines_view.clear_options()
-        lines_view.add_options(options)
-        focus_line = pc_line or next_line
-        if focus_line is not None:
-            lines_view.highlighted = focus_line - k.loc.line
-        elif old is not None and self._shown_kernel == node.target:
-            lines_view.highlighted = min(old, len(options) - 1)
-        self._shown_kernel = node.target
-        where = f"{node.target} · {printable(model.path.name)}:{pc_line or k.loc.line}"
-        self.border_title = where
-        lanes = prog.threads
-        self.border_subtitle = (f"{node.full_name} · {lanes} lanes"
-                                + (f" · pc {d.pc}" if d is not None and not d.done else ""))
+        self.remove_class("-ext")
+        lines = self.query_one(SourceLines)
+        width = lines.scrollable_content_region.width or (self.size.width - 3)
+        sv = source_rows(model, view, idx, width - 1)
+        old = lines.highlighted
+        lines.clear_options()
+        lines.add_options([Option(t, id=str(ln)) for ln, t in sv.rows])
+        if sv.focus_line is not None:
+            lines.highlighted = sv.focus_line - sv.first_line
+        elif old is not None and self._shown == (node.target,):
+            lines.highlighted = min(old, len(sv.rows) - 1)
+        self._shown = (node.target,)
+        self.border_title, self.border_subtitle = sv.title, sv.subtitle
 
-    def _show_text(self, title: str, body: str) -> None:
-        self.query_one(SourceLines).display = False
-        info = self.query_one("#ext-info", Static)
-        info.display = True
-        info.update(body)
+    def _show_text(self, title: str, body: Text) -> None:
+        self.add_class("-ext")
+        self.query_one(ExtInfo).update(body)
         self.border_title = title
         self.border_subtitle = ""
-
-    def _show_ext(self, session: Session, node) -> None:
-        t = Text()
-        t.append(f"{node.full_name}: ext {node.target}\n", style="bold")
-        t.append(printable(session.model.fir.lines[node.loc.line - 1].strip()) + "\n\n",
-                 style="dim")
-        for label, ops in (("in", node.args), ("out", node.outs)):
-            for i, o in enumerate(ops):
-                t.append(f"{label}{i} ", style="cyan")
-                t.append(f"{o.display}", style="bold")
-                t.append(f"  {o.kind}, {o.size:,} elements\n")
-                w = o.weight
-                if w is not None:
-                    t.append(f"     {w.dtype} declared {list(w.shape)}, {w.stored}\n")
-                    if w.q4 is not None:
-                        t.append(f"     q4 group {w.q4.group}, {w.q4.ngroups} groups/row, "
-                                 f"{w.q4.nbytes:,} bytes\n")
-        if node.target == "fir.linear":
-            t.append("\ny = x · W  (W declared [in, out])\n", style="dim")
-        elif node.target == "fir.linear_t":
-            t.append("\ny = W · x  (W declared [out, in])\n", style="dim")
-        else:
-            t.append("\nout = table[int(ids[0])]\n", style="dim")
-        last = session.node_times.get(node.index)
-        if last is not None:
-            t.append(f"\nlast run: {last * 1e3:.3f} ms\n")
-        self._show_text(f"{node.target} · {printable(session.model.path.name)}:{node.loc.line}",
-                        t)
-        self.border_subtitle = node.full_name

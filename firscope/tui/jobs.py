@@ -1,0 +1,152 @@
+"""Long work the UI starts: progress it can show, a way to interrupt it, and the report
+export that leaves no files behind when interrupted.
+
+A :class:`Probe` is written by the worker (a node observer, a profile
+progress) and read by the UI's status timer: plain counters, never the live
+session. An export writes into a hidden folder beside the target and renames
+it only when complete, so escape (or an error) leaves nothing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import FirError
+from ..profile.progress import Progress
+
+SHOW_AFTER = 0.5  # seconds before a run shows its progress
+
+
+class Probe:
+    """Progress of the running job, as counters the UI thread may read at any time."""
+
+    def __init__(self) -> None:
+        self.reset("")
+
+    def reset(self, label: str) -> None:
+        self.label = label
+        self.started = time.perf_counter()
+        self.phase = ""
+        self.done = 0
+        self.total = 0
+        self.token = None  # (step, total steps) of a debugger run
+        self.node = None  # (node index, nodes)
+
+    def __call__(self, session, node) -> None:
+        """A node observer: the engine finished ``node`` (runs in the worker)."""
+        self.token = (session.step, session.total_steps)
+        self.node = (node.index + 1, len(session.nodes))
+
+    def line(self, now: float | None = None) -> str | None:
+        """``running: continue · token 3/12 · node 45/120 · 1.2 s`` once past SHOW_AFTER."""
+        elapsed = (now if now is not None else time.perf_counter()) - self.started
+        if elapsed < SHOW_AFTER:
+            return None
+        parts = [f"running: {self.label}"]
+        if self.phase:
+            parts.append(self.phase + (f" {self.done}/{self.total}" if self.total else ""))
+        if self.token is not None:
+            parts.append(f"token {self.token[0] + 1}/{self.token[1]}")
+        if self.node is not None:
+            parts.append(f"node {self.node[0]}/{self.node[1]}")
+        parts.append(f"{elapsed:.1f} s (escape interrupts)")
+        return " · ".join(parts)
+
+
+class Interrupted(Exception):
+    """The user pressed escape during a job that checks its cancel flag."""
+
+
+class JobProgress(Progress):
+    """A profile Progress that feeds a Probe and stops the job when cancelled."""
+
+    def __init__(self, probe: Probe, cancel: threading.Event):
+        super().__init__(enabled=False)
+        self.probe = probe
+        self.cancel = cancel
+
+    def _check(self) -> None:
+        if self.cancel.is_set():
+            raise Interrupted()
+
+    def phase(self, name: str, total: int = 0) -> None:
+        self._check()
+        self.probe.phase, self.probe.total, self.probe.done = name, total, 0
+
+    def tick(self, done: int) -> None:
+        self._check()
+        self.probe.done = done
+
+    def end(self, note: str = "") -> None:
+        self._check()
+
+    def note(self, text: str) -> None:
+        self._check()
+
+
+def state_dir() -> Path:
+    """The user's state folder for firscope (XDG: ~/.local/state/firscope)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "firscope"
+
+
+def default_report_dir(model_folder: str, now: float | None = None) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return state_dir() / "reports" / f"{model_folder}-{stamp}"
+
+
+@dataclass(frozen=True)
+class ExportDone:
+    folder: Path
+    files: tuple[str, ...]
+
+    def text(self) -> str:
+        return f"report written to {self.folder}: " + ", ".join(self.files)
+
+
+def export_session(session, tokenizer, out: Path, progress: JobProgress) -> ExportDone:
+    """The same report as `firscope profile`, for the tokens this session decodes.
+
+    Written to a hidden folder next to ``out`` and renamed at the end: an
+    interrupted or failed export leaves no files.
+    """
+    from ..profile.collect import preserved_state
+    from ..profile.report import profile_model, write_report
+    out = Path(out).expanduser().resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FirError(f"{out}: exists and is not an empty folder; choose another")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as e:
+        raise FirError(f"{out}: cannot create the report folder: {e.strerror or e}") from None
+    try:
+        with preserved_state(session.model):
+            data = profile_model(session.model, list(session.prompt), session.n_generate,
+                                 engine=session.machine.engine, tokenizer=tokenizer,
+                                 progress=progress)
+        files = write_report(data, staging, progress=progress)
+        progress._check()
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ExportDone(out, tuple(sorted(files)))
+
+
+def measure_quant(session):
+    """Quantization error (q4 vs an f32 shadow) over the tokens decoded so far; the
+    session's buffers are put back afterwards."""
+    from ..profile.collect import preserved_state
+    from ..profile.quant import compare_run, weight_stats
+    tokens = list(session.sequence[: max(session.step, 1)])
+    with preserved_state(session.model):
+        return (weight_stats(session.model),
+                compare_run(session.model, tokens, engine=session.machine.engine), len(tokens))

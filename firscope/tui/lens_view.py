@@ -1,0 +1,62 @@
+"""The Lens tab: the logit lens after every layer of the current token (layer x top-5),
+updated at each stop; Enter (or a click) on a layer goes to the end of that layer.
+
+The table comes from the frozen :class:`LensPeek` of a :class:`StopView`
+(``lens --all`` computed where the session may be read).
+"""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from .state import StopView
+
+
+def lens_rows(view: StopView) -> list[tuple[str | None, Text]]:
+    """(option id: the layer, text) per row; a message row when there is nothing to show."""
+    peek = view.lens
+    if peek is None:
+        return [(None, Text("the lens is computed while this tab is showing", style="dim"))]
+    if peek.error is not None:
+        return [(None, Text(peek.error, style="dim"))]
+    rows = []
+    for row in peek.rows:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(f"{row.label:<10}", style="bold")
+        for tok, p in row.top:
+            t.append(f" {peek.pieces.get(tok, str(tok))!r:>6}", style="cyan")
+            t.append(f" {p:5.3f} ", style="bold" if p >= 0.5 else "")
+        rows.append((None if row.layer is None else str(row.layer), t))
+    return rows
+
+
+def end_of_layer(model, layer: int) -> str | None:
+    """The node right after ``layer``'s last node: where the lens reads that layer's output."""
+    last = max((n.index for n in model.nodes if n.layer == layer), default=None)
+    if last is None or last + 1 >= len(model.nodes):
+        return None
+    return model.nodes[last + 1].full_name
+
+
+class LensView(OptionList):
+    class Jump(Message):
+        def __init__(self, layer: int) -> None:
+            self.layer = layer
+            super().__init__()
+
+    def show(self, view: StopView) -> None:
+        old = self.highlighted
+        self.clear_options()
+        head = Text("top-5 next tokens from the residual after each layer of this token "
+                    "(final norm + unembedding) · Enter: go to the end of that layer", style="dim")
+        self.add_option(Option(head, disabled=True))
+        self.add_options([Option(t, id=i, disabled=i is None) for i, t in lens_rows(view)])
+        if old is not None and old < self.option_count:
+            self.highlighted = old
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id is not None:
+            self.post_message(self.Jump(int(event.option.id)))

@@ -1,0 +1,199 @@
+"""What the panes show at one stop, frozen: built where the session may be read, then handed
+to the UI thread as a Message.
+
+:func:`build_view` is the only place in the UI that reads the live session. It
+runs in the engine worker right after a command (or on the UI thread while no
+worker runs) and copies what the panes need beside the engine's own
+:class:`~firscope.debug.snapshot.Snapshot`: breakpoint marks, the token pieces,
+the per-kernel line counts, the values of the buffer the Buffers tab follows,
+the attention maps recorded so far and the logit lens. Widgets render a
+:class:`StopView` (plus the static model) and nothing else, so a run in a worker
+can never change what is on screen halfway.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint
+from ..debug.snapshot import Snapshot
+from ..errors import FirError
+from ..model import Ref
+from ..text import printable
+
+NEXT_INPUTS = ""  # the Buffers tab's default: the next node's inputs
+
+
+@dataclass(frozen=True)
+class Wants:
+    """What the visible panes ask for beyond the snapshot (decided on the UI thread)."""
+
+    buffer: str = NEXT_INPUTS  # name the Buffers tab shows ("" = the next node's inputs)
+    lens: bool = False  # the Lens tab is showing: compute the layer x top-5 table
+
+
+@dataclass(frozen=True)
+class Marks:
+    """Enabled breakpoints as the gutters show them."""
+
+    nodes: frozenset = frozenset()  # {(name, layer or None)}
+    kernels: frozenset = frozenset()  # kernels with a line breakpoint
+    lines: Mapping[str, frozenset] = field(default_factory=lambda: MappingProxyType({}))
+
+    def node_marked(self, node) -> str:
+        if (node.name, None) in self.nodes or (node.name, node.layer) in self.nodes:
+            return "●"
+        if node.kind == "micro" and node.target in self.kernels:
+            return "○"
+        return " "
+
+
+@dataclass(frozen=True)
+class BufferPeek:
+    """The Buffers tab's data: one array per name shown (read-only copies)."""
+
+    names: tuple[str, ...]  # display names ("x", "key_cache@1", "qkvw@0")
+    arrays: tuple[np.ndarray, ...]
+    weight: tuple[bool, ...]  # a weight (never changes: statistics can be cached)
+    error: str | None = None
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class LensPeek:
+    rows: tuple = ()  # LensRow
+    pieces: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class StopView:
+    snapshot: Snapshot
+    status: str  # ci.status_line: the header's stop description
+    header: str  # model · q4 · token 4/12 'f' pos 3
+    pieces: tuple[str, ...]  # the piece of every token in the sequence
+    n_prompt: int
+    lane: int  # the focused lane
+    register: tuple[str, int]  # the register shown across lanes
+    marks: Marks
+    kernel_counts: Mapping[str, np.ndarray]  # kernel -> per-pc counts of its last dispatch
+    buffer: BufferPeek | None
+    attention: Mapping[tuple, np.ndarray]  # (step, layer) -> [heads, positions] probabilities
+    lens: LensPeek | None
+    patched: int  # active patches (set): the header says the run is patched
+
+    @property
+    def node_index(self) -> int | None:
+        return self.snapshot.location.node_index
+
+
+def marks_of(session) -> Marks:
+    table = session.breakpoints
+    lines: dict[str, set] = {}
+    for bp in table.enabled(LineBreakpoint):
+        lines.setdefault(bp.kernel, set()).add(bp.line)
+    return Marks(frozenset((bp.node, bp.layer) for bp in table.enabled(NodeBreakpoint)),
+                 frozenset(lines), MappingProxyType({k: frozenset(v) for k, v in lines.items()}))
+
+
+def header_of(session, tokenizer) -> str:
+    m = session.model
+    head = f"{printable(m.folder.name)} · {'f32' if m.fir_f32 else 'q4'} · "
+    if session.finished:
+        return head + f"finished {session.step}/{session.total_steps}"
+    piece = tokenizer.piece(session.token) if session.token is not None else "?"
+    return head + f"token {session.step + 1}/{session.total_steps} {piece!r} pos {session.step}"
+
+
+def _frozen(a) -> np.ndarray:
+    out = np.array(a, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def peek_buffers(session, wanted: str) -> BufferPeek:
+    """Copies of the buffer the user asked for, or of the next node's inputs."""
+    if wanted.strip() == NEXT_INPUTS:
+        node = session.node
+        if node is None:
+            return BufferPeek((), (), (), error="generation is over: type a name to look at it",
+                              title="next node's inputs")
+        names, arrays, weight = [], [], []
+        for arg in node.args:
+            if arg.kind not in ("buffer", "weight"):
+                continue
+            value = _value(session, *_split(arg.display))
+            names.append(arg.display)
+            arrays.append(value if arg.kind == "weight" else _frozen(value))
+            weight.append(arg.kind == "weight")
+        return BufferPeek(tuple(names), tuple(arrays), tuple(weight),
+                          title=f"inputs of {node.full_name}")
+    name, layer = _split(wanted.strip())
+    try:
+        value = _value(session, name, layer)
+    except FirError as e:
+        return BufferPeek((), (), (), error=str(e), title=wanted)
+    is_weight = name not in session.model.buffers
+    label = name
+    if layer is not None:
+        label += f"@{layer}"
+    elif session.layer is not None and _per_layer(session.model, name):
+        label += f"@{session.layer}"
+    return BufferPeek((label,), (value if is_weight else _frozen(value),), (is_weight,),
+                      title=label)
+
+
+def _value(session, name: str, layer: int | None) -> np.ndarray:
+    value = session.buffer_value(name, layer)
+    if value is None:  # a resident q4 weight keeps no dense matrix: dequantize on demand
+        w = session.model.weights.get(name if layer is None else f"{name}@{layer}")
+        if w is None and session.layer is not None:
+            w = session.model.weights.get(f"{name}@{session.layer}")
+        if w is None or w.q4 is None:
+            raise FirError(f"'{name}' has no values to show")
+        value = w.q4.dequantize()
+    return np.asarray(value)
+
+
+def _split(text: str) -> tuple[str, int | None]:
+    ref = Ref.parse(text)
+    return ref.name, ref.layer
+
+
+def _per_layer(model, name: str) -> bool:
+    if name in model.buffers:
+        return model.buffers[name].per_layer
+    return any(w.decl == name and w.layer is not None for w in model.weights.values())
+
+
+def peek_lens(session, tokenizer) -> LensPeek:
+    from ..debug.lens import lens
+    try:
+        rows = lens(session, k=5, every_layer=True)
+    except FirError as e:
+        return LensPeek(error=e.message)
+    pieces = {t: tokenizer.piece(t) for row in rows for t, _ in row.top}
+    return LensPeek(tuple(rows), MappingProxyType(pieces))
+
+
+def build_view(session, ci, tokenizer, recorder, wants: Wants) -> StopView:
+    """Freeze everything the panes show now (read the live session only here)."""
+    snap = ci.last
+    try:
+        buffer = peek_buffers(session, wants.buffer)
+    except FirError as e:
+        buffer = BufferPeek((), (), (), error=str(e), title=wants.buffer)
+    return StopView(
+        snapshot=snap, status=ci.status_line(snap), header=header_of(session, tokenizer),
+        pieces=tuple(tokenizer.piece(t) for t in session.sequence),
+        n_prompt=len(session.prompt), lane=ci.lane, register=ci.register,
+        marks=marks_of(session),
+        kernel_counts=MappingProxyType({k: _frozen(v) for k, v in session.line_counts.items()}),
+        buffer=buffer,
+        attention=MappingProxyType(dict(recorder.maps)) if recorder is not None else
+        MappingProxyType({}),
+        lens=peek_lens(session, tokenizer) if wants.lens else None,
+        patched=len(session.patches))
