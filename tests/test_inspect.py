@@ -278,3 +278,18 @@ def test_checkpoints_restore_bit_identical_state(model):
     assert "2   token" in ci.execute("info checkpoints")
     with pytest.raises(FirError, match="no checkpoint number 9"):
         ci.execute("restart 9")
+
+
+def test_an_exported_report_says_the_session_was_patched(model, tmp_path):
+    import threading
+
+    from firscope.tui.jobs import JobProgress, Probe, export_session
+    s, ci = fresh(model, n=1)
+    ci.execute("until attention@1")
+    ci.execute("set x[0:4] = 0")
+    done = export_session(s, None, tmp_path / "rep", JobProgress(Probe(), threading.Event()))
+    meta = json.loads((done.folder / "report.json").read_text())["meta"]
+    notes = " ".join(meta.get("notes", []))
+    assert "patched with 1 set command(s): x[0:4] = 0 (at token 0, before attention@1)" in notes
+    assert "without the buffer and register patches" in notes
+    assert "patched with" in (done.folder / "report.html").read_text()

@@ -109,6 +109,21 @@ class ExportDone:
         return f"report written to {self.folder}: " + ", ".join(self.files)
 
 
+def patch_note(session) -> str | None:
+    """What the report must say when the session it exports was patched with ``set``."""
+    patches = list(session.patches)
+    if not patches:
+        return None
+    listed = "; ".join(f"{p.text} (at {p.made_at})" for p in patches)
+    note = f"the debugging session was patched with {len(patches)} set command(s): {listed}."
+    if any(not p.weight for p in patches):
+        note += (" This report reruns the session's tokens from the start without the buffer "
+                 "and register patches.")
+    if any(p.weight for p in patches):
+        note += " The weight patches were in effect when this report ran."
+    return note
+
+
 def export_session(session, tokenizer, out: Path, progress: JobProgress) -> ExportDone:
     """The same report as `firscope profile`, for the tokens this session decodes.
 
@@ -130,6 +145,9 @@ def export_session(session, tokenizer, out: Path, progress: JobProgress) -> Expo
             data = profile_model(session.model, list(session.prompt), session.n_generate,
                                  engine=session.machine.engine, tokenizer=tokenizer,
                                  progress=progress)
+        note = patch_note(session)
+        if note:
+            data.meta.setdefault("notes", []).append(note)
         files = write_report(data, staging, progress=progress)
         progress._check()
         if out.exists():
