@@ -22,9 +22,9 @@ import numpy as np
 from ..errors import FirError, Loc
 from ..fir import syntax as S
 from ..fir.expr import Env, Expr, eval_f32, eval_int, parse_expr, uses_operand_size
-from .opcodes import BLOCKS, CLOSERS, OPCODES, OpSpec
+from .isa import NREGS, Operand, OpSpec
+from .opcodes import CLOSER, OPCODES, OPENER
 
-NREGS = 32
 MAX_THREADS = 1 << 24  # lanes in one dispatch; R and U files are 256 bytes per lane
 
 _ADDR = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)")
@@ -127,8 +127,8 @@ class Program:
         """Every region a store in this program can touch (for undo logs)."""
         seen: dict[str, Region] = {}
         for op in self.ops:
-            if op.spec.mnemonic == "ustoref32":
-                r = op.args[2].region
+            if op.spec.stores:
+                r = op.args[op.spec.mem.address].region
                 seen[r.name] = r
         return list(seen.values())
 
@@ -149,50 +149,62 @@ class Program:
 def check_kernel(k: S.Kernel, is_buffer: Callable[[str], bool]) -> KernelCode:
     """Check a kernel's text once; ``is_buffer`` says whether ``@NAME`` exists."""
     ops: list[StaticOp] = []
-    stack: list[tuple[str, int, Loc]] = []
+    stack: list[tuple[OpSpec, int, Loc]] = []  # open blocks: opener, its pc, its place
     pending_match: dict[int, int] = {}
     for pc, ins in enumerate(k.body):
         m = ins.mnemonic
-        spec = OPCODES.get(m.text)
-        if spec is None:
-            near = [n for n in OPCODES if n[:3] == m.text[:3]]
-            hint = f"did you mean {', '.join(near)}?" if near else None
-            raise FirError(f"unknown instruction '{m.text}' in kernel '{k.name.text}'", m.loc, hint)
-        if len(ins.operands) != len(spec.operands):
-            where = ins.operands[len(spec.operands)].loc if len(ins.operands) > len(spec.operands) \
-                else m.loc
-            raise FirError(f"'{m.text}' takes {len(spec.operands)} operand"
-                           f"{'s' if len(spec.operands) != 1 else ''} (`{spec.usage}`), "
-                           f"found {len(ins.operands)}", where)
+        spec = _spec_of(ins, k)
         operands = tuple(_static_operand(kind, tok, k, is_buffer)
                          for kind, tok in zip(spec.operands, ins.operands))
         depth = len(stack)
         match = None
-        if m.text in BLOCKS:
-            stack.append((m.text, pc, m.loc))
-        elif m.text in CLOSERS:
-            if not stack:
-                raise FirError(f"'{m.text}' without a matching '{CLOSERS[m.text]}'", m.loc)
-            opener, open_pc, open_loc = stack.pop()
-            if BLOCKS[opener] != m.text:
-                raise FirError(f"'{m.text}' closes the '{opener}' opened at line "
-                               f"{open_loc.line}; expected '{BLOCKS[opener]}'", m.loc)
-            match = open_pc
-            pending_match[open_pc] = pc
+        if spec.opens is not None:
+            stack.append((spec, pc, m.loc))
+        elif spec.closes is not None:
+            match = _close_block(stack, spec, m.loc)
+            pending_match[match] = pc
             depth = len(stack)
         text = " ".join([m.text] + [t.text for t in ins.operands])
         ops.append(StaticOp(pc, spec, operands, m.loc, text, match, depth))
     if stack:
         opener, _, loc = stack[-1]
-        raise FirError(f"'{opener}' without a matching '{BLOCKS[opener]}' before 'endkernel'", loc)
+        raise FirError(f"'{opener.mnemonic}' without a matching '{CLOSER[opener.opens]}' "
+                       "before 'endkernel'", loc)
     ops = [StaticOp(o.pc, o.spec, o.operands, o.loc, o.text, pending_match.get(o.pc, o.match),
                     o.depth) for o in ops]
     return KernelCode(k.name.text, k, tuple(ops))
 
 
+def _spec_of(ins: S.Instr, k: S.Kernel) -> OpSpec:
+    """The row of an instruction's mnemonic, with its operand count checked."""
+    m = ins.mnemonic
+    spec = OPCODES.get(m.text)
+    if spec is None:
+        near = [n for n in OPCODES if n[:3] == m.text[:3]]
+        hint = f"did you mean {', '.join(near)}?" if near else None
+        raise FirError(f"unknown instruction '{m.text}' in kernel '{k.name.text}'", m.loc, hint)
+    want = len(spec.operands)
+    if len(ins.operands) != want:
+        where = ins.operands[want].loc if len(ins.operands) > want else m.loc
+        raise FirError(f"'{m.text}' takes {want} operand{'s' if want != 1 else ''} "
+                       f"(`{spec.usage}`), found {len(ins.operands)}", where)
+    return spec
+
+
+def _close_block(stack: list, closer: OpSpec, loc: Loc) -> int:
+    """Pop the innermost open block for ``closer``; return the opener's pc."""
+    if not stack:
+        raise FirError(f"'{closer.mnemonic}' without a matching '{OPENER[closer.closes]}'", loc)
+    opener, open_pc, open_loc = stack.pop()
+    if opener.opens != closer.closes:
+        raise FirError(f"'{closer.mnemonic}' closes the '{opener.mnemonic}' opened at line "
+                       f"{open_loc.line}; expected '{CLOSER[opener.opens]}'", loc)
+    return open_pc
+
+
 def _static_operand(kind: str, tok: S.Tok, k: S.Kernel, is_buffer):
-    if kind in ("Rd", "Rs", "Ud", "Us"):
-        file = kind[0]
+    file = kind.register_file
+    if file is not None:
         text = tok.text
         # ASCII digits only: str.isdigit() accepts "²", which int() refuses
         if text[:1] in ("R", "U", "r", "u") and _REGNUM.fullmatch(text[1:]):
@@ -206,9 +218,9 @@ def _static_operand(kind: str, tok: S.Tok, k: S.Kernel, is_buffer):
         if not 0 <= n < NREGS:
             raise FirError(f"register {file}{n} is outside 0..{NREGS - 1}", tok.loc)
         return n
-    if kind in ("K", "F"):
+    if kind in (Operand.K, Operand.F):
         return parse_expr(tok.text, tok.loc)
-    if kind == "A":
+    if kind is Operand.A:
         m = _ADDR.match(tok.text)
         if not m:
             raise FirError(f"expected an address like @in0, @out1 or @buffer, found {tok.text!r}",
@@ -252,14 +264,14 @@ def bind(code: KernelCode, *, symbols: Mapping, operands: Mapping[str, Region],
     for so in code.ops:
         args = []
         for kind, operand in zip(so.spec.operands, so.operands):
-            if kind == "K":
+            if kind is Operand.K:
                 v = _node_int(operand, env, "integer constant", node, node_loc)
                 if not -(1 << 31) <= v < (1 << 32):
                     raise FirError(f"constant {v} does not fit in 32 bits", operand.loc)
                 args.append(v & 0xFFFFFFFF)
-            elif kind == "F":
+            elif kind is Operand.F:
                 args.append(_node_f32(operand, env, node, node_loc))
-            elif kind == "A":
+            elif kind is Operand.A:
                 region = operands.get(operand.target) or resolve_buffer(operand.target)
                 off = 0
                 if operand.offset is not None:
@@ -292,11 +304,9 @@ def disassemble(program: Program) -> list[str]:
     for op in program.ops:
         parts = []
         for kind, a in zip(op.spec.operands, op.args):
-            if kind in ("Rd", "Rs"):
-                parts.append(f"R{a}")
-            elif kind in ("Ud", "Us"):
-                parts.append(f"U{a}")
-            elif kind == "A":
+            if kind.register_file is not None:
+                parts.append(f"{kind.register_file}{a}")
+            elif kind is Operand.A:
                 parts.append(f"{a}=[{a.region.name}+{a.offset}]")
             else:
                 parts.append(repr(float(a)) if isinstance(a, np.float32) else str(a))

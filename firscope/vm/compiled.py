@@ -1,13 +1,9 @@
-"""Compiled micro-kernels: per-lane code generated from the opcode table.
+"""Compiled micro-kernels: the runner of the per-lane code vm/codegen writes.
 
-For each bound :class:`Program` the generator walks its ops and writes one
-Python function that runs a single lane: every op contributes its OpSpec
-``code`` template (``R1 = R1 + R2``); ``forbegin``/``forend`` become a
-``for`` loop over floor(count) trips read once on entry, ``ifbegin``/``ifend``
-an ``if R[c] != 0:``. Registers are f32 / int64 locals, constants are baked
-in as module-level ``np.float32`` values, region bases come in at run time.
-The source is written to ``$XDG_CACHE_HOME/firscope/kernels/k<sha>.py`` (a temp
-dir if that is not writable), imported, and JIT-compiled by numba with
+For each bound :class:`Program`, vm/codegen writes one Python function that
+runs a single lane, from the opcode table's renderers. This module writes
+that source to ``$XDG_CACHE_HOME/firscope/kernels/k<sha>.py`` (a temp
+dir if that is not writable), imports it, and JIT-compiles it with numba with
 ``cache=True``, so a second process loads machine code from disk. The sha is
 of the generated source, which depends on the kernel's instructions and
 everything in ``Program.constants_key()`` plus which operands alias a
@@ -18,7 +14,7 @@ compiled once per process, on first use or all at once by
 
 Semantics are the step interpreter's, checked bit for bit by
 tests/test_compiled.py: f32 arithmetic (np.float32 constants, the shared
-libm expf of vm/opcodes), uint32 wrapping for U registers, rtou faults,
+libm expf of vm/handlers), uint32 wrapping for U registers, rtou faults,
 bounds checks of every load and store against its region, non-finite loop
 counts. A fault is recorded per lane as (code, pc, value, trip numbers of the
 enclosing loops) and raised from Python with the interpreter's own message
@@ -33,14 +29,9 @@ Limits, on purpose:
   default because on a 2-core machine the OpenMP workers' spinning starves
   the BLAS threads of the ext ops, costing far more than it gains); the
   interpreter runs them in lockstep. The two agree when lanes do
-  not communicate through memory within a dispatch. Rule: for every region a
-  kernel stores to, a small affine analysis of the U registers
-  (lane * L + sum of symbols * coefficients + [lo, hi]) must find a per-lane
-  stride L > 0 shared by every access to that region; the slice of lane l is
-  then the elements i with ``(i mod M) div L == l`` (M: the gcd of the
-  unbounded symbol coefficients when it is at least threads * L, i.e. rows of
-  a [rows, threads * L] layout, else no modulus). Kernels where no such L is
-  found run on the interpreter (:attr:`CompiledRunner.fallbacks` says why).
+  not communicate through memory within a dispatch. Rule (vm/lanes): every
+  region a kernel stores to must split into per-lane slices. Kernels where
+  no such split is found run on the interpreter (:attr:`CompiledRunner.fallbacks` says why).
   Every access to a written region is then checked at run time to lie in the
   accessing lane's slice; a violation raises :class:`LaneConflict` (the
   dispatch has partly run; the kernel is interpreted from then on). The
@@ -60,9 +51,7 @@ Limits, on purpose:
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import math
 import os
 import sys
 import threading
@@ -74,12 +63,14 @@ import numpy as np
 
 from ..errors import FirError, Interrupted
 from ..jitcache import cache_dir, prepare_numba
-from .assembler import NREGS, Address, Program, Region
-from .interp import (MAX_TRIPS, Dispatch, bounds_message, budget_error, fault_error,
-                     loop_count_message, rtou_message)
+from .assembler import Address, Program
+from .codegen import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_LOAD, F_OWNER, F_RTOU,
+                      F_STOP, F_STORE, REC_FIXED, Generated, fault_message, generate)
+from .faults import budget_error, fault_error
+from .interp import Dispatch
+from .isa import FrameKind
+from .lanes import lane_partition
 
-GENERATOR_VERSION = 4  # bump when the generated code's meaning changes
-POLL = 1 << 14  # instructions between looks at the stop flag
 UNLIMITED = 1 << 62
 # numba's compile time grows faster than linearly with straight-line code (250 ops ~1 s,
 # 1000 ops ~13 s, 10000 ops > 15 min), and the lane analysis walks a loop body twice
@@ -98,14 +89,6 @@ def _too_big_to_compile(program: Program) -> str:
     if depth > MAX_COMPILED_NESTING:
         return f"blocks nested {depth} deep (more than {MAX_COMPILED_NESTING})"
     return ""
-
-_JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
-
-# Fault codes written by compiled lanes into their record row.
-F_LOAD, F_STORE, F_RTOU, F_COUNT, F_OWNER, F_BUDGET, F_STOP = 1, 2, 3, 4, 5, 6, 7
-# ctl slots
-C_ABORT, C_EPOCH, C_FAULTED = 0, 1, 2
-REC_FIXED = 4  # epoch, code, pc, arg; then one trip number per enclosing loop
 
 
 class LaneConflict(FirError):
@@ -156,493 +139,6 @@ def __getattr__(name):  # lazy: importing numba costs time, only the compiled pa
             _POLL_FN = _make_poll()
         return _POLL_FN
     raise AttributeError(name)
-
-
-# --- lane-partition analysis -----------------------------------------------------
-@dataclass(frozen=True)
-class Aff:
-    """lane * lane_coef + sum(coef * symbol) + c, c in [lo, hi]; symbols are any integers."""
-
-    lane: int
-    syms: tuple  # sorted ((name, coef), ...)
-    lo: int
-    hi: int
-
-    def plus(self, o: "Aff") -> "Aff":
-        d = dict(self.syms)
-        for k, v in o.syms:
-            d[k] = d.get(k, 0) + v
-        return Aff(self.lane + o.lane, _syms(d), self.lo + o.lo, self.hi + o.hi)
-
-    def times(self, k: int) -> "Aff":
-        lo, hi = sorted((self.lo * k, self.hi * k))
-        return Aff(self.lane * k, _syms({s: c * k for s, c in self.syms}), lo, hi)
-
-    def shift(self, k: int) -> "Aff":
-        return Aff(self.lane, self.syms, self.lo + k, self.hi + k)
-
-    def coef(self, name: str) -> int:
-        return dict(self.syms).get(name, 0)
-
-    def without(self, name: str) -> "Aff":
-        return Aff(self.lane, _syms({s: c for s, c in self.syms if s != name}), self.lo, self.hi)
-
-
-def _syms(d: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in d.items() if v))
-
-
-ZERO_AFF = Aff(0, (), 0, 0)
-
-
-def _const(k: int) -> Aff:
-    return Aff(0, (), k, k)
-
-
-def _join(a: Aff | None, b: Aff | None) -> Aff | None:
-    if a is None or b is None or a.lane != b.lane:
-        return None
-    if a == b:
-        return a
-    da, db = dict(a.syms), dict(b.syms)
-    out = {}
-    for k in set(da) | set(db):
-        if k in da and k in db and da[k] != db[k]:
-            return None
-        out[k] = da.get(k, db.get(k))
-    return Aff(a.lane, _syms(out), min(a.lo, b.lo), max(a.hi, b.hi))
-
-
-def _subst(f: Aff, env: dict) -> Aff | None:
-    """Replace entry symbols ``v<reg>`` in f by the abstract values in env."""
-    out = Aff(f.lane, (), f.lo, f.hi)
-    for s, c in f.syms:
-        if s in env:
-            if env[s] is None:
-                return None
-            out = out.plus(env[s].times(c))
-        else:
-            out = out.plus(Aff(0, ((s, c),), 0, 0))
-    return out
-
-
-@dataclass
-class _State:
-    U: dict  # reg -> Aff | None
-    R: dict  # reg -> "lane" | ("const", float) | None
-
-    def copy(self) -> "_State":
-        return _State(dict(self.U), dict(self.R))
-
-
-class _Analysis:
-    """Abstract execution of a program over affine U-register values."""
-
-    def __init__(self, program: Program):
-        self.p = program
-        self.ops = program.ops
-        self.sites: list[tuple[Region, Aff | None, bool]] = []
-        self._fresh = 0
-
-    def fresh(self, base: str = "s") -> str:
-        self._fresh += 1
-        return f"{base}{self._fresh}"
-
-    def run(self) -> None:
-        st = _State({u: ZERO_AFF for u in range(NREGS)},
-                    {r: ("const", 0.0) for r in range(NREGS)})
-        st.R[0] = "lane"
-        self.seq(0, len(self.ops), st, True)
-
-    def seq(self, a: int, b: int, st: _State, record: bool) -> _State:
-        pc = a
-        while pc < b:
-            op = self.ops[pc]
-            m = op.spec.mnemonic
-            if m == "forbegin":
-                st = self.loop(op, st, record)
-                pc = op.match + 1
-            elif m == "ifbegin":
-                body = self.seq(pc + 1, op.match, st.copy(), record)
-                st = _State({r: _join(st.U[r], body.U[r]) for r in st.U},
-                            {r: st.R[r] if st.R[r] == body.R[r] else None for r in st.R})
-                pc = op.match + 1
-            else:
-                self.transfer(op, st, record)
-                pc += 1
-        return st
-
-    def transfer(self, op, st: _State, record: bool) -> None:
-        m = op.spec.mnemonic
-        a = op.args
-        if m == "rtou":
-            src = st.R[a[1]]
-            if src == "lane":
-                st.U[a[0]] = Aff(1, (), 0, 0)
-            elif isinstance(src, tuple) and math.isfinite(src[1]) and 0 <= src[1] < 2 ** 32:
-                st.U[a[0]] = _const(int(src[1]))
-            else:
-                st.U[a[0]] = Aff(0, ((self.fresh(), 1),), 0, 0)
-        elif m == "uconst":
-            st.U[a[0]] = _const(a[1])
-        elif m == "uaddk":
-            v = st.U[a[1]]
-            st.U[a[0]] = None if v is None else v.shift(_signed(a[2]))
-        elif m == "umulk":
-            v = st.U[a[1]]
-            st.U[a[0]] = None if v is None else v.times(a[2])
-        elif m == "uadd":
-            x, y = st.U[a[1]], st.U[a[2]]
-            st.U[a[0]] = None if x is None or y is None else x.plus(y)
-        elif m == "loadconstf32":
-            st.R[a[0]] = ("const", float(a[1]))
-        elif m in ("uloadf32", "ustoref32"):
-            addr: Address = a[2]
-            if record:
-                v = st.U[a[1]]
-                self.sites.append((addr.region, None if v is None else v.shift(addr.offset),
-                                   m == "ustoref32"))
-            if m == "uloadf32":
-                st.R[a[0]] = None
-        else:
-            for file, i in op.spec.writes:  # any other opcode: its results are unknown
-                if file == "R":
-                    st.R[a[i]] = None
-                else:
-                    st.U[a[i]] = Aff(0, ((self.fresh(), 1),), 0, 0)
-
-    def loop(self, op, s0: _State, record: bool) -> _State:
-        c = s0.R[op.args[0]]
-        trips = None  # unknown at analysis time
-        if isinstance(c, tuple) and math.isfinite(c[1]):
-            trips = int(min(max(math.floor(c[1]), 0), MAX_TRIPS))
-        if trips == 0:
-            return s0
-        body = (op.pc + 1, op.match)
-        # One symbolic trip: every U register starts as its own entry symbol.
-        sym = s0.copy()
-        for r in range(NREGS):
-            sym.U[r] = Aff(0, ((f"v{r}", 1),), 0, 0)
-        end = self.seq(*body, sym, False)
-        header = s0.copy()
-        exit_ = s0.copy()
-        for r in range(NREGS):
-            if end.R[r] != sym.R[r]:
-                header.R[r] = None
-                exit_.R[r] = None
-        kinds: dict[int, str] = {}
-        entry = {f"v{r}": None for r in range(NREGS)}
-        for r in range(NREGS):
-            f = end.U[r]
-            v = f"v{r}"
-            if f is None:
-                header.U[r] = exit_.U[r] = None
-                kinds[r] = "top"
-                continue
-            d = f.without(v)
-            if f.coef(v) == 1 and not any(s.startswith("v") for s, _ in d.syms) and d.lane == 0:
-                kinds[r] = "ind"
-                base = s0.U[r]
-                if base is None:
-                    header.U[r] = exit_.U[r] = None
-                elif d == ZERO_AFF:
-                    header.U[r] = exit_.U[r] = base
-                elif not d.syms and d.lo == d.hi and trips is not None:
-                    step = d.lo
-                    header.U[r] = base.plus(Aff(0, (), min(0, step * (trips - 1)),
-                                                max(0, step * (trips - 1))))
-                    exit_.U[r] = base.shift(step * trips)
-                elif d.lo == d.hi:
-                    g = math.gcd(d.lo, *[k for _, k in d.syms])
-                    header.U[r] = base.plus(Aff(0, ((self.fresh("t"), g),), 0, 0))
-                    exit_.U[r] = base.plus(Aff(0, ((self.fresh("t"), g),), 0, 0))
-                else:
-                    header.U[r] = exit_.U[r] = None
-                entry[v] = header.U[r]
-            elif f.coef(v) == 0:
-                kinds[r] = "set"
-            else:
-                kinds[r] = "top"
-                header.U[r] = exit_.U[r] = None
-        for r, k in kinds.items():
-            if k == "set":
-                val = _subst(end.U[r], entry)
-                header.U[r] = _join(s0.U[r], val)
-                exit_.U[r] = val if trips is not None else header.U[r]
-        self.seq(*body, header.copy(), record)  # the accesses of every trip
-        return exit_
-
-
-def _signed(k: int) -> int:
-    return k - (1 << 32) if k >= 1 << 31 else k
-
-
-@dataclass(frozen=True)
-class Slicing:
-    """Lane l owns elements i of a region with (i mod modulus) div stride == l."""
-
-    stride: int
-    modulus: int  # 0: no modulus
-
-
-def lane_partition(program: Program) -> tuple[dict[int, Slicing] | None, str]:
-    """Slicing per written region base, or (None, reason) when lanes may share memory."""
-    if program.threads <= 1:
-        return {}, ""
-    an = _Analysis(program)
-    an.run()
-    by_region: dict[int, list] = {}
-    for region, aff, store in an.sites:
-        by_region.setdefault(region.base, []).append((region, aff, store))
-    out: dict[int, Slicing] = {}
-    for base, sites in by_region.items():
-        if not any(st for _, _, st in sites):
-            continue
-        region = sites[0][0]
-        if any(aff is None for _, aff, _ in sites):
-            return None, f"cannot tell which lane each access to {region.name} belongs to"
-        lanes = {aff.lane for _, aff, _ in sites}
-        if len(lanes) != 1 or next(iter(lanes)) <= 0:
-            return None, (f"lanes are not offset by one common stride in {region.name} "
-                          f"(lane coefficients {sorted(lanes)})")
-        stride = next(iter(lanes))
-        g = 0
-        for _, aff, _ in sites:
-            for _, k in aff.syms:
-                g = math.gcd(g, k)
-        modulus = g if g >= program.threads * stride else 0
-        # The bounded part of each access must stay inside one lane's slice.
-        for _, aff, _ in sites:
-            if aff.lo < 0 or aff.hi >= stride:
-                return None, (f"an access to {region.name} reaches {aff.hi - aff.lo + 1} "
-                              f"elements around lane * {stride}: wider than one lane's slice")
-        out[base] = Slicing(stride, modulus)
-    return out, ""
-
-
-# --- code generation ---------------------------------------------------------------
-def _f32_literal(c) -> str:
-    v = float(c)
-    if math.isnan(v):
-        return "np.float32(np.nan)"
-    if math.isinf(v):
-        return "np.float32(np.inf)" if v > 0 else "np.float32(-np.inf)"
-    return f"np.float32({v!r})"
-
-
-@dataclass
-class Generated:
-    source: str
-    sha: str
-    slots: tuple[str, ...]  # address operand names, in bases[] order
-    parallel: bool
-    max_loops: int  # nesting depth of loops (trip numbers in a fault record)
-    loop_pcs: dict[int, tuple[int, ...]]  # pc -> pcs of enclosing forbegins, outermost first
-
-
-class _Gen:
-    def __init__(self, program: Program, slicing: dict[int, Slicing]):
-        self.p = program
-        self.ops = program.ops
-        self.slicing = slicing
-        self.consts: dict[str, str] = {}
-        self.slots: dict[str, int] = {}
-        self.lines: list[str] = []
-        self.max_loops = 0
-        self.loop_pcs: dict[int, tuple[int, ...]] = {}
-        self.tmp = 0
-
-    def const(self, c) -> str:
-        lit = _f32_literal(c)
-        if lit not in self.consts:
-            self.consts[lit] = f"C{len(self.consts)}"
-        return self.consts[lit]
-
-    def slot(self, addr: Address) -> int:
-        return self.slots.setdefault(addr.operand, len(self.slots))
-
-    def fault(self, ind: str, code: int, pc, arg: str, loops: tuple,
-              flag: int = C_FAULTED) -> list[str]:
-        """Record (code, pc, arg, trip numbers) in this lane's row and leave the lane."""
-        out = [f"{ind}rec[lane, 1] = {code}", f"{ind}rec[lane, 2] = {pc}",
-               f"{ind}rec[lane, 3] = {arg}"]
-        for i in range(len(loops)):
-            out.append(f"{ind}rec[lane, {REC_FIXED + i}] = t{i} + 1")
-        out += [f"{ind}rec[lane, 0] = ctl[{C_EPOCH}]", f"{ind}ctl[{flag}] = 1",
-                f"{ind}return"]
-        return out
-
-    def generate(self) -> Generated:
-        body = self.seq(0, len(self.ops), "    ", ())
-        regs_r = sorted({op.args[i] for op in self.ops for i, k in enumerate(op.spec.operands)
-                         if k in ("Rd", "Rs")} | {0})
-        regs_u = sorted({op.args[i] for op in self.ops for i, k in enumerate(op.spec.operands)
-                         if k in ("Ud", "Us")})
-        p = self.p
-        has_loops = any(op.spec.mnemonic == "forbegin" for op in self.ops)
-        parallel = p.threads >= 2 and (has_loops or p.threads * len(self.ops) >= 200_000)
-        head = [f"# Generated by firscope.vm.compiled (generator {GENERATOR_VERSION}) from kernel "
-                f"'{p.name}' ({len(self.ops)} ops); do not edit.",
-                "import numpy as np",
-                "from numba import njit, prange",
-                "from firscope.vm.compiled import poll",
-                "",
-                "ONE = np.float32(1.0)",
-                "ZERO = np.float32(0.0)",
-                "M32 = 0xFFFFFFFF"]
-        head += [f"{name} = {lit}" for lit, name in self.consts.items()]
-        # Region bases are scalar arguments (kept in registers across lanes); no
-        # NRT: nothing here allocates, and its reference counting of the array
-        # arguments on every early return cost more than the kernels themselves.
-        bnames = [f"B{i}" for i in range(len(self.slots))]
-        blist = "".join(f"{b}, " for b in bnames)
-        fn = ["", "",
-              f"@njit({_JIT}, inline='always')",
-              f"def lane_fn(lane, arena, {blist}budget, ctl, rec, frec, stop):"]
-        fn.append("    R0 = np.float32(lane)")
-        fn += [f"    R{r} = ZERO" for r in regs_r if r != 0]
-        fn += [f"    U{u} = 0" for u in regs_u]
-        fn += ["    cnt = 0", f"    lim = budget if budget < {POLL} else {POLL}"]
-        fn += body
-        entry = ["", "",
-                 f"@njit({_JIT})",
-                 "def run_serial(arena, bases, threads, budget, ctl, rec, frec, stop):",
-                 *[f"    {b} = bases[{i}]" for i, b in enumerate(bnames)],
-                 "    for lane in range(threads):",
-                 f"        lane_fn(lane, arena, {blist}budget, ctl, rec, frec, stop)",
-                 "", "",
-                 f"@njit({_JIT}, parallel=True)",
-                 "def run_parallel(arena, bases, threads, budget, ctl, rec, frec, stop):",
-                 *[f"    {b} = bases[{i}]" for i, b in enumerate(bnames)],
-                 "    for lane in prange(threads):",
-                 f"        lane_fn(np.int64(lane), arena, {blist}budget, ctl, rec, frec, stop)",
-                 ""]
-        source = "\n".join(head + fn + entry)
-        sha = hashlib.sha256(source.encode()).hexdigest()[:24]
-        slots = tuple(sorted(self.slots, key=self.slots.get))
-        return Generated(source, sha, slots, parallel, self.max_loops, self.loop_pcs)
-
-    # A block is a run of ops that always execute together; its size is
-    # charged to the lane's instruction count before it runs.
-    def seq(self, a: int, b: int, ind: str, loops: tuple) -> list[str]:
-        out: list[str] = []
-        block: list[int] = []
-        stmts: list[str] = []
-
-        def flush():
-            if block:
-                out.extend(self.block_check(block, ind, loops))
-                out.extend(stmts)
-                block.clear()
-                stmts.clear()
-
-        pc = a
-        while pc < b:
-            op = self.ops[pc]
-            self.loop_pcs[pc] = loops
-            m = op.spec.mnemonic
-            block.append(pc)
-            if m == "forbegin":
-                flush()
-                depth = len(loops)
-                self.max_loops = max(self.max_loops, depth + 1)
-                v, n = f"v{depth}", f"n{depth}"
-                out.append(f"{ind}{v} = R{op.args[0]}")
-                out.append(f"{ind}if not np.isfinite({v}):")
-                out.append(f"{ind}    frec[lane] = {v}")
-                out.extend(self.fault(ind + "    ", F_COUNT, pc, "0", loops))
-                out.append(f"{ind}{n} = int(np.floor({v})) if {v} < 4.0e18 else {MAX_TRIPS}")
-                out.append(f"{ind}for t{depth} in range({n}):")
-                inner = self.seq(pc + 1, op.match + 1, ind + "    ", loops + (pc,))
-                out.extend(inner)
-                self.loop_pcs[op.match] = loops + (pc,)
-                pc = op.match + 1
-            elif m == "ifbegin":
-                flush()
-                out.append(f"{ind}if R{op.args[0]} != 0:")
-                out.extend(self.seq(pc + 1, op.match + 1, ind + "    ", loops))
-                pc = op.match + 1
-            elif m in ("forend", "ifend"):
-                pc += 1
-            else:
-                stmts.extend(self.statement(op, ind, loops))
-                pc += 1
-        flush()
-        if not out:
-            out.append(f"{ind}pass")
-        return out
-
-    def block_check(self, block: list[int], ind: str, loops: tuple) -> list[str]:
-        n = len(block)
-        first = block[0]
-        i2 = ind + "    "
-        i3 = i2 + "    "
-        # Over budget: the interpreter would stop before the (budget+1)-th instruction,
-        # which is this block's op number budget - cnt (blocks are consecutive pcs).
-        out = [f"{ind}if cnt + {n} > lim:",
-               f"{i2}if cnt + {n} > budget:",
-               *self.fault(i3, F_BUDGET, f"{first} + (budget - cnt)", "0", loops, C_ABORT),
-               f"{i2}if poll(stop) != 0:",
-               *self.fault(i3, F_STOP, first, "0", loops, C_ABORT),
-               f"{i2}if poll(ctl) != 0:",  # ctl[0]: another lane aborted the dispatch
-               f"{i3}return",
-               f"{i2}lim = budget if budget - cnt < {POLL} else cnt + {POLL}",
-               f"{ind}cnt += {n}"]
-        return out
-
-    def statement(self, op, ind: str, loops: tuple) -> list[str]:
-        spec = op.spec
-        args = []
-        for kind, a in zip(spec.operands, op.args):
-            if kind == "F":
-                args.append(self.const(a))
-            elif kind == "A":
-                args.append(str(self.slot(a)))
-            else:
-                args.append(str(int(a)))
-        text = spec.code.format(*args)
-        if "RTOU(" in text:
-            dst, src = text.split(" = RTOU(")
-            src = src.rstrip(")")
-            return [f"{ind}if not ({src} >= 0 and {src} < 4294967296.0):",
-                    f"{ind}    frec[lane] = {src}",
-                    *self.fault(ind + "    ", F_RTOU, op.pc, "0", loops),
-                    f"{ind}{dst} = int({src})"]
-        if "LOAD(" in text:
-            dst, rest = text.split(" = LOAD(")
-            _, ureg = rest.rstrip(")").split(", ")
-            return self.access(op, ind, loops, ureg, f"{ind}{dst} = arena[{{base}} + i]")
-        if "STORE(" in text:
-            _, ureg, src = text[len("STORE("):].rstrip(")").split(", ")
-            return self.access(op, ind, loops, ureg, f"{ind}arena[{{base}} + i] = {src}")
-        text = text.replace("EXP(", "np.exp(").replace("SQRT(", "np.sqrt(")
-        return [ind + text]
-
-    def access(self, op, ind: str, loops: tuple, ureg: str, action: str) -> list[str]:
-        addr: Address = op.args[2]
-        slot = self.slot(addr)
-        store = op.spec.mnemonic == "ustoref32"
-        off = addr.offset
-        out = [f"{ind}i = {ureg} + {off}" if off else f"{ind}i = {ureg}",
-               f"{ind}if i < 0 or i >= {addr.extent}:"]
-        out += self.fault(ind + "    ", F_STORE if store else F_LOAD, op.pc, "i", loops)
-        sl = self.slicing.get(addr.region.base)
-        if sl is not None:
-            owner = f"(i % {sl.modulus}) // {sl.stride}" if sl.modulus else f"i // {sl.stride}"
-            out.append(f"{ind}if {owner} != lane:")
-            out += self.fault(ind + "    ", F_OWNER, op.pc, "i", loops)
-        out.append(action.format(base=f"B{slot}"))
-        return out
-
-
-def generate(program: Program, slicing: dict[int, Slicing] | None = None) -> Generated:
-    """Per-lane source for ``program`` (see the module docstring)."""
-    if slicing is None:
-        slicing, why = lane_partition(program)
-        if slicing is None:
-            raise FirError(f"kernel '{program.name}' at node {program.node} cannot be compiled: "
-                           f"{why}")
-    return _Gen(program, slicing).generate()
 
 
 # --- loading generated modules ------------------------------------------------------
@@ -715,7 +211,7 @@ class CompiledRunner:
         for node in model.nodes:
             if node.kind == "micro":
                 max_threads = max(max_threads, node.program.threads)
-                max_loops = max(max_loops, sum(op.spec.mnemonic == "forbegin"
+                max_loops = max(max_loops, sum(op.spec.opens is FrameKind.FOR
                                                for op in node.program.ops))
         # One fault record per lane: REC_FIXED fields, then a trip number per loop level.
         self._rec = np.zeros((max_threads, REC_FIXED + max(max_loops, 1)), dtype=np.int64)
@@ -832,7 +328,7 @@ class CompiledRunner:
             if code == F_OWNER:
                 self._plans[node.index] = _Plan(program, None, "lanes shared memory at run time")
                 self.fallbacks[node.full_name] = "lanes shared memory at run time"
-                addr: Address = op.args[2]
+                addr: Address = op.args[op.spec.mem.address]
                 sl = plan.slicing[addr.region.base]
                 owner = ((arg % sl.modulus) if sl.modulus else arg) // sl.stride
                 raise LaneConflict(
@@ -841,15 +337,8 @@ class CompiledRunner:
                     f"is in lane {owner}'s slice; lanes share memory here, so lockstep and "
                     "compiled execution may differ. The dispatch ran partly; this kernel "
                     "is interpreted from now on (or use --engine interp).", op.loc)
-            if code in (F_LOAD, F_STORE):
-                addr = op.args[2]
-                raise fault_error(program, op, lane, bounds_message(op, addr, arg),
-                                  address=addr.base + arg)
-            if code == F_RTOU:
-                raise fault_error(program, op, lane,
-                                  rtou_message(op.args[1], self._frec[lane], lane))
-            raise fault_error(program, op, lane,
-                              loop_count_message(op.args[0], self._frec[lane], lane))
+            message, address = fault_message(code, op, lane, arg, self._frec[lane])
+            raise fault_error(program, op, lane, message, address=address)
         if F_BUDGET in by_code:
             lane = min(by_code[F_BUDGET], key=key)
             raise budget_error(program, int(rec[lane, 2]), budget)
