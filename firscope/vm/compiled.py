@@ -20,7 +20,16 @@ counts. A fault is recorded per lane as (code, pc, value, trip numbers of the
 enclosing loops) and raised from Python with the interpreter's own message
 builders; of several faulting lanes the one the lockstep interpreter would
 have hit first is reported (earliest (loop, trip, ..., pc) position, then
-lowest lane). State after a fault is not the interpreter's: other lanes ran on.
+lowest lane).
+
+A dispatch is all or nothing: every store is first journaled (arena address,
+old value), and whenever lanes stop early (a fault, the budget, a stop
+request) the runner undoes the journal before it raises, so the arena is
+exactly as before the dispatch (the interpreter instead leaves the lockstep
+state at the faulting instruction; the debugger replays it there). A full
+journal aborts the dispatch at once; the runner undoes it and runs the node
+again with a larger one (tests/test_lane_conflict.py). Journaling costs a
+compare and two stores per store: see benchmarks/journal.py for the figure.
 
 Limits, on purpose:
 
@@ -31,10 +40,12 @@ Limits, on purpose:
   interpreter runs them in lockstep. The two agree when lanes do
   not communicate through memory within a dispatch. Rule (vm/lanes): every
   region a kernel stores to must split into per-lane slices. Kernels where
-  no such split is found run on the interpreter (:attr:`CompiledRunner.fallbacks` says why).
-  Every access to a written region is then checked at run time to lie in the
-  accessing lane's slice; a violation raises :class:`LaneConflict` (the
-  dispatch has partly run; the kernel is interpreted from then on). The
+  no such split is found run on the interpreter (:attr:`CompiledRunner.fallbacks`
+  says why). Every access to a written region is then checked at run time to
+  lie in the accessing lane's slice; when one does not (a loop count read
+  from memory can send a lane into its neighbour's slice), the runner undoes
+  the dispatch, runs the node on the interpreter, and interprets that node
+  from then on; the caller sees the interpreter's result and no error. The
   seed's g2.attn_decode passes: each lane owns its head's columns of
   key_cache/value_cache ([positions, hidden], L = headdim, M = hidden) and
   its row of scores (L = positions).
@@ -64,8 +75,8 @@ import numpy as np
 from ..errors import FirError, Interrupted
 from ..jitcache import cache_dir, prepare_numba
 from .assembler import Address, Program
-from .codegen import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_LOAD, F_OWNER, F_RTOU,
-                      F_STOP, F_STORE, REC_FIXED, Generated, fault_message, generate)
+from .codegen import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
+                      F_RTOU, F_STOP, F_STORE, REC_FIXED, Generated, fault_message, generate)
 from .faults import budget_error, fault_error
 from .interp import Dispatch
 from .isa import FrameKind
@@ -89,10 +100,6 @@ def _too_big_to_compile(program: Program) -> str:
     if depth > MAX_COMPILED_NESTING:
         return f"blocks nested {depth} deep (more than {MAX_COMPILED_NESTING})"
     return ""
-
-
-class LaneConflict(FirError):
-    """Compiled lanes touched each other's slice of a written region."""
 
 
 class StopFlag(threading.Event):
@@ -145,7 +152,7 @@ def __getattr__(name):  # lazy: importing numba costs time, only the compiled pa
 _MODULES: dict[str, object] = {}
 _MODULES_LOCK = threading.Lock()
 _SIG = ("void(float32[::1], int64[::1], int64, int64, int64[::1], int64[:, ::1], "
-        "float32[::1], int64[::1])")
+        "float32[::1], int64[::1], int64[::1], float32[::1], int64[::1], int64)")
 
 
 def kernel_dir() -> Path:
@@ -175,6 +182,15 @@ def _load_module(gen: Generated):
 
 
 # --- the runner -------------------------------------------------------------------------
+# A kernel's store journal starts with room for one store per store instruction and lane
+# (at least JOURNAL_START entries) and grows by JOURNAL_GROWTH when a dispatch fills it;
+# it never gets larger than the regions the kernel can write (a copy of those is then
+# cheaper, and is what the runner takes instead).
+JOURNAL_START = 4096
+JOURNAL_GROWTH = 8
+COPY_WRITTEN = -1  # _Plan.journal: copy the written regions instead of journaling
+
+
 @dataclass
 class _Plan:
     program: Program
@@ -184,6 +200,19 @@ class _Plan:
     slicing: dict = field(default_factory=dict)
     need: int = 0  # arena elements the kernel's regions span
     fn: Callable | None = field(default=None, repr=False)
+    written: tuple[tuple[int, int], ...] = ()  # (start, stop) of every region it may store to
+    journal: int = 0  # journal entries for one dispatch, or COPY_WRITTEN
+
+    @property
+    def written_size(self) -> int:
+        return sum(b - a for a, b in self.written)
+
+
+def _journal_plan(program: Program) -> tuple[tuple[tuple[int, int], ...], int]:
+    written = tuple((r.base, r.base + r.size) for r in program.written_regions())
+    size = sum(b - a for a, b in written)
+    stores = sum(op.spec.stores for op in program.ops)
+    return written, min(size, max(JOURNAL_START, program.threads * stores))
 
 
 class CompiledRunner:
@@ -192,6 +221,14 @@ class CompiledRunner:
     ``run(node, arena, budget)`` works on any 1-D contiguous float32 arena
     laid out like the model's (the debugger interleaves it with the step
     interpreter on the same arena). Not for concurrent use from two threads.
+
+    A dispatch either completes or leaves the arena exactly as it was before
+    it: every store is journaled (address, old value) first, and when a lane
+    faults, runs out of budget, is stopped, or fills the journal, the runner
+    undoes the journal before it raises (or, for a full journal, runs the
+    node again with a larger one). When lanes stray into each other's slices
+    the runner undoes the dispatch, runs it on the interpreter (the reference)
+    and interprets that node from then on (:attr:`fallbacks` says why).
     """
 
     def __init__(self, model, *, stop: threading.Event | None = None, parallel: bool = False):
@@ -216,6 +253,11 @@ class CompiledRunner:
         # One fault record per lane: REC_FIXED fields, then a trip number per loop level.
         self._rec = np.zeros((max_threads, REC_FIXED + max(max_loops, 1)), dtype=np.int64)
         self._frec = np.zeros(max_threads, dtype=np.float32)
+        # The store journal, shared by all plans (each uses its first plan.journal entries),
+        # and where each lane's part of it ends.
+        self._jaddr = np.zeros(0, dtype=np.int64)
+        self._jval = np.zeros(0, dtype=np.float32)
+        self._jn = np.zeros(max_threads, dtype=np.int64)
 
     # -- planning and compiling ---------------------------------------------------------
     def plan(self, node) -> _Plan:
@@ -235,18 +277,23 @@ class CompiledRunner:
                      if isinstance(a, Address)}
             bases = np.array([addrs[s].base for s in gen.slots] or [0], dtype=np.int64)
             need = max((a.base + a.extent for a in addrs.values()), default=0)
-            plan = _Plan(program, gen, "", bases, slicing=slicing, need=need)
+            written, journal = _journal_plan(program)
+            plan = _Plan(program, gen, "", bases, slicing=slicing, need=need, written=written,
+                         journal=journal)
         self._plans[node.index] = plan
         return plan
 
     def _compile(self, plan: _Plan) -> Callable:
         if plan.fn is None:
             mod = _load_module(plan.gen)
-            fn = mod.run_parallel if plan.gen.parallel and self.parallel else mod.run_serial
+            fn = mod.run_parallel if self._parallel(plan) else mod.run_serial
             if not fn.signatures:
                 fn.compile(_SIG)
             plan.fn = fn
         return plan.fn
+
+    def _parallel(self, plan: _Plan) -> bool:
+        return self.parallel and plan.gen.parallel
 
     def kernels(self) -> list[_Plan]:
         """One plan per distinct generated kernel of the model (what warmup compiles)."""
@@ -283,10 +330,19 @@ class CompiledRunner:
         if (plan.gen is None or arena.dtype != np.float32 or arena.ndim != 1
                 or not arena.flags.c_contiguous or not arena.flags.writeable
                 or arena.size < plan.need):
-            Dispatch(plan.program, arena).run(budget)
+            Dispatch(plan.program, arena).run(budget, stop=stop)
             return
+        while not self._dispatch(plan, node, arena, budget, stop):
+            pass  # the journal was full: the dispatch was undone, the journal has grown
+
+    def _dispatch(self, plan: _Plan, node, arena, budget, stop) -> bool:
+        """Run the compiled kernel once: True when the node has run, False when the
+        dispatch was undone to be run again with a larger journal."""
         fn = plan.fn or self._compile(plan)
         program = plan.program
+        saved = [arena[a:b].copy() for a, b in plan.written] \
+            if plan.journal == COPY_WRITTEN else None
+        jend = self._journal_room(plan)
         ctl = self._ctl
         self._epoch += 1
         ctl[C_ABORT] = 0
@@ -297,55 +353,112 @@ class CompiledRunner:
         if program.threads > self._rec.shape[0]:  # a node from outside the model
             self._rec = np.zeros((program.threads, self._rec.shape[1]), dtype=np.int64)
             self._frec = np.zeros(program.threads, dtype=np.float32)
-        fn(arena, plan.bases, program.threads, limit, ctl, self._rec, self._frec, cell)
-        if ctl[C_FAULTED] or ctl[C_ABORT]:
-            self._raise(plan, node, budget)
+            self._jn = np.zeros(program.threads, dtype=np.int64)
+        fn(arena, plan.bases, program.threads, limit, ctl, self._rec, self._frec, cell,
+           self._jaddr, self._jval, self._jn, jend)
+        if not (ctl[C_FAULTED] or ctl[C_ABORT]):
+            return True
+        self._undo(plan, arena, saved, jend)
+        by_code = self._records(program)
+        if F_JOURNAL in by_code:
+            self._grow_journal(plan)
+            return False
+        if F_OWNER in by_code:
+            self._fall_back(plan, node, min(by_code[F_OWNER], key=self._order(plan)))
+            Dispatch(program, arena).run(budget, stop=stop)
+            return True
+        raise self._error(plan, by_code, budget)
 
-    def _raise(self, plan: _Plan, node, budget) -> None:
-        program = plan.program
+    # -- the journal -------------------------------------------------------------------------
+    def _journal_room(self, plan: _Plan) -> int:
+        """jend for the generated code: the plan's journal entries (at least one per lane
+        when lanes run in parallel, each in its own segment), or -1 for no journal."""
+        if plan.journal == COPY_WRITTEN:
+            return -1
+        room = plan.journal
+        if self._parallel(plan):
+            threads = max(plan.program.threads, 1)
+            room = max(room // threads, 1) * threads
+        if room > self._jaddr.size:
+            self._jaddr = np.zeros(room, dtype=np.int64)
+            self._jval = np.zeros(room, dtype=np.float32)
+        return room
+
+    def _grow_journal(self, plan: _Plan) -> None:
+        grown = min(plan.journal * JOURNAL_GROWTH, plan.written_size)
+        plan.journal = grown if grown > plan.journal else COPY_WRITTEN
+
+    def _undo(self, plan: _Plan, arena, saved, jend: int) -> None:
+        """Put back what the dispatch stored: the arena is as before it."""
+        if saved is not None:
+            for (a, b), values in zip(plan.written, saved):
+                arena[a:b] = values
+            return
+        if self._parallel(plan):
+            seg = jend // plan.program.threads  # >= 1: see _journal_room
+            k = np.arange(jend)
+            used = k[k < self._jn[k // seg]]
+        else:
+            used = np.arange(self._jn[0])
+        # A lane may have stored to one address several times: its first entry holds the
+        # value from before the dispatch (different lanes never share an address).
+        where, first = np.unique(self._jaddr[used], return_index=True)
+        arena[where] = self._jval[used][first]
+
+    # -- what stopped the lanes --------------------------------------------------------------
+    def _records(self, program: Program) -> dict[int, list[int]]:
+        """Fault code -> lanes that recorded it in this dispatch."""
         rec = self._rec[:program.threads]
-        lanes = np.flatnonzero(rec[:, 0] == self._epoch)
-        loops = plan.gen.loop_pcs
+        by_code: dict[int, list[int]] = {}
+        for lane in np.flatnonzero(rec[:, 0] == self._epoch):
+            by_code.setdefault(int(rec[lane, 1]), []).append(int(lane))
+        return by_code
+
+    def _order(self, plan: _Plan) -> Callable:
+        """Sort key of a lane's record: the lockstep interpreter meets the smallest first
+        (earliest (loop, trip, ..., pc) position, then lowest lane)."""
+        rec, loops = self._rec, plan.gen.loop_pcs
 
         def key(lane):
             row = rec[lane]
             pc = int(row[2])
-            enclosing = loops.get(pc, ())
             k = []
-            for i, lpc in enumerate(enclosing):
+            for i, lpc in enumerate(loops.get(pc, ())):
                 k += [lpc, int(row[REC_FIXED + i])]
             return tuple(k) + (pc,), lane
+        return key
 
-        by_code: dict[int, list[int]] = {}
-        for lane in lanes:
-            by_code.setdefault(int(rec[lane, 1]), []).append(int(lane))
-        faults = [ln for c in (F_LOAD, F_STORE, F_RTOU, F_COUNT, F_OWNER)
-                  for ln in by_code.get(c, [])]
+    def _fall_back(self, plan: _Plan, node, lane: int) -> None:
+        """Lanes shared memory: interpret this node from now on, and say why."""
+        program = plan.program
+        pc, arg = int(self._rec[lane, 2]), int(self._rec[lane, 3])
+        op = program.ops[pc]
+        addr: Address = op.args[op.spec.mem.address]
+        sl = plan.slicing[addr.region.base]
+        owner = ((arg % sl.modulus) if sl.modulus else arg) // sl.stride
+        why = (f"lanes shared memory at run time: lane {lane} accessed {addr.region.name}[{arg}] "
+               f"(pc {pc}, line {op.loc.line}: {op.text}), which is in lane {owner}'s slice")
+        self._plans[node.index] = _Plan(program, None, why)
+        self.fallbacks[node.full_name] = why
+
+    def _error(self, plan: _Plan, by_code: dict[int, list[int]], budget) -> FirError:
+        """The error the interpreter would have raised first."""
+        program = plan.program
+        key = self._order(plan)
+        faults = [ln for c in (F_LOAD, F_STORE, F_RTOU, F_COUNT) for ln in by_code.get(c, [])]
         if faults:
             lane = min(faults, key=key)
-            code, pc, arg = int(rec[lane, 1]), int(rec[lane, 2]), int(rec[lane, 3])
+            code, pc, arg = (int(v) for v in self._rec[lane, 1:4])
             op = program.ops[pc]
-            if code == F_OWNER:
-                self._plans[node.index] = _Plan(program, None, "lanes shared memory at run time")
-                self.fallbacks[node.full_name] = "lanes shared memory at run time"
-                addr: Address = op.args[op.spec.mem.address]
-                sl = plan.slicing[addr.region.base]
-                owner = ((arg % sl.modulus) if sl.modulus else arg) // sl.stride
-                raise LaneConflict(
-                    f"kernel '{program.name}' at node {program.node}: lane {lane} accessed "
-                    f"{addr.region.name}[{arg}] (pc {pc}, line {op.loc.line}: {op.text}), which "
-                    f"is in lane {owner}'s slice; lanes share memory here, so lockstep and "
-                    "compiled execution may differ. The dispatch ran partly; this kernel "
-                    "is interpreted from now on (or use --engine interp).", op.loc)
             message, address = fault_message(code, op, lane, arg, self._frec[lane])
-            raise fault_error(program, op, lane, message, address=address)
+            return fault_error(program, op, lane, message, address=address)
         if F_BUDGET in by_code:
             lane = min(by_code[F_BUDGET], key=key)
-            raise budget_error(program, int(rec[lane, 2]), budget)
+            return budget_error(program, int(self._rec[lane, 2]), budget)
         if F_STOP in by_code:
             lane = min(by_code[F_STOP], key=key)
-            pc = int(rec[lane, 2])
+            pc = int(self._rec[lane, 2])
             op = program.ops[pc]
-            raise Interrupted(f"interrupted in kernel '{program.name}' at node {program.node}, "
-                              f"lane {lane}, pc {pc} (line {op.loc.line}: {op.text})", op.loc)
-        raise FirError(f"kernel '{program.name}' at node {program.node} was aborted")
+            return Interrupted(f"interrupted in kernel '{program.name}' at node {program.node}, "
+                               f"lane {lane}, pc {pc} (line {op.loc.line}: {op.text})", op.loc)
+        return FirError(f"kernel '{program.name}' at node {program.node} was aborted")

@@ -1,0 +1,236 @@
+"""A compiled dispatch either completes or leaves the arena as it found it (issue 10.2).
+
+The compiled engine runs lanes one after the other and checks at run time that each
+lane stays in its own slice of what it writes. When lanes stray into each other's
+slices (a loop count read from a buffer), the runner must undo what the lanes stored,
+run the node on the interpreter (the reference) and return normally: `run`, a Machine
+and the debugger then give the interpreter's bits. Faults, budget overruns and stops
+undo the dispatch too. Everything is compared bitwise (arenas viewed as uint32).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, SEED_FIR, write_random_gpt2
+from firscope.errors import BudgetExceeded, FirFault
+from firscope.model import load_model
+from firscope.runtime import Machine
+from firscope.vm import compiled as C
+from firscope.vm.interp import Dispatch
+
+# Lane l updates x[3l .. 3l + position + 1] in place (x = x * 0.5 + l + 0.125): from
+# position 2 on each lane reaches into the next lane's three elements, and the result
+# depends on the order lanes run in (lockstep: lane 1's trip 1 before lane 0's trip 4).
+STRAY = """kernel t.stray in=1 out=1 threads=4 tg=1 tgbytes=16
+rtou 0 0
+umulk 1 0 3
+uconst 2 0
+uloadf32 1 2 @in0
+addconst 1 1 2
+forbegin 1
+uloadf32 3 1 @out0
+mulconst 3 3 0.5
+add 3 3 0
+addconst 3 3 0.125
+ustoref32 3 1 @out0
+uaddk 1 1 1
+forend
+endkernel
+"""
+
+
+def stray_fir_text(kernel: str = STRAY, node: str = "node stray micro t.stray position -> x"):
+    """The seed model with ``kernel`` defined and ``node`` run in every layer, after the
+    attention residual (so what it leaves in x reaches the logits)."""
+    text = SEED_FIR.read_text()
+    text = text.replace("node token ext", kernel + "node token ext", 1)
+    anchor = "node attention_residual micro g2.add x mix -> x\n"
+    assert anchor in text
+    return text.replace(anchor, anchor + node + "\n", 1)
+
+
+@pytest.fixture
+def stray_model(tmp_path):
+    return write_random_gpt2(tmp_path / "stray", n_layer=2, n_embd=32, n_head=4,
+                             n_positions=16, vocab=64, fir_text=stray_fir_text())
+
+
+def same_bits(a, b) -> bool:
+    return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
+
+
+def test_the_kernel_really_conflicts_and_order_matters(stray_model):
+    """Not vacuous: lanes stray at position 2, and running them one after the other
+    (what the compiled engine does) gives other bits than lockstep."""
+    model = load_model(stray_model)
+    node = next(n for n in model.nodes if n.target == "t.stray")
+    runner = C.CompiledRunner(model)
+    assert runner.plan(node).gen is not None and runner.plan(node).slicing  # compiled, checked
+    model.arena[model.inputs["position"].base] = 2
+    x = model.regions["x"]
+    model.arena[x.base: x.base + x.size] = np.linspace(-1, 1, x.size, dtype=np.float32)
+    lockstep = model.arena.copy()
+    Dispatch(node.program, lockstep).run()
+    one_by_one = model.arena.copy()
+    for lane in range(4):  # each lane alone, in lane order
+        prog = node.program
+        d = Dispatch(prog, one_by_one)
+        d.set_mask(np.arange(prog.threads) == lane)
+        d.run()
+    assert not same_bits(lockstep, one_by_one)
+    arena = model.arena.copy()
+    runner.run(node, arena, None)
+    assert same_bits(arena, lockstep)
+    assert "lane 0 accessed x[3]" in runner.fallbacks[node.full_name]
+
+
+def test_machine_compiled_equals_interp_bit_for_bit(stray_model):
+    mi = Machine(load_model(stray_model), engine="interp")
+    mc = Machine(load_model(stray_model), engine="compiled")
+    ids = [5, 9, 2, 7]
+    gi, li = mi.generate(ids, 3)
+    gc, lc = mc.generate(ids, 3)
+    assert gi == gc
+    for a, b in zip(li, lc):
+        assert same_bits(a, b)
+    assert same_bits(mi.arena, mc.arena)
+    assert set(mc.kernel_runner.fallbacks) == {"stray@0", "stray@1"}
+
+
+def test_cli_run_compiled_equals_interp(stray_model, tmp_path):
+    outs = {}
+    for engine in ("interp", "compiled"):
+        path = tmp_path / f"{engine}.npy"
+        p = subprocess.run([sys.executable, "-m", "firscope", "run", str(stray_model), "--ids",
+                            "--tokens", "3,1,4", "-n", "3", "--engine", engine,
+                            "--logits-out", str(path)], cwd=REPO, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        outs[engine] = (p.stdout, np.load(path))
+    assert outs["interp"][0] == outs["compiled"][0]
+    assert same_bits(outs["interp"][1], outs["compiled"][1])
+    assert outs["interp"][1].shape[0] == 5  # 3 prompt steps + 2 generated
+
+
+def test_debugger_next_gives_the_interpreters_arena(stray_model):
+    from firscope.debug.session import Session
+    ids = [3, 1, 4]
+    sc = Session(load_model(stray_model), ids, 2, engine="compiled")
+    si = Session(load_model(stray_model), ids, 2, engine="interp")
+    nodes = 0
+    while not sc.finished:
+        stop_c, stop_i = sc.next(), si.next()
+        assert stop_c.reason == stop_i.reason, (stop_c, stop_i)
+        assert stop_c.reason in ("step", "finished"), stop_c
+        assert (sc.step, sc.node_index) == (si.step, si.node_index)
+        assert same_bits(sc.arena, si.arena), f"after node {nodes}"
+        nodes += 1
+    assert si.finished and nodes == 4 * len(sc.nodes)
+    assert "stray@0" in sc.machine.kernel_runner.fallbacks
+
+
+# --- faults, budget and journal growth leave the arena as before the dispatch -----------------
+FILL = """kernel t.fill in=1 out=1 threads=4 tg=1 tgbytes=16
+rtou 0 0
+uloadf32 1 0 @in0
+umulk 2 0 64
+forbegin 1
+ustoref32 1 2 @out0
+uaddk 2 2 1
+forend
+uloadf32 5 3 @in0+{probe}
+endkernel
+"""
+
+
+def fill_model(tmp_path, probe: int, size: int = 256):
+    """Lane l stores in0[l] into in0[l] elements of its 64-wide slice of a 256-element
+    buffer, then loads in0[U3 + probe] (U3 = 0): probe >= 16 faults after the stores."""
+    text = SEED_FIR.read_text().replace(
+        "node token ext", "buf fin f32 16\nbuf fout f32 " + str(size) + "\n"
+        + FILL.format(probe=probe) + "node token ext", 1)
+    text += "node fill micro t.fill fin -> fout\n"
+    return load_model(write_random_gpt2(tmp_path / f"fill{probe}", fir_text=text))
+
+
+def set_counts(model, counts):
+    r = model.regions["fin"]
+    model.arena[r.base: r.base + r.size] = np.asarray(counts + [0] * (16 - len(counts)),
+                                                      dtype=np.float32)
+
+
+def test_a_compiled_fault_leaves_the_arena_as_before(tmp_path):
+    model = fill_model(tmp_path, probe=20)
+    node = next(n for n in model.nodes if n.full_name == "fill")
+    set_counts(model, [64, 10, 0, 33])
+    before = model.arena.copy()
+    arena = before.copy()
+    with pytest.raises(FirFault, match="load from @in0\\+20 index 20") as compiled:
+        C.CompiledRunner(model).run(node, arena, None)
+    assert same_bits(arena, before)  # 107 stores were made and undone
+    with pytest.raises(FirFault) as interp:  # the same error as the reference
+        Dispatch(node.program, before.copy()).run()
+    assert str(compiled.value) == str(interp.value)
+
+
+def test_a_budget_overrun_leaves_the_arena_as_before(tmp_path):
+    model = fill_model(tmp_path, probe=0)
+    node = next(n for n in model.nodes if n.full_name == "fill")
+    set_counts(model, [64, 64, 64, 64])
+    arena = model.arena.copy()
+    with pytest.raises(BudgetExceeded):
+        C.CompiledRunner(model).run(node, arena, 100)  # a lane needs ~200
+    assert same_bits(arena, model.arena)
+
+
+def test_a_full_journal_grows_and_the_run_matches(tmp_path, monkeypatch):
+    monkeypatch.setattr(C, "JOURNAL_START", 8)
+    model = fill_model(tmp_path, probe=0)
+    node = next(n for n in model.nodes if n.full_name == "fill")
+    set_counts(model, [64, 64, 64, 64])
+    runner = C.CompiledRunner(model)
+    assert runner.plan(node).journal == 8
+    arena, want = model.arena.copy(), model.arena.copy()
+    runner.run(node, arena, None)
+    Dispatch(node.program, want).run()
+    assert same_bits(arena, want)
+    assert runner.plan(node).journal == 256  # 8 -> 64 -> 256 (the buffer's size)
+    assert runner.fallbacks == {}
+
+
+def test_a_kernel_storing_more_than_it_writes_copies_the_regions(tmp_path, monkeypatch):
+    """A lane that stores into one element again and again (65 loads of the journal for
+    a 64-element buffer): the runner copies the written region instead, and still undoes
+    a fault exactly."""
+    monkeypatch.setattr(C, "JOURNAL_START", 8)
+    kernel = FILL.replace("uaddk 2 2 1\n", "")
+    text = SEED_FIR.read_text().replace(
+        "node token ext", "buf fin f32 16\nbuf fout f32 256\n"
+        + kernel.format(probe=0) + "node token ext", 1) + "node fill micro t.fill fin -> fout\n"
+    model = load_model(write_random_gpt2(tmp_path / "again", fir_text=text))
+    node = next(n for n in model.nodes if n.full_name == "fill")
+    runner = C.CompiledRunner(model)
+    set_counts(model, [300, 2, 0, 1])
+    arena, want = model.arena.copy(), model.arena.copy()
+    runner.run(node, arena, None)
+    Dispatch(node.program, want).run()
+    assert same_bits(arena, want)
+    assert runner.plan(node).journal == C.COPY_WRITTEN
+    arena = model.arena.copy()
+    with pytest.raises(BudgetExceeded):
+        runner.run(node, arena, 200)
+    assert same_bits(arena, model.arena)
+
+
+def test_parallel_lanes_undo_their_own_segments(stray_model):
+    model_p, model_i = load_model(stray_model), load_model(stray_model)
+    mp = Machine(model_p, engine="compiled")
+    mp.kernel_runner = C.CompiledRunner(model_p, parallel=True)
+    mi = Machine(model_i, engine="interp")
+    for tok in (9, 8, 7, 6):
+        assert same_bits(mp.step(tok).logits, mi.step(tok).logits)
+    assert same_bits(model_p.arena, model_i.arena)
+    assert "stray@1" in mp.kernel_runner.fallbacks
