@@ -36,6 +36,7 @@ _REGNUM = re.compile(r"-?[0-9]{1,9}")
 class AddrRef:
     target: str  # "in0", "out2" or a buffer name
     offset: Expr | None
+    loc: Loc | None = None  # the operand as written, for errors found at bind
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ def _static_operand(kind: str, tok: S.Tok, k: S.Kernel, is_buffer):
                 raise FirError(f"expected '+' or '-' after @{target}", tok.loc.shifted(m.end()))
             # "+2*hidden" parses as the unary/binary expression 0+2*hidden
             offset = parse_expr("0" + rest, tok.loc.shifted(m.end() - 1))
-        return AddrRef(target, offset)
+        return AddrRef(target, offset, tok.loc)
     raise AssertionError(kind)  # pragma: no cover
 
 
@@ -272,16 +273,33 @@ def bind(code: KernelCode, *, symbols: Mapping, operands: Mapping[str, Region],
             elif kind is Operand.F:
                 args.append(_node_f32(operand, env, node, node_loc))
             elif kind is Operand.A:
-                region = operands.get(operand.target) or resolve_buffer(operand.target)
-                off = 0
-                if operand.offset is not None:
-                    off = _node_int(operand.offset, env, "address offset", node, node_loc)
-                args.append(Address(operand.target, region, off))
+                args.append(_bind_address(operand, operands, resolve_buffer, env, node, node_loc))
             else:
                 args.append(operand)
         ops.append(Op(so.pc, so.spec, tuple(args), so.loc, so.text, so.match, so.depth))
     bound = tuple((name, operands[name]) for name in code.operand_names())
     return Program(code, node, layer, threads, tuple(ops), bound)
+
+
+# An index register holds 0..2^32-1, so an offset below this reaches no element.
+MIN_OFFSET = -(1 << 32) + 1
+
+
+def _bind_address(ref: AddrRef, operands: Mapping[str, Region], resolve_buffer, env, node,
+                  node_loc) -> Address:
+    """Place ``@target+offset`` for one node. An offset with which no index register value
+    reaches inside the region is an error here, at the operand: such an access could only
+    fault, and an offset past int64 would not even fit the engines' index arithmetic."""
+    region = operands.get(ref.target) or resolve_buffer(ref.target)
+    off = 0
+    if ref.offset is not None:
+        off = _node_int(ref.offset, env, "address offset", node, node_loc)
+    highest = max(region.size - 1, 0)
+    if not MIN_OFFSET <= off <= highest:
+        raise FirError(f"address offset {off} puts every access through @{ref.target} outside "
+                       f"{region.name}[0:{region.size}] (an offset must be {MIN_OFFSET}.."
+                       f"{highest}) (for node {node})", ref.loc or ref.offset.loc)
+    return Address(ref.target, region, off)
 
 
 def _node_int(expr, env, what, node, node_loc):
