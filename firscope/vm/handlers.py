@@ -88,10 +88,11 @@ def sigmoid_into(a, out):
 
 
 # --- arithmetic -------------------------------------------------------------------
-def binary(ufunc):
-    """R[d] = ufunc(R[a], R[b])."""
+def binary(ufunc, file: str = "Rr"):
+    """R[d] = ufunc(R[a], R[b]); with file "Ur" the same on U registers (uint32 wraps)."""
     def make(d, op):
-        dst, a, b = d.Rr[op.args[0]], d.Rr[op.args[1]], d.Rr[op.args[2]]
+        rows = getattr(d, file)
+        dst, a, b = rows[op.args[0]], rows[op.args[1]], rows[op.args[2]]
 
         def run():
             if d.full:
@@ -214,20 +215,6 @@ def u_binary_k(ufunc):
                 ufunc(a, k, out=dst)
             else:
                 ufunc(a, k, out=dst, where=d.mask)
-        return run
-    return make
-
-
-def u_binary(ufunc):
-    """U[d] = ufunc(U[a], U[b]), wrapping in uint32."""
-    def make(d, op):
-        dst, a, b = d.Ur[op.args[0]], d.Ur[op.args[1]], d.Ur[op.args[2]]
-
-        def run():
-            if d.full:
-                ufunc(a, b, out=dst)
-            else:
-                ufunc(a, b, out=dst, where=d.mask)
         return run
     return make
 

@@ -48,7 +48,7 @@ _ROWS = [
          interp=H.u_binary_k(np.multiply), render=G.template("U{0} = (U{1} * {2}) & M32"),
          lanes=L.u_mul_k),
     _row("uadd", "Ud Us Us", "d a b", ALU, "U[d] = U[a] + U[b]",
-         interp=H.u_binary(np.add), render=G.template("U{0} = (U{1} + U{2}) & M32"),
+         interp=H.binary(np.add, "Ur"), render=G.template("U{0} = (U{1} + U{2}) & M32"),
          lanes=L.u_add),
     _row("uloadf32", "Rd Us A", "d u @addr", MEM, "R[d] = arena[addr + U[u]]",
          interp=H.load, render=G.access, lanes=L.access, mem=LOAD),
