@@ -5,11 +5,14 @@
 Each case is one of: a mutated gpt2.fir (lines and tokens dropped,
 duplicated, swapped, corrupted; random and huge numbers), a stream of random
 tokens, random bytes or a truncation of the model file, a damaged
-model.safetensors, an edited config.json, or a debugger expression. A model
-that loads is decoded for two steps on the interpreter with a small
-instruction budget. The only acceptable failure is firscope's own FirError,
-located: in the model file with a line and column, or naming the other file.
-Anything else (KeyError, RecursionError, MemoryError, a hang...) is an
+model.safetensors, an edited config.json, a debugger expression, or a
+kernel whose lanes overlap at run time ("overlap": decoded node by node on
+both engines, whose arenas must agree bit for bit after every node, and
+whose errors must read the same). A model that loads is decoded for two
+steps on the interpreter with a small instruction budget. The only
+acceptable failure is firscope's own FirError, located: in the model file
+with a line and column, or naming the other file. Anything else (KeyError,
+RecursionError, MemoryError, a hang, engines that disagree...) is an
 escape; the first few are printed with their input.
 
 Not part of the test run: tests/test_fuzz.py runs the same generators under
@@ -41,7 +44,7 @@ from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
 CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "tokens": 6, "bytes": 4, "ckpt": 13,
-              "config": 12, "expr": 8}
+              "config": 12, "expr": 8, "overlap": 3}
 
 
 class Hang(BaseException):
@@ -168,6 +171,10 @@ def main() -> int:
                     fir_text = F.random_kernel_model(seed_text, rng.randrange)
                     case_fir.write_text(fir_text)
                     shown = fir_text[fir_text.index("kernel fz.k"):][:1500]
+                elif cat == "overlap":  # lanes that stray into each other's slices
+                    fir_text = F.overlapping_kernel_model(seed_text, rng.randrange)
+                    case_fir.write_text(fir_text)
+                    shown = fir_text[fir_text.index("kernel fz.overlap"):][:1500]
                 elif cat == "tokens":
                     picks = [(rng.randrange(10**6), rng.random() < 0.2)
                              for _ in range(rng.randint(1, 120))]
@@ -197,8 +204,11 @@ def main() -> int:
                     text = F.damage_config(config_text, ops)
                     case_cfg.write_text(text, encoding="utf-8", errors="surrogatepass")
                     shown = f"ops {ops}\n{text[:500]}"
-                outcome, detail = F.run_case(case_fir, fir_text=fir_text, other_files=others,
-                                             budget=args.budget, engine=args.engine)
+                if cat == "overlap":  # both engines, compared node by node
+                    outcome, detail = F.overlap_case(case_fir, fir_text)
+                else:
+                    outcome, detail = F.run_case(case_fir, fir_text=fir_text, other_files=others,
+                                                 budget=args.budget, engine=args.engine)
         except Hang:
             outcome, detail = F.ESCAPE, Hang(f"no answer within {args.timeout} s")
         finally:
