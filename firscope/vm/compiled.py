@@ -29,7 +29,7 @@ exactly as before the dispatch (the interpreter instead leaves the lockstep
 state at the faulting instruction; the debugger replays it there). A full
 journal aborts the dispatch at once; the runner undoes it and runs the node
 again with a larger one (tests/test_lane_conflict.py). Journaling costs a
-compare and two stores per store: see benchmarks/journal.py for the figure.
+compare, a load and two stores per store (benchmarks/kernels.py measures it).
 
 Limits, on purpose:
 

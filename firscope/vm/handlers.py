@@ -103,20 +103,6 @@ def binary(ufunc, file: str = "Rr"):
     return make
 
 
-def binary_select(fn):
-    """R[d] = fn(R[a], R[b]) for an ``fn`` that returns a new array (no ``out=``)."""
-    def make(d, op):
-        dst, a, b = d.Rr[op.args[0]], d.Rr[op.args[1]], d.Rr[op.args[2]]
-
-        def run():
-            if d.full:
-                np.copyto(dst, fn(a, b))
-            else:
-                np.copyto(dst, fn(a, b), where=d.mask)
-        return run
-    return make
-
-
 def const_binary(ufunc):
     """R[d] = ufunc(R[a], c) with an f32 constant c."""
     def make(d, op):
