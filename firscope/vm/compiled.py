@@ -22,11 +22,12 @@ builders; of several faulting lanes the one the lockstep interpreter would
 have hit first is reported (earliest (loop, trip, ..., pc) position, then
 lowest lane).
 
-A dispatch is all or nothing: every store is first journaled (arena address,
-old value), and whenever lanes stop early (a fault, the budget, a stop
-request) the runner undoes the journal before it raises, so the arena is
+A compiled dispatch is all or nothing: every store is first journaled (arena
+address, old value), and whenever lanes stop early (a fault, the budget, a
+stop request) the runner undoes the journal before it raises, so the arena is
 exactly as before the dispatch (the interpreter instead leaves the lockstep
-state at the faulting instruction; the debugger replays it there). A full
+state at the faulting instruction; the debugger replays it there, and nodes
+the runner interprets behave as the interpreter does). A full
 journal aborts the dispatch at once; the runner undoes it and runs the node
 again with a larger one (tests/test_lane_conflict.py). Journaling costs a
 compare, a load and two stores per store (benchmarks/kernels.py measures it).
@@ -222,8 +223,8 @@ class CompiledRunner:
     laid out like the model's (the debugger interleaves it with the step
     interpreter on the same arena). Not for concurrent use from two threads.
 
-    A dispatch either completes or leaves the arena exactly as it was before
-    it: every store is journaled (address, old value) first, and when a lane
+    A compiled dispatch either completes or leaves the arena exactly as it was
+    before it: every store is journaled (address, old value) first, and when a lane
     faults, runs out of budget, is stopped, or fills the journal, the runner
     undoes the journal before it raises (or, for a full journal, runs the
     node again with a larger one). When lanes stray into each other's slices
