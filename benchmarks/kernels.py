@@ -9,8 +9,8 @@ but 2 layers and a small vocabulary with NumPy into a temporary folder, then
 runs rounds: each round starts one fresh process per tree, in rotated order,
 which loads the model, compiles its kernels (not timed) and decodes
 ``--steps`` tokens, timing every micro node with a node hook. Per process the
-figure is the median over tokens of the micro nodes' summed time; the result
-is the median over rounds, with the ratio this tree / revision and the load
+figure is the median over tokens of the micro nodes' summed time (and of the
+whole step, for scale); the result is the median over rounds, with the ratio this tree / revision and the load
 average before and after (the machine is shared: compare ratios, not
 milliseconds).
 """
@@ -38,7 +38,7 @@ from firscope.runtime import Machine
 model = load_model(sys.argv[2])
 machine = Machine(model, engine="compiled")
 machine.kernel_runner.warmup()
-per_token, acc = [], [0.0]
+per_token, whole, acc = [], [], [0.0]
 def hook(m, node, dt):
     if node.kind == "micro":
         acc[0] += dt
@@ -46,9 +46,12 @@ machine.hooks.after_node.append(hook)
 steps = int(sys.argv[3])
 for t in range(steps):
     acc[0] = 0.0
+    t0 = time.perf_counter()
     machine.step((t * 7919) % model.vocab)
+    whole.append(time.perf_counter() - t0)
     per_token.append(acc[0])
 print(json.dumps({"median_ms": statistics.median(per_token) * 1e3,
+                  "step_ms": statistics.median(whole) * 1e3,
                   "fallbacks": len(machine.kernel_runner.fallbacks)}))
 """
 
@@ -92,16 +95,20 @@ def main() -> int:
         print(f"GPT-2 small widths, {SHAPE['n_layer']} layers, {args.steps} tokens per process, "
               f"{args.rounds} rounds; load average before {os.getloadavg()}")
         results: dict[str, list[float]] = {n: [] for n in names}
+        steps: dict[str, list[float]] = {n: [] for n in names}
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 res = run_child(trees[name], fir, args.steps, caches[name])
                 results[name].append(res["median_ms"])
+                steps[name].append(res["step_ms"])
                 print(f"  round {r}: {name}: {res['median_ms']:.3f} ms/token "
+                      f"(whole step {res['step_ms']:.2f} ms) "
                       f"({res['fallbacks']} nodes interpreted)", flush=True)
         med = {n: statistics.median(v) for n, v in results.items()}
         print(f"load average after {os.getloadavg()}")
         for n in names:
-            print(f"{n:<24} micro-kernels {med[n]:.3f} ms/token (median of round medians; "
+            print(f"{n:<24} micro-kernels {med[n]:.3f} ms/token of a "
+                  f"{statistics.median(steps[n]):.2f} ms step (medians of round medians; "
                   f"rounds {', '.join(f'{v:.3f}' for v in results[n])})")
         ratio = med[names[0]] / med[names[1]]
         print(f"ratio this tree / {names[1]}: {ratio:.3f}")

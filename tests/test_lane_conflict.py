@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, SEED_FIR, write_random_gpt2
-from firscope.errors import BudgetExceeded, FirFault
+from firscope.errors import BudgetExceeded, FirError, FirFault
 from firscope.model import load_model
 from firscope.runtime import Machine
 from firscope.vm import compiled as C
@@ -141,19 +141,20 @@ forbegin 1
 ustoref32 1 2 @out0
 uaddk 2 2 1
 forend
-uloadf32 5 3 @in0+{probe}
-endkernel
+{tail}endkernel
 """
+# After its stores, a lane loads in0[its count]: a fault for counts of 16 and more.
+PROBE = "rtou 3 1\nuloadf32 5 3 @in0\n"
 
 
-def fill_model(tmp_path, probe: int, size: int = 256):
+def fill_model(tmp_path, tail: str = "", size: int = 256):
     """Lane l stores in0[l] into in0[l] elements of its 64-wide slice of a 256-element
-    buffer, then loads in0[U3 + probe] (U3 = 0): probe >= 16 faults after the stores."""
+    buffer (then runs ``tail``)."""
     text = SEED_FIR.read_text().replace(
         "node token ext", "buf fin f32 16\nbuf fout f32 " + str(size) + "\n"
-        + FILL.format(probe=probe) + "node token ext", 1)
+        + FILL.format(tail=tail) + "node token ext", 1)
     text += "node fill micro t.fill fin -> fout\n"
-    return load_model(write_random_gpt2(tmp_path / f"fill{probe}", fir_text=text))
+    return load_model(write_random_gpt2(tmp_path / f"fill{len(tail)}", fir_text=text))
 
 
 def set_counts(model, counts):
@@ -163,12 +164,12 @@ def set_counts(model, counts):
 
 
 def test_a_compiled_fault_leaves_the_arena_as_before(tmp_path):
-    model = fill_model(tmp_path, probe=20)
+    model = fill_model(tmp_path, PROBE)
     node = next(n for n in model.nodes if n.full_name == "fill")
     set_counts(model, [64, 10, 0, 33])
     before = model.arena.copy()
     arena = before.copy()
-    with pytest.raises(FirFault, match="load from @in0\\+20 index 20") as compiled:
+    with pytest.raises(FirFault, match="lane 0.*load from @in0 index 64") as compiled:
         C.CompiledRunner(model).run(node, arena, None)
     assert same_bits(arena, before)  # 107 stores were made and undone
     with pytest.raises(FirFault) as interp:  # the same error as the reference
@@ -177,7 +178,7 @@ def test_a_compiled_fault_leaves_the_arena_as_before(tmp_path):
 
 
 def test_a_budget_overrun_leaves_the_arena_as_before(tmp_path):
-    model = fill_model(tmp_path, probe=0)
+    model = fill_model(tmp_path)
     node = next(n for n in model.nodes if n.full_name == "fill")
     set_counts(model, [64, 64, 64, 64])
     arena = model.arena.copy()
@@ -188,7 +189,7 @@ def test_a_budget_overrun_leaves_the_arena_as_before(tmp_path):
 
 def test_a_full_journal_grows_and_the_run_matches(tmp_path, monkeypatch):
     monkeypatch.setattr(C, "JOURNAL_START", 8)
-    model = fill_model(tmp_path, probe=0)
+    model = fill_model(tmp_path)
     node = next(n for n in model.nodes if n.full_name == "fill")
     set_counts(model, [64, 64, 64, 64])
     runner = C.CompiledRunner(model)
@@ -209,7 +210,7 @@ def test_a_kernel_storing_more_than_it_writes_copies_the_regions(tmp_path, monke
     kernel = FILL.replace("uaddk 2 2 1\n", "")
     text = SEED_FIR.read_text().replace(
         "node token ext", "buf fin f32 16\nbuf fout f32 256\n"
-        + kernel.format(probe=0) + "node token ext", 1) + "node fill micro t.fill fin -> fout\n"
+        + kernel.format(tail="") + "node token ext", 1) + "node fill micro t.fill fin -> fout\n"
     model = load_model(write_random_gpt2(tmp_path / "again", fir_text=text))
     node = next(n for n in model.nodes if n.full_name == "fill")
     runner = C.CompiledRunner(model)
@@ -279,3 +280,67 @@ def test_random_overlapping_kernels_give_the_interpreters_bits(overlap_folder):
         assert outcome == F.SAME, f"{detail}\n{text[text.index('kernel fz.overlap'):][:800]}"
 
     check()
+
+
+# --- kernels that cannot stop early need no journal ------------------------------------------
+def test_which_seed_kernels_are_proved_unable_to_fault():
+    """Adds, gelu and layernorm index only by lane and constant loop counts: nothing to
+    journal. Attention's loop count comes from the position buffer: journaled."""
+    model = load_model(SEED_FIR)
+    runner = C.CompiledRunner(model)
+    by_kernel = {n.target: runner.plan(n) for n in model.nodes if n.kind == "micro"}
+    assert by_kernel["g2.add"].infallible == 5  # rtou, 2 loads, add, store
+    assert by_kernel["g2.gelu_new"].infallible == 10
+    hidden = model.regions["x"].size
+    # 10 straight instructions and three forbegins, then per element of the row loops of
+    # 4, 6 and 10 instructions (each counting its forend)
+    assert by_kernel["g2.layernorm"].infallible == 13 + (4 + 6 + 10) * hidden
+    assert by_kernel["g2.attn_decode"].infallible is None
+
+
+def test_an_infallible_kernel_under_a_smaller_budget_is_still_undone(tmp_path):
+    model = load_model(SEED_FIR)
+    node = next(n for n in model.nodes if n.full_name == "embeddings")  # g2.add x pos -> x
+    arena = model.arena.copy()
+    x = model.regions["x"]
+    arena[x.base: x.base + x.size] = 1.0
+    before = arena.copy()
+    with pytest.raises(BudgetExceeded):
+        C.CompiledRunner(model).run(node, arena, 4)
+    assert same_bits(arena, before)
+
+
+def test_one_lane_past_the_end_makes_the_kernel_fallible(tmp_path):
+    """threads = size + 1: the last lane's store faults after the others stored."""
+    kernel = ("kernel t.over in=1 out=1 threads=out0.size+1 tg=1 tgbytes=16\n"
+              "rtou 0 0\nustoref32 0 0 @out0\nendkernel\n")
+    text = SEED_FIR.read_text().replace("node token ext", "buf ov f32 16\n" + kernel
+                                        + "node token ext", 1) + "node over micro t.over x -> ov\n"
+    model = load_model(write_random_gpt2(tmp_path / "over", fir_text=text))
+    node = next(n for n in model.nodes if n.full_name == "over")
+    runner = C.CompiledRunner(model)
+    assert runner.plan(node).infallible is None
+    arena = model.arena.copy()
+    with pytest.raises(FirFault, match="lane 16.*store to @out0 index 16"):
+        runner.run(node, arena, None)
+    assert same_bits(arena, model.arena)  # lanes 0..15 stored, and were undone
+
+
+def test_a_wrong_proof_is_reported_not_hidden(tmp_path):
+    """If the analysis ever called a faulting kernel infallible, the runner says so (and
+    journals it from then on) instead of leaving a half-run node silently."""
+    kernel = ("kernel t.over in=1 out=1 threads=out0.size+1 tg=1 tgbytes=16\n"
+              "rtou 0 0\nustoref32 0 0 @out0\nendkernel\n")
+    text = SEED_FIR.read_text().replace("node token ext", "buf ov f32 16\n" + kernel
+                                        + "node token ext", 1) + "node over micro t.over x -> ov\n"
+    model = load_model(write_random_gpt2(tmp_path / "wrong", fir_text=text))
+    node = next(n for n in model.nodes if n.full_name == "over")
+    runner = C.CompiledRunner(model)
+    runner.plan(node).infallible = 2  # a deliberately wrong proof
+    with pytest.raises(FirError, match="internal error.*stopped early although no lane could"):
+        runner.run(node, model.arena.copy(), None)
+    assert runner.plan(node).infallible is None
+    arena = model.arena.copy()
+    with pytest.raises(FirFault):
+        runner.run(node, arena, None)
+    assert same_bits(arena, model.arena)

@@ -57,6 +57,7 @@ class Generated:
     parallel: bool
     max_loops: int  # nesting depth of loops (trip numbers in a fault record)
     loop_pcs: dict[int, tuple[int, ...]]  # pc -> pcs of enclosing forbegins, outermost first
+    fault_pcs: frozenset[int]  # ops whose code can fault (lanes.infallible_steps)
 
 
 # --- renderers: the ``render`` fields of the opcode table ---------------------------------
@@ -143,6 +144,7 @@ class _Gen:
         self.slots: dict[str, int] = {}
         self.max_loops = 0
         self.loop_pcs: dict[int, tuple[int, ...]] = {}
+        self.fault_pcs: set[int] = set()
 
     def const(self, c) -> str:
         lit = _f32_literal(c)
@@ -168,6 +170,8 @@ class _Gen:
     def fault(self, ind: str, code: int, pc, arg: str, loops: tuple,
               flag: int = C_FAULTED) -> list[str]:
         """Record (code, pc, arg, trip numbers) in this lane's row and leave the lane."""
+        if code not in (F_BUDGET, F_STOP, F_JOURNAL):
+            self.fault_pcs.add(pc)
         out = [f"{ind}rec[lane, 1] = {code}", f"{ind}rec[lane, 2] = {pc}",
                f"{ind}rec[lane, 3] = {arg}"]
         for i in range(len(loops)):
@@ -229,12 +233,20 @@ class _Gen:
         fn += ["    cnt = 0", f"    lim = budget if budget < {POLL} else {POLL}"]
         fn += body
         fn.append("    return j")
-        args = "arena, bases, threads, budget, ctl, rec, frec, stop, jaddr, jval, jn, jend"
+        args = ("arena, bases, threads, budget, ctl, rec, frec, stop, jaddr, jval, jn, jend, "
+                "written, saved")
         common = "budget, ctl, rec, frec, stop, jaddr, jval"
+        # Without a journal (jend < 0) the runner wants the written regions saved instead.
+        save = ["    k = 0",
+                "    for w in range(written.shape[0]):",
+                "        for a in range(written[w, 0], written[w, 1]):",
+                "            saved[k] = arena[a]",
+                "            k += 1"]
         entry = ["", "",
                  f"@njit({_JIT})",
                  f"def run_serial({args}):",
                  *[f"    {b} = bases[{i}]" for i, b in enumerate(bnames)],
+                 *save,
                  "    j = 0",
                  "    for lane in range(threads):",
                  f"        j = lane_fn(lane, arena, {blist}{common}, j, jend)",
@@ -243,6 +255,7 @@ class _Gen:
                  f"@njit({_JIT}, parallel=True)",
                  f"def run_parallel({args}):",
                  *[f"    {b} = bases[{i}]" for i, b in enumerate(bnames)],
+                 *save,
                  "    seg = jend // threads if jend >= 0 else -1",
                  "    for lane in prange(threads):",
                  "        ln = np.int64(lane)",
@@ -253,7 +266,8 @@ class _Gen:
         source = "\n".join(head + fn + entry)
         sha = hashlib.sha256(source.encode()).hexdigest()[:24]
         slots = tuple(sorted(self.slots, key=self.slots.get))
-        return Generated(source, sha, slots, parallel, self.max_loops, self.loop_pcs)
+        return Generated(source, sha, slots, parallel, self.max_loops, self.loop_pcs,
+                         frozenset(self.fault_pcs))
 
     # A block is a run of ops that always execute together; its size is
     # charged to the lane's instruction count before it runs.

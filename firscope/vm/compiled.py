@@ -30,7 +30,12 @@ state at the faulting instruction; the debugger replays it there, and nodes
 the runner interprets behave as the interpreter does). A full
 journal aborts the dispatch at once; the runner undoes it and runs the node
 again with a larger one (tests/test_lane_conflict.py). Journaling costs a
-compare, a load and two stores per store (benchmarks/kernels.py measures it).
+compare, a load and two stores per store, so the runner avoids it where it
+can: a kernel the lane analysis proves unable to stop early (every index in
+bounds in every lane, constant loop counts: vm/lanes.infallible_steps) runs
+without one when the budget covers its longest lane (the seed's adds, gelu
+and layernorm), and a kernel that stores into every element it can write
+has those regions copied instead (benchmarks/kernels.py measures the rest).
 
 Limits, on purpose:
 
@@ -76,12 +81,12 @@ import numpy as np
 from ..errors import FirError, Interrupted
 from ..jitcache import cache_dir, prepare_numba
 from .assembler import Address, Program
-from .codegen import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
+from .codegen import (POLL, C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
                       F_RTOU, F_STOP, F_STORE, REC_FIXED, Generated, fault_message, generate)
 from .faults import budget_error, fault_error
 from .interp import Dispatch
 from .isa import FrameKind
-from .lanes import lane_partition
+from .lanes import analyse, infallible_steps, lane_partition
 
 UNLIMITED = 1 << 62
 # numba's compile time grows faster than linearly with straight-line code (250 ops ~1 s,
@@ -153,7 +158,8 @@ def __getattr__(name):  # lazy: importing numba costs time, only the compiled pa
 _MODULES: dict[str, object] = {}
 _MODULES_LOCK = threading.Lock()
 _SIG = ("void(float32[::1], int64[::1], int64, int64, int64[::1], int64[:, ::1], "
-        "float32[::1], int64[::1], int64[::1], float32[::1], int64[::1], int64)")
+        "float32[::1], int64[::1], int64[::1], float32[::1], int64[::1], int64, int64[:, ::1], "
+        "float32[::1])")
 
 
 def kernel_dir() -> Path:
@@ -186,10 +192,13 @@ def _load_module(gen: Generated):
 # A kernel's store journal starts with room for one store per store instruction and lane
 # (at least JOURNAL_START entries) and grows by JOURNAL_GROWTH when a dispatch fills it;
 # it never gets larger than the regions the kernel can write (a copy of those is then
-# cheaper, and is what the runner takes instead).
+# cheaper, and is what the runner takes instead, from the start for kernels that store
+# into every element they can write).
 JOURNAL_START = 4096
 JOURNAL_GROWTH = 8
 COPY_WRITTEN = -1  # _Plan.journal: copy the written regions instead of journaling
+_NO_REGIONS = np.zeros((0, 2), dtype=np.int64)
+_NO_COPY = np.zeros(0, dtype=np.float32)
 
 
 @dataclass
@@ -203,17 +212,37 @@ class _Plan:
     fn: Callable | None = field(default=None, repr=False)
     written: tuple[tuple[int, int], ...] = ()  # (start, stop) of every region it may store to
     journal: int = 0  # journal entries for one dispatch, or COPY_WRITTEN
+    # Instructions a lane executes at most when no lane can fault (None: one may), so that
+    # a dispatch under a budget of at least this many cannot stop early: nothing to undo.
+    infallible: int | None = None
+    saved: np.ndarray | None = field(default=None, repr=False)  # the copy, in COPY_WRITTEN
+    regions: np.ndarray | None = field(default=None, repr=False)  # written, as [n, 2] int64
 
     @property
     def written_size(self) -> int:
         return sum(b - a for a, b in self.written)
 
+    def copy_args(self) -> tuple[np.ndarray, np.ndarray]:
+        """(written, saved) for the generated code: the regions it copies before the lanes
+        run, and where to (when the plan does not journal)."""
+        if self.journal != COPY_WRITTEN:
+            return _NO_REGIONS, _NO_COPY
+        if self.saved is None:
+            self.saved = np.empty(self.written_size, dtype=np.float32)
+            self.regions = np.array(self.written, dtype=np.int64).reshape(-1, 2)
+        return self.regions, self.saved
+
 
 def _journal_plan(program: Program) -> tuple[tuple[tuple[int, int], ...], int]:
+    """(the regions a store can touch, journal entries or COPY_WRITTEN). A kernel that
+    stores at least once per element it can write (g2.add, gelu: one store per lane)
+    copies the regions: a block copy costs less than journaling every store."""
     written = tuple((r.base, r.base + r.size) for r in program.written_regions())
     size = sum(b - a for a, b in written)
-    stores = sum(op.spec.stores for op in program.ops)
-    return written, min(size, max(JOURNAL_START, program.threads * stores))
+    stores = program.threads * sum(op.spec.stores for op in program.ops)
+    if size <= stores:
+        return written, COPY_WRITTEN
+    return written, min(size, max(JOURNAL_START, stores))
 
 
 class CompiledRunner:
@@ -268,7 +297,8 @@ class CompiledRunner:
         program = node.program
         slicing, why = None, _too_big_to_compile(program)
         if not why:
-            slicing, why = lane_partition(program)
+            an = analyse(program)
+            slicing, why = lane_partition(program, an)
         if slicing is None:
             plan = _Plan(program, None, why)
             self.fallbacks[node.full_name] = why
@@ -280,7 +310,7 @@ class CompiledRunner:
             need = max((a.base + a.extent for a in addrs.values()), default=0)
             written, journal = _journal_plan(program)
             plan = _Plan(program, gen, "", bases, slicing=slicing, need=need, written=written,
-                         journal=journal)
+                         journal=journal, infallible=infallible_steps(an, gen.fault_pcs))
         self._plans[node.index] = plan
         return plan
 
@@ -341,25 +371,30 @@ class CompiledRunner:
         dispatch was undone to be run again with a larger journal."""
         fn = plan.fn or self._compile(plan)
         program = plan.program
-        saved = [arena[a:b].copy() for a, b in plan.written] \
-            if plan.journal == COPY_WRITTEN else None
-        jend = self._journal_room(plan)
+        limit = UNLIMITED if budget is None else max(int(budget), 0)
+        undo = plan.infallible is None or plan.infallible > min(limit, POLL)
+        jend = self._journal_room(plan) if undo else -1
+        written, saved = plan.copy_args() if undo else (_NO_REGIONS, _NO_COPY)
         ctl = self._ctl
         self._epoch += 1
         ctl[C_ABORT] = 0
         ctl[C_FAULTED] = 0
         ctl[C_EPOCH] = self._epoch
         cell = stop.cell if isinstance(stop, StopFlag) else self._no_stop
-        limit = UNLIMITED if budget is None else max(int(budget), 0)
         if program.threads > self._rec.shape[0]:  # a node from outside the model
             self._rec = np.zeros((program.threads, self._rec.shape[1]), dtype=np.int64)
             self._frec = np.zeros(program.threads, dtype=np.float32)
             self._jn = np.zeros(program.threads, dtype=np.int64)
         fn(arena, plan.bases, program.threads, limit, ctl, self._rec, self._frec, cell,
-           self._jaddr, self._jval, self._jn, jend)
+           self._jaddr, self._jval, self._jn, jend, written, saved)
         if not (ctl[C_FAULTED] or ctl[C_ABORT]):
             return True
-        self._undo(plan, arena, saved, jend)
+        if not undo:  # the analysis was wrong: nothing to undo with, never trust it again
+            plan.infallible = None
+            raise FirError(f"internal error: kernel '{program.name}' at node {program.node} "
+                           "stopped early although no lane could; the arena may hold part "
+                           "of its stores (please report)")
+        self._undo(plan, arena, jend)
         by_code = self._records(program)
         if F_JOURNAL in by_code:
             self._grow_journal(plan)
@@ -389,11 +424,13 @@ class CompiledRunner:
         grown = min(plan.journal * JOURNAL_GROWTH, plan.written_size)
         plan.journal = grown if grown > plan.journal else COPY_WRITTEN
 
-    def _undo(self, plan: _Plan, arena, saved, jend: int) -> None:
+    def _undo(self, plan: _Plan, arena, jend: int) -> None:
         """Put back what the dispatch stored: the arena is as before it."""
-        if saved is not None:
-            for (a, b), values in zip(plan.written, saved):
-                arena[a:b] = values
+        if jend < 0:  # the generated code saved the written regions
+            k = 0
+            for a, b in plan.written:
+                arena[a:b] = plan.saved[k: k + b - a]
+                k += b - a
             return
         if self._parallel(plan):
             seg = jend // plan.program.threads  # >= 1: see _journal_room

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .isa import MAX_TRIPS, NREGS
+from .isa import MAX_TRIPS, NREGS, FrameKind
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,15 @@ class Analysis:
         self.ops = program.ops
         self.sites: list[tuple] = []  # (region, Aff | None, is a store)
         self._fresh = 0
+        # What the walk that records accesses found out about each op it reached: whether
+        # every time it proved the op cannot fault (see infallible_steps), and the trip
+        # count of each loop (None: not known before run time).
+        self.reached: set[int] = set()
+        self.proved: dict[int, bool] = {}
+        self.trips: dict[int, int | None] = {}
+
+    def prove(self, op, ok: bool) -> None:
+        self.proved[op.pc] = self.proved.get(op.pc, True) and ok
 
     def fresh(self, base: str = "s") -> str:
         self._fresh += 1
@@ -127,6 +136,8 @@ class Analysis:
         while pc < b:
             op = self.ops[pc]
             spec = op.spec
+            if record:
+                self.reached.add(pc)
             st = (spec.lanes or unknown_results)(self, op, st, record)
             pc = op.match + 1 if spec.opens is not None else pc + 1
         return st
@@ -139,6 +150,11 @@ class Analysis:
         trips = None  # unknown at analysis time
         if isinstance(c, tuple) and math.isfinite(c[1]):
             trips = int(min(max(math.floor(c[1]), 0), MAX_TRIPS))
+        if record:  # a constant count is finite: the loop cannot fault on it
+            self.prove(op, trips is not None)
+            seen = self.trips.setdefault(op.pc, trips)
+            if seen != trips:
+                self.trips[op.pc] = None
         if trips == 0:
             return s0
         body = (op.pc + 1, op.match)
@@ -213,9 +229,12 @@ def unknown_results(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
 def rtou(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
     dst, s = op.args
     src = st.R[s]
+    known = isinstance(src, tuple) and math.isfinite(src[1]) and 0 <= src[1] < 2 ** 32
+    if record:
+        an.prove(op, src == "lane" or known)
     if src == "lane":
         st.U[dst] = Aff(1, (), 0, 0)
-    elif isinstance(src, tuple) and math.isfinite(src[1]) and 0 <= src[1] < 2 ** 32:
+    elif known:
         st.U[dst] = _const(int(src[1]))
     else:
         st.U[dst] = Aff(0, ((an.fresh(), 1),), 0, 0)
@@ -257,7 +276,17 @@ def access(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
         addr = op.args[mem.address]
         v = st.U[op.args[mem.index]]
         an.sites.append((addr.region, None if v is None else v.shift(addr.offset), mem.stores))
+        an.prove(op, _inside(v, addr.offset, addr.extent, an.p.threads))
     return unknown_results(an, op, st, record)
+
+
+def _inside(v: Aff | None, offset: int, extent: int, threads: int) -> bool:
+    """Whether index register value ``v`` plus ``offset`` is in 0..extent-1 in every lane.
+    The U register itself must stay in 0..2^32-1 too: Aff does not wrap, the machine does."""
+    if v is None or v.syms or v.lane < 0:
+        return False
+    top = v.hi + v.lane * max(threads - 1, 0)
+    return v.lo >= 0 and top < 1 << 32 and v.lo + offset >= 0 and top + offset < extent
 
 
 def if_block(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
@@ -283,12 +312,17 @@ class Slicing:
     modulus: int  # 0: no modulus
 
 
-def lane_partition(program) -> tuple[dict[int, Slicing] | None, str]:
+def analyse(program) -> Analysis:
+    an = Analysis(program)
+    an.run()
+    return an
+
+
+def lane_partition(program, an: Analysis | None = None) -> tuple[dict[int, Slicing] | None, str]:
     """Slicing per written region base, or (None, reason) when lanes may share memory."""
     if program.threads <= 1:
         return {}, ""
-    an = Analysis(program)
-    an.run()
+    an = an or analyse(program)
     by_region: dict[int, list] = {}
     for region, aff, store in an.sites:
         by_region.setdefault(region.base, []).append((region, aff, store))
@@ -316,3 +350,36 @@ def lane_partition(program) -> tuple[dict[int, Slicing] | None, str]:
                               f"elements around lane * {stride}: wider than one lane's slice")
         out[base] = Slicing(stride, modulus)
     return out, ""
+
+
+def infallible_steps(an: Analysis, fault_pcs) -> int | None:
+    """The most instructions a lane can execute, when no lane can stop early; else None.
+
+    ``fault_pcs`` are the ops whose compiled code can fault (vm/codegen says). Each one
+    the lanes can reach must be proved safe by the analysis: every index in bounds in
+    every lane (with no unknown symbol, so also in the lane's slice, which
+    lane_partition checked for the symbol-free part), every rtou of the lane id or of a
+    constant in range, every loop count a constant. Then only the budget and a stop
+    request can end a lane early, and neither can within this many instructions."""
+    for pc in fault_pcs:
+        if pc in an.reached and not an.proved.get(pc, False):
+            return None
+    return _steps(an.ops, 0, len(an.ops), an.trips)
+
+
+def _steps(ops, a: int, b: int, trips: dict) -> int | None:
+    """Upper bound of the instructions one lane executes in ops a..b-1 (blocks whole)."""
+    n, pc = 0, a
+    while pc < b:
+        op = ops[pc]
+        if op.spec.opens is None:
+            n, pc = n + 1, pc + 1
+            continue
+        times = 1 if op.spec.opens is FrameKind.IF else trips.get(pc)
+        if times is None:
+            return None
+        body = _steps(ops, pc + 1, op.match + 1, trips) if times else 0
+        if body is None:
+            return None
+        n, pc = n + 1 + times * body, op.match + 1
+    return n
