@@ -12,11 +12,14 @@ movements without them), a forward/reverse/forward walk (the state must come
 back bit for bit), or a command line with hostile option values and output
 paths (run in this process: exit 0, 1 or 2 with a clean message, no raw
 control characters printed, no file written through a link or beside the path
-given). A model that loads is decoded for two steps on the interpreter with a
+given), or a kernel whose lanes overlap at run time ("overlap": decoded node
+by node on both engines, whose arenas must agree bit for bit after every node,
+and whose errors must read the same). A model that loads is decoded for two steps on the interpreter with a
 small instruction budget, and must leave every weight as it was loaded (weights
 are read-only). The only acceptable failure is firscope's own FirError,
 located: in the model file with a line and column, or naming the other file.
-Anything else (KeyError, RecursionError, MemoryError, a hang...) is an
+Anything else (KeyError, RecursionError, MemoryError, a hang, engines that
+disagree...) is an
 escape; the first few are printed with their input.
 
 Not part of the test run: tests/test_fuzz.py runs the same generators under
@@ -48,7 +51,8 @@ from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
 CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "store": 6, "tokens": 6, "bytes": 4,
-              "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6, "cli": 6}
+              "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6, "cli": 6,
+              "overlap": 3}
 
 
 class Hang(BaseException):
@@ -167,6 +171,12 @@ def main() -> int:
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
 
+    if args.only in (None, "overlap"):
+        # Overlap cases run the compiled engine: compile the seed's kernels once, here, so
+        # that a case's time is its own kernel's (a cold numba cache takes over --timeout).
+        from firscope.runtime import load_model
+        from firscope.runtime import Machine
+        Machine(load_model(base / "gpt2.fir"), engine="compiled").kernel_runner.warmup()
     cats, weights = zip(*CATEGORIES.items())
     counts = Counter()
     per_cat = {c: Counter() for c in cats}
@@ -220,6 +230,10 @@ def main() -> int:
                     diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
                                                 lineterm="", n=0)
                     shown = "\n".join(list(diff)[2:14])
+                elif cat == "overlap":  # lanes that stray into each other's slices
+                    fir_text = F.overlapping_kernel_model(seed_text, rng.randrange)
+                    case_fir.write_text(fir_text)
+                    shown = fir_text[fir_text.index("kernel fz.overlap"):][:1500]
                 elif cat == "tokens":
                     picks = [(rng.randrange(10**6), rng.random() < 0.2)
                              for _ in range(rng.randint(1, 120))]
@@ -249,8 +263,11 @@ def main() -> int:
                     text = F.damage_config(config_text, ops)
                     case_cfg.write_text(text, encoding="utf-8", errors="surrogatepass")
                     shown = f"ops {ops}\n{text[:500]}"
-                outcome, detail = F.run_case(case_fir, fir_text=fir_text, other_files=others,
-                                             budget=args.budget, engine=args.engine)
+                if cat == "overlap":  # both engines, compared node by node
+                    outcome, detail = F.overlap_case(case_fir, fir_text)
+                else:
+                    outcome, detail = F.run_case(case_fir, fir_text=fir_text, other_files=others,
+                                                 budget=args.budget, engine=args.engine)
         except Hang:
             outcome, detail = F.ESCAPE, Hang(f"no answer within {args.timeout} s")
         finally:

@@ -421,7 +421,9 @@ def build_expr(pick, depth: int = 0) -> str:
 # -- random well-formed kernels ---------------------------------------------------------
 _KCONST = ["0", "1", "2", "3", "-1", "0.5", "2.5", "64", "65", "3e9", "1e30", "-3e38", "in0.size",
            "out0.size", "in0.size-1", "4294967295", "2147483648"]
-_KOFF = ["", "+1", "-1", "+in0.size", "+out0.size-1", "+63", "+64", "-64", "+1000000"]
+# Offsets past the region are refused at load (one here keeps that path tried); the rest
+# bind, and their accesses fault or not at run time depending on the index register.
+_KOFF = ["", "", "+1", "-1", "+in0.size-1", "+out0.size-1", "+3", "-64", "+1000000"]
 _ALU3 = ["add", "sub", "mul", "div", "cmplt"]
 _ALU2 = ["sigmoid", "exp", "rsqrt"]
 
@@ -728,3 +730,104 @@ def run_cli_case(argv: list[str], folder: Path, stdin_text: str = "print 1+1\n")
     if problems:
         return ESCAPE, RuntimeError(f"{'; '.join(problems)}: {text[-600:]!r}")
     return (DECODED if code == 0 else FIRERROR), None
+
+
+# -- kernels whose lanes overlap at run time ---------------------------------------------
+OVERLAP_BODIES = (
+    # read-modify-write: the result depends on the order lanes run in
+    ["uloadf32 3 1 @out0+{off}", "mulconst 3 3 {a}", "add 3 3 0", "addconst 3 3 {b}",
+     "ustoref32 3 1 @out0+{off}"],
+    # stores only: a later lane overwrites an earlier one's values
+    ["add 3 3 0", "addconst 3 3 {b}", "ustoref32 3 1 @out0+{off}"],
+    # two reads in the lane's slice, one store
+    ["uloadf32 3 1 @out0", "uloadf32 6 1 @out0+{off}", "mul 3 3 6", "add 3 3 0",
+     "ustoref32 3 1 @out0+{off}"],
+)
+
+
+def overlapping_kernel(pick) -> tuple[str, str]:
+    """(kernel text, node line): a valid kernel the compiled engine compiles with run-time
+    slice checks, whose lanes walk ``in0[0] * scale + extra`` elements from lane * stride
+    (the node binds the position or token buffer as in0), so at some steps they reach
+    into the next lane's slice (or past the buffer: a fault in both engines)."""
+    threads = (2, 3, 4, 5, 8)[pick(5)]
+    stride = 1 + pick(4)
+    off = pick(stride)
+    body = [line.format(off=f"{off}" if off else "0", a=("0.5", "1.5", "-1")[pick(3)],
+                        b=("0.125", "1", "-2.5")[pick(3)])
+            for line in OVERLAP_BODIES[pick(len(OVERLAP_BODIES))]]
+    body = [b.replace("@out0+0", "@out0") for b in body]
+    lines = ["rtou 0 0", f"umulk 1 0 {stride}", "uconst 2 0", "uloadf32 1 2 @in0",
+             f"mulconst 1 1 {('1', '0.5', '2')[pick(3)]}", f"addconst 1 1 {pick(4)}",
+             "loadconstf32 3 0"]
+    loop = ["forbegin 1", *body, "uaddk 1 1 1", "forend"]
+    if pick(3) == 0:  # only the lanes below k loop: divergent
+        lines += [f"loadconstf32 5 {1 + pick(threads)}", "cmplt 4 0 5", "ifbegin 4", *loop,
+                  "ifend"]
+    else:
+        lines += loop
+    kernel = (f"kernel fz.overlap in=1 out=1 threads={threads} tg=1 tgbytes=16\n"
+              + "".join(f"{line}\n" for line in lines) + "endkernel\n")
+    node = f"node overlap micro fz.overlap {('position', 'token_id')[pick(2)]} -> x"
+    return kernel, node
+
+
+def overlapping_kernel_model(seed_text: str, pick) -> str:
+    """The seed model with :func:`overlapping_kernel` run in every layer, after the
+    attention residual (what it leaves in x reaches the logits)."""
+    kernel, node = overlapping_kernel(pick)
+    text = seed_text.replace("node token ext", kernel + "node token ext", 1)
+    anchor = "node attention_residual micro g2.add x mix -> x\n"
+    return text.replace(anchor, anchor + node + "\n", 1)
+
+
+SAME, DIFFERENT = "same", "different"
+
+
+def compare_engines(fir_path: Path, tokens=(3, 7, 1, 5), budget=1_000_000):
+    """Decode ``tokens`` node by node on the interpreter and the compiled engine; return
+    (SAME, detail) when after every node the arenas agree bit for bit and both engines
+    ended with the same error (or none), else (DIFFERENT, what differed). A load error
+    is (FIRERROR, error)."""
+    import numpy as np
+
+    from firscope.runtime import load_model
+    from firscope.runtime import Machine
+    try:
+        machines = [Machine(load_model(fir_path), engine=e, budget=budget)
+                    for e in ("interp", "compiled")]
+    except FirError as e:
+        return FIRERROR, e
+    errors: list = [None, None]
+    for t in tokens:
+        for m in machines:
+            m.begin_token(t % m.model.vocab)
+        for node in machines[0].model.nodes:
+            for k, m in enumerate(machines):
+                try:
+                    m.run_node(node)
+                except FirError as e:
+                    errors[k] = e
+            if errors != [None, None]:
+                break
+            a, b = (m.arena.view(np.uint32) for m in machines)
+            if not np.array_equal(a, b):
+                return DIFFERENT, f"arenas differ after {node.full_name} (token {t})"
+        if errors != [None, None]:
+            break
+        for m in machines:
+            m.finish_token()
+    if type(errors[0]) is not type(errors[1]) or str(errors[0]) != str(errors[1]):
+        return DIFFERENT, f"interp: {describe(errors[0])}; compiled: {describe(errors[1])}"
+    return SAME, (errors[0], machines[1].kernel_runner.fallbacks)
+
+
+def overlap_case(fir_path: Path, fir_text: str):
+    """:func:`compare_engines` in :func:`run_case`'s terms: DECODED when the engines agree
+    (detail: the error both raised, or None), ESCAPE when they do not."""
+    outcome, detail = compare_engines(fir_path)
+    if outcome == SAME:
+        return DECODED, detail[0]
+    if outcome == FIRERROR:
+        return (FIRERROR if located(detail, fir_path, fir_text) else UNLOCATED), detail
+    return ESCAPE, AssertionError(f"the engines disagree: {detail}")

@@ -9,6 +9,7 @@ matter for these kernels: lanes only touch their own slice of what they write
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -545,7 +546,8 @@ def test_parallel_lanes_give_the_same_bits(random_model):
 
 
 def test_lanes_leaving_their_slice_at_run_time_are_caught(fault_model):
-    from firscope.vm.compiled import LaneConflict
+    """A lane that strays into another's slice is caught; the runner undoes the dispatch,
+    interprets the node (the reference) and from then on, and the caller sees no error."""
     model = fault_model
     node = node_named(model, "fill")
     runner = CompiledRunner(model)
@@ -555,8 +557,9 @@ def test_lanes_leaving_their_slice_at_run_time_are_caught(fault_model):
     assert same_bits(a, b)
     assert runner.plan(node).gen is not None  # compiled, with run-time slice checks
     model.arena[r.base: r.base + r.size] = [5, 0, 3, 1] + [0] * 12  # lane 0 writes lane 1's
-    with pytest.raises(LaneConflict, match=r"lane 0 accessed f_out\[4\].*lane 1's slice"):
-        runner.run(node, model.arena.copy(), None)
-    assert "fill" in runner.fallbacks  # from now on interpreted, so results are lockstep's
+    a, b = run_both(model, runner, node, model.arena)
+    assert same_bits(a, b)
+    assert re.search(r"lane 0 accessed f_out\[4\].*lane 1's slice", runner.fallbacks["fill"])
+    assert runner.plan(node).gen is None  # from now on interpreted: lockstep's results
     a, b = run_both(model, runner, node, model.arena)
     assert same_bits(a, b)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import FirError
 from ..model import Ref
-from ..vm.assembler import NREGS
+from ..vm.isa import NREGS
 from .expr import DebugExpr
 
 _REGISTER = re.compile(r"([RU])([0-9]{1,12})$")

@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..vm.assembler import NREGS
+from ..vm.isa import NREGS
 
 
 class StopReason(enum.StrEnum):

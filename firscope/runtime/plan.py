@@ -252,7 +252,7 @@ def _refuse_weight_stores(program: Program, where: str) -> None:
     if not stored:
         return
     for op in program.ops:
-        if op.spec.writes:  # writes a register: a load, not a store
+        if not op.spec.stores:
             continue
         for a in op.args:
             if isinstance(a, Address) and a.region.name in stored:

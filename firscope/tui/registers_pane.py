@@ -34,10 +34,8 @@ def used_registers(program) -> list[tuple[str, int]]:
     used = {("R", 0)}
     for op in program.ops:
         for kind, a in zip(op.spec.operands, op.args):
-            if kind in ("Rd", "Rs"):
-                used.add(("R", a))
-            elif kind in ("Ud", "Us"):
-                used.add(("U", a))
+            if kind.register_file is not None:  # a register operand, read or written
+                used.add((kind.register_file, a))
     return sorted(used, key=lambda r: (r[0], r[1]))
 
 

@@ -23,9 +23,9 @@ from ..errors import FirError, Loc
 from ..fir import syntax as S
 from ..fir.expr import Env, Expr, eval_f32, eval_int, parse_expr, uses_operand_size
 from ..model.layout import Region
-from .opcodes import BLOCKS, CLOSERS, OPCODES, OpSpec
+from .isa import NREGS, Operand, OpSpec
+from .opcodes import CLOSER, OPCODES, OPENER
 
-NREGS = 32
 MAX_THREADS = 1 << 24  # lanes in one dispatch; R and U files are 256 bytes per lane
 
 _ADDR = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)")
@@ -37,6 +37,7 @@ _REGNUM = re.compile(r"-?[0-9]{1,9}")
 class AddrRef:
     target: str  # "in0", "out2" or a buffer name
     offset: Expr | None
+    loc: Loc | None = None  # the operand as written, for errors found at bind
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,8 @@ class Program:
         """Every region a store in this program can touch (for undo logs)."""
         seen: dict[str, Region] = {}
         for op in self.ops:
-            if op.spec.mnemonic == "ustoref32":
-                r = op.args[2].region
+            if op.spec.stores:
+                r = op.args[op.spec.mem.address].region
                 seen[r.name] = r
         return list(seen.values())
 
@@ -141,50 +142,62 @@ class Program:
 def check_kernel(k: S.Kernel, is_buffer: Callable[[str], bool]) -> KernelCode:
     """Check a kernel's text once; ``is_buffer`` says whether ``@NAME`` exists."""
     ops: list[StaticOp] = []
-    stack: list[tuple[str, int, Loc]] = []
+    stack: list[tuple[OpSpec, int, Loc]] = []  # open blocks: opener, its pc, its place
     pending_match: dict[int, int] = {}
     for pc, ins in enumerate(k.body):
         m = ins.mnemonic
-        spec = OPCODES.get(m.text)
-        if spec is None:
-            near = [n for n in OPCODES if n[:3] == m.text[:3]]
-            hint = f"did you mean {', '.join(near)}?" if near else None
-            raise FirError(f"unknown instruction '{m.text}' in kernel '{k.name.text}'", m.loc, hint)
-        if len(ins.operands) != len(spec.operands):
-            where = ins.operands[len(spec.operands)].loc if len(ins.operands) > len(spec.operands) \
-                else m.loc
-            raise FirError(f"'{m.text}' takes {len(spec.operands)} operand"
-                           f"{'s' if len(spec.operands) != 1 else ''} (`{spec.usage}`), "
-                           f"found {len(ins.operands)}", where)
+        spec = _spec_of(ins, k)
         operands = tuple(_static_operand(kind, tok, k, is_buffer)
                          for kind, tok in zip(spec.operands, ins.operands))
         depth = len(stack)
         match = None
-        if m.text in BLOCKS:
-            stack.append((m.text, pc, m.loc))
-        elif m.text in CLOSERS:
-            if not stack:
-                raise FirError(f"'{m.text}' without a matching '{CLOSERS[m.text]}'", m.loc)
-            opener, open_pc, open_loc = stack.pop()
-            if BLOCKS[opener] != m.text:
-                raise FirError(f"'{m.text}' closes the '{opener}' opened at line "
-                               f"{open_loc.line}; expected '{BLOCKS[opener]}'", m.loc)
-            match = open_pc
-            pending_match[open_pc] = pc
+        if spec.opens is not None:
+            stack.append((spec, pc, m.loc))
+        elif spec.closes is not None:
+            match = _close_block(stack, spec, m.loc)
+            pending_match[match] = pc
             depth = len(stack)
         text = " ".join([m.text] + [t.text for t in ins.operands])
         ops.append(StaticOp(pc, spec, operands, m.loc, text, match, depth))
     if stack:
         opener, _, loc = stack[-1]
-        raise FirError(f"'{opener}' without a matching '{BLOCKS[opener]}' before 'endkernel'", loc)
+        raise FirError(f"'{opener.mnemonic}' without a matching '{CLOSER[opener.opens]}' "
+                       "before 'endkernel'", loc)
     ops = [StaticOp(o.pc, o.spec, o.operands, o.loc, o.text, pending_match.get(o.pc, o.match),
                     o.depth) for o in ops]
     return KernelCode(k.name.text, k, tuple(ops))
 
 
+def _spec_of(ins: S.Instr, k: S.Kernel) -> OpSpec:
+    """The row of an instruction's mnemonic, with its operand count checked."""
+    m = ins.mnemonic
+    spec = OPCODES.get(m.text)
+    if spec is None:
+        near = [n for n in OPCODES if n[:3] == m.text[:3]]
+        hint = f"did you mean {', '.join(near)}?" if near else None
+        raise FirError(f"unknown instruction '{m.text}' in kernel '{k.name.text}'", m.loc, hint)
+    want = len(spec.operands)
+    if len(ins.operands) != want:
+        where = ins.operands[want].loc if len(ins.operands) > want else m.loc
+        raise FirError(f"'{m.text}' takes {want} operand{'s' if want != 1 else ''} "
+                       f"(`{spec.usage}`), found {len(ins.operands)}", where)
+    return spec
+
+
+def _close_block(stack: list, closer: OpSpec, loc: Loc) -> int:
+    """Pop the innermost open block for ``closer``; return the opener's pc."""
+    if not stack:
+        raise FirError(f"'{closer.mnemonic}' without a matching '{OPENER[closer.closes]}'", loc)
+    opener, open_pc, open_loc = stack.pop()
+    if opener.opens != closer.closes:
+        raise FirError(f"'{closer.mnemonic}' closes the '{opener.mnemonic}' opened at line "
+                       f"{open_loc.line}; expected '{CLOSER[opener.opens]}'", loc)
+    return open_pc
+
+
 def _static_operand(kind: str, tok: S.Tok, k: S.Kernel, is_buffer):
-    if kind in ("Rd", "Rs", "Ud", "Us"):
-        file = kind[0]
+    file = kind.register_file
+    if file is not None:
         text = tok.text
         # ASCII digits only: str.isdigit() accepts "²", which int() refuses
         if text[:1] in ("R", "U", "r", "u") and _REGNUM.fullmatch(text[1:]):
@@ -198,9 +211,9 @@ def _static_operand(kind: str, tok: S.Tok, k: S.Kernel, is_buffer):
         if not 0 <= n < NREGS:
             raise FirError(f"register {file}{n} is outside 0..{NREGS - 1}", tok.loc)
         return n
-    if kind in ("K", "F"):
+    if kind in (Operand.K, Operand.F):
         return parse_expr(tok.text, tok.loc)
-    if kind == "A":
+    if kind is Operand.A:
         m = _ADDR.match(tok.text)
         if not m:
             raise FirError(f"expected an address like @in0, @out1 or @buffer, found {tok.text!r}",
@@ -221,7 +234,7 @@ def _static_operand(kind: str, tok: S.Tok, k: S.Kernel, is_buffer):
                 raise FirError(f"expected '+' or '-' after @{target}", tok.loc.shifted(m.end()))
             # "+2*hidden" parses as the unary/binary expression 0+2*hidden
             offset = parse_expr("0" + rest, tok.loc.shifted(m.end() - 1))
-        return AddrRef(target, offset)
+        return AddrRef(target, offset, tok.loc)
     raise AssertionError(kind)  # pragma: no cover
 
 
@@ -244,24 +257,41 @@ def bind(code: KernelCode, *, symbols: Mapping, operands: Mapping[str, Region],
     for so in code.ops:
         args = []
         for kind, operand in zip(so.spec.operands, so.operands):
-            if kind == "K":
+            if kind is Operand.K:
                 v = _node_int(operand, env, "integer constant", node, node_loc)
                 if not -(1 << 31) <= v < (1 << 32):
                     raise FirError(f"constant {v} does not fit in 32 bits", operand.loc)
                 args.append(v & 0xFFFFFFFF)
-            elif kind == "F":
+            elif kind is Operand.F:
                 args.append(_node_f32(operand, env, node, node_loc))
-            elif kind == "A":
-                region = operands.get(operand.target) or resolve_buffer(operand.target)
-                off = 0
-                if operand.offset is not None:
-                    off = _node_int(operand.offset, env, "address offset", node, node_loc)
-                args.append(Address(operand.target, region, off))
+            elif kind is Operand.A:
+                args.append(_bind_address(operand, operands, resolve_buffer, env, node, node_loc))
             else:
                 args.append(operand)
         ops.append(Op(so.pc, so.spec, tuple(args), so.loc, so.text, so.match, so.depth))
     bound = tuple((name, operands[name]) for name in code.operand_names())
     return Program(code, node, layer, threads, tuple(ops), bound)
+
+
+# An index register holds 0..2^32-1, so an offset below this reaches no element.
+MIN_OFFSET = -(1 << 32) + 1
+
+
+def _bind_address(ref: AddrRef, operands: Mapping[str, Region], resolve_buffer, env, node,
+                  node_loc) -> Address:
+    """Place ``@target+offset`` for one node. An offset with which no index register value
+    reaches inside the region is an error here, at the operand: such an access could only
+    fault, and an offset past int64 would not even fit the engines' index arithmetic."""
+    region = operands.get(ref.target) or resolve_buffer(ref.target)
+    off = 0
+    if ref.offset is not None:
+        off = _node_int(ref.offset, env, "address offset", node, node_loc)
+    highest = max(region.size - 1, 0)
+    if not MIN_OFFSET <= off <= highest:
+        raise FirError(f"address offset {off} puts every access through @{ref.target} outside "
+                       f"{region.name}[0:{region.size}] (an offset must be {MIN_OFFSET}.."
+                       f"{highest}) (for node {node})", ref.loc or ref.offset.loc)
+    return Address(ref.target, region, off)
 
 
 def _node_int(expr, env, what, node, node_loc):
@@ -284,11 +314,9 @@ def disassemble(program: Program) -> list[str]:
     for op in program.ops:
         parts = []
         for kind, a in zip(op.spec.operands, op.args):
-            if kind in ("Rd", "Rs"):
-                parts.append(f"R{a}")
-            elif kind in ("Ud", "Us"):
-                parts.append(f"U{a}")
-            elif kind == "A":
+            if kind.register_file is not None:
+                parts.append(f"{kind.register_file}{a}")
+            elif kind is Operand.A:
                 parts.append(f"{a}=[{a.region.name}+{a.offset}]")
             else:
                 parts.append(repr(float(a)) if isinstance(a, np.float32) else str(a))

@@ -14,17 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BudgetExceeded, FirFault, Interrupted
-from .assembler import NREGS, Address, Op, Program
-
-
-# Loop counts are clamped here: a count this large only ends by the budget.
-MAX_TRIPS = 1 << 62
+from ..errors import Interrupted
+from .assembler import Address, Op, Program
+from .faults import bounds_message, budget_error, fault_error, loop_count_message
+from .isa import MAX_TRIPS, NREGS, FrameKind
 
 
 @dataclass
 class Frame:
-    kind: str  # "for" or "if"
+    kind: FrameKind
     pc: int  # pc of the opener
     saved_mask: np.ndarray
     counts: np.ndarray | None = None  # per-lane trip counts read on entry (for loops)
@@ -98,7 +96,7 @@ class Dispatch:
         self.Ur = list(self.U)
         self.tmp_f32 = np.empty(n, dtype=np.float32)
         self.tmp_bool = np.empty(n, dtype=bool)
-        self._fns = [_bind(self, op) for op in self.ops]
+        self._fns = [op.spec.interp(self, op) for op in self.ops]
 
     # -- inspection ---------------------------------------------------------
     @property
@@ -215,7 +213,7 @@ class Dispatch:
         now = active & (counts > 0)
         if not now.any():
             return op.match + 1  # no lane enters: skip the body, nothing pushed
-        frame = Frame("for", op.pc, self.mask.copy(), counts, 1, int(counts[now].min()))
+        frame = Frame(FrameKind.FOR, op.pc, self.mask.copy(), counts, 1, int(counts[now].min()))
         self.stack.append(frame)
         self.set_mask(now)
         return None
@@ -240,7 +238,7 @@ class Dispatch:
         now = self.mask & cond
         if not now.any():
             return op.match + 1  # no lane takes the branch: skip to after ifend
-        self.stack.append(Frame("if", op.pc, self.mask.copy()))
+        self.stack.append(Frame(FrameKind.IF, op.pc, self.mask.copy()))
         self.set_mask(now)
         return None
 
@@ -287,46 +285,6 @@ class Dispatch:
 def _copy_frame(f: Frame) -> Frame:
     return Frame(f.kind, f.pc, f.saved_mask.copy(), None if f.counts is None else f.counts.copy(),
                  f.trips, f.min_count)
-
-
-def _bind(d: Dispatch, op: Op):
-    spec = op.spec
-    if spec.make is not None:
-        return spec.make(d, op)
-    return lambda: spec.interp(d, op)
-
-
-# -- messages shared with the compiled path (vm/compiled), so both read the same --
-def fault_error(program: Program, op: Op, lane: int, message: str,
-                address: int | None = None) -> FirFault:
-    p = program
-    layer = f", layer {p.layer}" if p.layer is not None else ""
-    return FirFault(
-        f"fault in kernel '{p.name}' at node {p.node}{layer}, lane {lane}, pc {op.pc} "
-        f"(line {op.loc.line}: {op.text}): {message}", op.loc,
-        kernel=p.name, node=p.node, layer=p.layer, lane=lane, pc=op.pc, address=address)
-
-
-def budget_error(program: Program, pc: int, budget) -> BudgetExceeded:
-    op = program.ops[min(pc, len(program.ops) - 1)]
-    return BudgetExceeded(
-        f"kernel '{program.name}' at node {program.node} executed more than "
-        f"{budget} instructions; stopped at pc {pc} (line {op.loc.line}: {op.text})", op.loc)
-
-
-def bounds_message(op: Op, addr: Address, index: int) -> str:
-    kind = "store to" if op.spec.mnemonic == "ustoref32" else "load from"
-    return (f"{kind} {addr} index {index} is outside {addr.region.name}[0:{addr.extent}] "
-            f"(arena address {addr.base + index})")
-
-
-def rtou_message(src: int, value, lane: int) -> str:
-    return (f"rtou of R{src} = {float(value)!r} in lane {lane}: "
-            "needs a finite value in 0..2^32-1")
-
-
-def loop_count_message(reg: int, value, lane: int) -> str:
-    return f"loop count R{reg} = {float(value)!r} in lane {lane} is not finite"
 
 
 @dataclass(frozen=True)

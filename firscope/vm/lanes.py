@@ -1,0 +1,385 @@
+"""Which lane owns which elements: the affine lane-partition analysis.
+
+The compiled engine (vm/compiled) runs lanes one after the other, the step
+interpreter in lockstep; the two agree when lanes do not communicate through
+memory within a dispatch. :func:`lane_partition` decides, before compiling,
+whether every region a kernel stores to can be cut into per-lane slices: an
+abstract execution tracks each U register as an affine form
+``lane * L + sum(coef * symbol) + [lo, hi]`` (:class:`Aff`) and records every
+access to memory. For each written region, a per-lane stride L > 0 shared by
+every access must exist; the slice of lane l is then the elements i with
+``(i mod M) div L == l`` (M: the gcd of the unbounded symbol coefficients
+when it is at least threads * L, i.e. rows of a [rows, threads * L] layout,
+else no modulus). The generated code checks at run time that every access to
+such a region stays in the accessing lane's slice.
+
+The transfer functions of the instructions are the ``lanes`` fields of the
+opcode table's rows (vm/opcodes); the ones defined here are instantiated
+there. A row without one makes the registers it writes unknown.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .isa import MAX_TRIPS, NREGS, FrameKind
+
+
+@dataclass(frozen=True)
+class Aff:
+    """lane * lane_coef + sum(coef * symbol) + c, c in [lo, hi]; symbols are any integers."""
+
+    lane: int
+    syms: tuple  # sorted ((name, coef), ...)
+    lo: int
+    hi: int
+
+    def plus(self, o: "Aff") -> "Aff":
+        d = dict(self.syms)
+        for k, v in o.syms:
+            d[k] = d.get(k, 0) + v
+        return Aff(self.lane + o.lane, _syms(d), self.lo + o.lo, self.hi + o.hi)
+
+    def times(self, k: int) -> "Aff":
+        lo, hi = sorted((self.lo * k, self.hi * k))
+        return Aff(self.lane * k, _syms({s: c * k for s, c in self.syms}), lo, hi)
+
+    def shift(self, k: int) -> "Aff":
+        return Aff(self.lane, self.syms, self.lo + k, self.hi + k)
+
+    def coef(self, name: str) -> int:
+        return dict(self.syms).get(name, 0)
+
+    def without(self, name: str) -> "Aff":
+        return Aff(self.lane, _syms({s: c for s, c in self.syms if s != name}), self.lo, self.hi)
+
+
+def _syms(d: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in d.items() if v))
+
+
+ZERO_AFF = Aff(0, (), 0, 0)
+
+
+def _const(k: int) -> Aff:
+    return Aff(0, (), k, k)
+
+
+def _join(a: Aff | None, b: Aff | None) -> Aff | None:
+    if a is None or b is None or a.lane != b.lane:
+        return None
+    if a == b:
+        return a
+    da, db = dict(a.syms), dict(b.syms)
+    out = {}
+    for k in set(da) | set(db):
+        if k in da and k in db and da[k] != db[k]:
+            return None
+        out[k] = da.get(k, db.get(k))
+    return Aff(a.lane, _syms(out), min(a.lo, b.lo), max(a.hi, b.hi))
+
+
+def _subst(f: Aff, env: dict) -> Aff | None:
+    """Replace entry symbols ``v<reg>`` in f by the abstract values in env."""
+    out = Aff(f.lane, (), f.lo, f.hi)
+    for s, c in f.syms:
+        if s in env:
+            if env[s] is None:
+                return None
+            out = out.plus(env[s].times(c))
+        else:
+            out = out.plus(Aff(0, ((s, c),), 0, 0))
+    return out
+
+
+
+@dataclass
+class LaneState:
+    U: dict  # reg -> Aff | None
+    R: dict  # reg -> "lane" | ("const", float) | None
+
+    def copy(self) -> "LaneState":
+        return LaneState(dict(self.U), dict(self.R))
+
+
+class Analysis:
+    """Abstract execution of a program over affine U-register values."""
+
+    def __init__(self, program):
+        self.p = program
+        self.ops = program.ops
+        self.sites: list[tuple] = []  # (region, Aff | None, is a store)
+        self._fresh = 0
+        # What the walk that records accesses found out about each op it reached: whether
+        # every time it proved the op cannot fault (see infallible_steps), and the trip
+        # count of each loop (None: not known before run time).
+        self.reached: set[int] = set()
+        self.proved: dict[int, bool] = {}
+        self.trips: dict[int, int | None] = {}
+
+    def prove(self, op, ok: bool) -> None:
+        self.proved[op.pc] = self.proved.get(op.pc, True) and ok
+
+    def fresh(self, base: str = "s") -> str:
+        self._fresh += 1
+        return f"{base}{self._fresh}"
+
+    def run(self) -> None:
+        st = LaneState({u: ZERO_AFF for u in range(NREGS)},
+                       {r: ("const", 0.0) for r in range(NREGS)})
+        st.R[0] = "lane"
+        self.seq(0, len(self.ops), st, True)
+
+    def seq(self, a: int, b: int, st: LaneState, record: bool) -> LaneState:
+        """The state after ops a..b-1; an opener's transfer covers its block."""
+        pc = a
+        while pc < b:
+            op = self.ops[pc]
+            spec = op.spec
+            if record:
+                self.reached.add(pc)
+            st = (spec.lanes or unknown_results)(self, op, st, record)
+            pc = op.match + 1 if spec.opens is not None else pc + 1
+        return st
+
+    def loop(self, op, s0: LaneState, record: bool) -> LaneState:
+        """A forbegin block: one symbolic trip finds how each U register changes per
+        trip (unchanged, an induction variable, set from entry values, or unknown); the
+        body is then walked once more from the header state to record its accesses."""
+        c = s0.R[op.args[0]]
+        trips = None  # unknown at analysis time
+        if isinstance(c, tuple) and math.isfinite(c[1]):
+            trips = int(min(max(math.floor(c[1]), 0), MAX_TRIPS))
+        if record:  # a constant count is finite: the loop cannot fault on it
+            self.prove(op, trips is not None)
+            seen = self.trips.setdefault(op.pc, trips)
+            if seen != trips:
+                self.trips[op.pc] = None
+        if trips == 0:
+            return s0
+        body = (op.pc + 1, op.match)
+        # One symbolic trip: every U register starts as its own entry symbol.
+        sym = s0.copy()
+        for r in range(NREGS):
+            sym.U[r] = Aff(0, ((f"v{r}", 1),), 0, 0)
+        end = self.seq(*body, sym, False)
+        header = s0.copy()
+        exit_ = s0.copy()
+        for r in range(NREGS):
+            if end.R[r] != sym.R[r]:
+                header.R[r] = None
+                exit_.R[r] = None
+        kinds: dict[int, str] = {}
+        entry = {f"v{r}": None for r in range(NREGS)}
+        for r in range(NREGS):
+            f = end.U[r]
+            v = f"v{r}"
+            if f is None:
+                header.U[r] = exit_.U[r] = None
+                kinds[r] = "top"
+                continue
+            d = f.without(v)
+            if f.coef(v) == 1 and not any(s.startswith("v") for s, _ in d.syms) and d.lane == 0:
+                kinds[r] = "ind"
+                header.U[r], exit_.U[r] = self.induction(s0.U[r], d, trips)
+                entry[v] = header.U[r]
+            elif f.coef(v) == 0:
+                kinds[r] = "set"
+            else:
+                kinds[r] = "top"
+                header.U[r] = exit_.U[r] = None
+        for r, k in kinds.items():
+            if k == "set":
+                val = _subst(end.U[r], entry)
+                header.U[r] = _join(s0.U[r], val)
+                exit_.U[r] = val if trips is not None else header.U[r]
+        self.seq(*body, header.copy(), record)  # the accesses of every trip
+        return exit_
+
+    def induction(self, base: Aff | None, d: Aff, trips: int | None):
+        """(value at the loop header, value after the loop) of a register that each trip
+        adds ``d`` to, starting from ``base``."""
+        if base is None:
+            return None, None
+        if d == ZERO_AFF:
+            return base, base
+        if not d.syms and d.lo == d.hi and trips is not None:
+            step = d.lo
+            return (base.plus(Aff(0, (), min(0, step * (trips - 1)), max(0, step * (trips - 1)))),
+                    base.shift(step * trips))
+        if d.lo == d.hi:
+            g = math.gcd(d.lo, *[k for _, k in d.syms])
+            header = base.plus(Aff(0, ((self.fresh("t"), g),), 0, 0))
+            return header, base.plus(Aff(0, ((self.fresh("t"), g),), 0, 0))
+        return None, None
+
+
+# --- transfer functions (the ``lanes`` fields of the opcode table) -----------------------
+def unknown_results(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    """Any op without a transfer of its own: what it writes is unknown."""
+    a = op.args
+    for file, i in op.spec.writes:
+        if file == "R":
+            st.R[a[i]] = None
+        else:
+            st.U[a[i]] = Aff(0, ((an.fresh(), 1),), 0, 0)
+    return st
+
+
+def rtou(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    dst, s = op.args
+    src = st.R[s]
+    known = isinstance(src, tuple) and math.isfinite(src[1]) and 0 <= src[1] < 2 ** 32
+    if record:
+        an.prove(op, src == "lane" or known)
+    if src == "lane":
+        st.U[dst] = Aff(1, (), 0, 0)
+    elif known:
+        st.U[dst] = _const(int(src[1]))
+    else:
+        st.U[dst] = Aff(0, ((an.fresh(), 1),), 0, 0)
+    return st
+
+
+def u_const(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    st.U[op.args[0]] = _const(op.args[1])
+    return st
+
+
+def u_add_k(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    v = st.U[op.args[1]]
+    st.U[op.args[0]] = None if v is None else v.shift(_signed(op.args[2]))
+    return st
+
+
+def u_mul_k(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    v = st.U[op.args[1]]
+    st.U[op.args[0]] = None if v is None else v.times(op.args[2])
+    return st
+
+
+def u_add(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    x, y = st.U[op.args[1]], st.U[op.args[2]]
+    st.U[op.args[0]] = None if x is None or y is None else x.plus(y)
+    return st
+
+
+def r_const(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    st.R[op.args[0]] = ("const", float(op.args[1]))
+    return st
+
+
+def access(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    """A load or store (the row's ``mem``): record where it goes, then its result is unknown."""
+    mem = op.spec.mem
+    if record:
+        addr = op.args[mem.address]
+        v = st.U[op.args[mem.index]]
+        an.sites.append((addr.region, None if v is None else v.shift(addr.offset), mem.stores))
+        an.prove(op, _inside(v, addr.offset, addr.extent, an.p.threads))
+    return unknown_results(an, op, st, record)
+
+
+def _inside(v: Aff | None, offset: int, extent: int, threads: int) -> bool:
+    """Whether index register value ``v`` plus ``offset`` is in 0..extent-1 in every lane.
+    The U register itself must stay in 0..2^32-1 too: Aff does not wrap, the machine does."""
+    if v is None or v.syms or v.lane < 0:
+        return False
+    top = v.hi + v.lane * max(threads - 1, 0)
+    return v.lo >= 0 and top < 1 << 32 and v.lo + offset >= 0 and top + offset < extent
+
+
+def if_block(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    """A block run by some lanes: afterwards each register is the join of both paths."""
+    body = an.seq(op.pc + 1, op.match, st.copy(), record)
+    return LaneState({r: _join(st.U[r], body.U[r]) for r in st.U},
+                     {r: st.R[r] if st.R[r] == body.R[r] else None for r in st.R})
+
+
+def for_block(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+    return an.loop(op, st, record)
+
+
+def _signed(k: int) -> int:
+    return k - (1 << 32) if k >= 1 << 31 else k
+
+
+@dataclass(frozen=True)
+class Slicing:
+    """Lane l owns elements i of a region with (i mod modulus) div stride == l."""
+
+    stride: int
+    modulus: int  # 0: no modulus
+
+
+def analyse(program) -> Analysis:
+    an = Analysis(program)
+    an.run()
+    return an
+
+
+def lane_partition(program, an: Analysis | None = None) -> tuple[dict[int, Slicing] | None, str]:
+    """Slicing per written region base, or (None, reason) when lanes may share memory."""
+    if program.threads <= 1:
+        return {}, ""
+    an = an or analyse(program)
+    by_region: dict[int, list] = {}
+    for region, aff, store in an.sites:
+        by_region.setdefault(region.base, []).append((region, aff, store))
+    out: dict[int, Slicing] = {}
+    for base, sites in by_region.items():
+        if not any(st for _, _, st in sites):
+            continue
+        region = sites[0][0]
+        if any(aff is None for _, aff, _ in sites):
+            return None, f"cannot tell which lane each access to {region.name} belongs to"
+        lanes = {aff.lane for _, aff, _ in sites}
+        if len(lanes) != 1 or next(iter(lanes)) <= 0:
+            return None, (f"lanes are not offset by one common stride in {region.name} "
+                          f"(lane coefficients {sorted(lanes)})")
+        stride = next(iter(lanes))
+        g = 0
+        for _, aff, _ in sites:
+            for _, k in aff.syms:
+                g = math.gcd(g, k)
+        modulus = g if g >= program.threads * stride else 0
+        # The bounded part of each access must stay inside one lane's slice.
+        for _, aff, _ in sites:
+            if aff.lo < 0 or aff.hi >= stride:
+                return None, (f"an access to {region.name} reaches {aff.hi - aff.lo + 1} "
+                              f"elements around lane * {stride}: wider than one lane's slice")
+        out[base] = Slicing(stride, modulus)
+    return out, ""
+
+
+def infallible_steps(an: Analysis, fault_pcs) -> int | None:
+    """The most instructions a lane can execute, when no lane can stop early; else None.
+
+    ``fault_pcs`` are the ops whose compiled code can fault (vm/codegen says). Each one
+    the lanes can reach must be proved safe by the analysis: every index in bounds in
+    every lane (with no unknown symbol, so also in the lane's slice, which
+    lane_partition checked for the symbol-free part), every rtou of the lane id or of a
+    constant in range, every loop count a constant. Then only the budget and a stop
+    request can end a lane early, and neither can within this many instructions."""
+    for pc in fault_pcs:
+        if pc in an.reached and not an.proved.get(pc, False):
+            return None
+    return _steps(an.ops, 0, len(an.ops), an.trips)
+
+
+def _steps(ops, a: int, b: int, trips: dict) -> int | None:
+    """Upper bound of the instructions one lane executes in ops a..b-1 (blocks whole)."""
+    n, pc = 0, a
+    while pc < b:
+        op = ops[pc]
+        if op.spec.opens is None:
+            n, pc = n + 1, pc + 1
+            continue
+        times = 1 if op.spec.opens is FrameKind.IF else trips.get(pc)
+        if times is None:
+            return None
+        body = _steps(ops, pc + 1, op.match + 1, trips) if times else 0
+        if body is None:
+            return None
+        n, pc = n + 1 + times * body, op.match + 1
+    return n
