@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import FirError, Interrupted
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "ui")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "ui", "dap", "serve")
 DEFAULT_PROMPT = "    if "  # the UI's prompt when none is given
 
 
@@ -77,6 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     _input_args(pr, required=True)
     pr.add_argument("-o", dest="out", required=True, metavar="DIR", help="report folder")
     pr.add_argument("--engine", choices=("compiled", "interp"), default="compiled")
+
+    dp = sub.add_parser("dap", help="Debug Adapter Protocol server for editors (stdio)")
+    dp.add_argument("--port", type=int, default=None, metavar="N",
+                    help="listen on 127.0.0.1:N for one client after another instead")
+
+    sv = sub.add_parser("serve", help="the UI in a browser tab (needs firscope[serve])")
+    _model_arg(sv)
+    _input_args(sv, required=False)
+    sv.add_argument("--engine", choices=("compiled", "interp"), default="compiled")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     return p
 
 
@@ -325,5 +336,15 @@ def cmd_profile(args) -> int:
     return run_profile(args)
 
 
+def cmd_dap(args) -> int:
+    from .dap.server import serve_stdio, serve_tcp
+    return serve_stdio() if args.port is None else serve_tcp(args.port)
+
+
+def cmd_serve(args) -> int:
+    from .dap.serve import serve
+    return serve(args)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
-            "profile": cmd_profile}
+            "profile": cmd_profile, "dap": cmd_dap, "serve": cmd_serve}
