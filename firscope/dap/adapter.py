@@ -438,7 +438,8 @@ class Adapter:
         self.out.response(req, {"exceptionId": EXCEPTION_IDS[stop.reason], "description": first,
                                 "breakMode": "always",
                                 "details": {"message": stop.message,
-                                            "typeName": stop.reason.label}})
+                                            "typeName": stop.reason.label,
+                                            "stackTrace": self.ci.where_line()}})
 
     # ================================================================ looking
     def r_threads(self, req):

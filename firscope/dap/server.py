@@ -57,6 +57,7 @@ def serve_tcp(port: int, host: str = LOOPBACK, ready=None) -> int:
         srv.close()
         raise FirError(f"cannot listen on {host}:{port}: {e.strerror}") from None
     srv.listen(1)
+    _stop_on_sigterm()
     bound = srv.getsockname()[1]
     print(f"firscope dap: listening on {host}:{bound}", file=sys.stderr, flush=True)
     if ready is not None:
@@ -75,5 +76,17 @@ def serve_tcp(port: int, host: str = LOOPBACK, ready=None) -> int:
                             f.close()
                         except OSError:
                             pass
+    except KeyboardInterrupt:  # ctrl+c or SIGTERM: the normal way to stop a server
+        print("firscope dap: stopped", file=sys.stderr, flush=True)
+        return 0
     finally:
         srv.close()
+
+
+def _stop_on_sigterm() -> None:
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        def stop(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, stop)
