@@ -15,12 +15,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, SEED_FIR, write_random_gpt2
+from netutil import listening_addresses
 
 DAP_DIR = REPO / "tests" / "dap"
 CLIENT = DAP_DIR / "node_modules" / "@vscode" / "debugadapter-testsupport"
@@ -116,7 +116,7 @@ def test_tcp_server_takes_clients_one_after_another_and_stops_cleanly(node):
         m = re.search(r"listening on 127\.0\.0\.1:([0-9]+)", line)
         assert m, f"unexpected first line: {line!r}"
         port = int(m.group(1))
-        assert _listening_addresses(port) == {"127.0.0.1"}
+        assert listening_addresses(port) == {"127.0.0.1"}
         run_scenario(node, "entry", SEED_FIR, port=port)
         run_scenario(node, "function_breakpoint", SEED_FIR, port=port)
         assert proc.poll() is None, "the server outlives its clients"
@@ -129,28 +129,3 @@ def test_tcp_server_takes_clients_one_after_another_and_stops_cleanly(node):
             raise
     assert proc.returncode == 0, err
     assert out == "", "nothing but DAP goes to the client; the TCP server prints nothing"
-
-
-def _listening_addresses(port: int) -> set[str]:
-    """Addresses with a TCP socket listening on ``port`` (from /proc/net/tcp)."""
-    found = set()
-    deadline = time.monotonic() + 5
-    while not found and time.monotonic() < deadline:
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            try:
-                rows = Path(table).read_text().splitlines()[1:]
-            except OSError:
-                continue
-            for row in rows:
-                local, state = row.split()[1], row.split()[3]
-                addr, _, hexport = local.rpartition(":")
-                if state == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
-                    found.add(_addr(addr))
-        time.sleep(0.05)
-    return found
-
-
-def _addr(hexaddr: str) -> str:
-    if len(hexaddr) == 8:
-        return ".".join(str(int(hexaddr[i: i + 2], 16)) for i in (6, 4, 2, 0))
-    return hexaddr  # IPv6: shown raw (never expected here)

@@ -168,7 +168,7 @@ class Adapter:
                     raise RequestError(f"'{command}': the model is running (pause it first)")
             handler(msg)
         except (RequestError, FirError) as e:
-            self.out.error(msg, e.message if isinstance(e, FirError) else str(e))
+            self.out.error(msg, str(e))  # a FirError with a position: FILE:LINE:COL: ...
         except Exception as e:  # a bug: answer, log, and stay up
             traceback.print_exc(file=sys.stderr)
             self.out.error(msg, f"internal error in firscope: {type(e).__name__}: {e}")
@@ -366,7 +366,7 @@ class Adapter:
                 result = self.ci.run(line)
                 item = (result.text, None)
             except FirError as e:
-                item = ("", e.message)
+                item = ("", str(e))
             except Exception as e:  # a bug: keep the adapter up and say so
                 traceback.print_exc(file=sys.stderr)
                 item = ("", f"internal error in firscope: {type(e).__name__}: {e}")

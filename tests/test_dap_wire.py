@@ -1,0 +1,139 @@
+"""The DAP server at the byte level: framing, a clean stdout, errors as responses.
+
+(The behaviour an editor sees is tested with VS Code's own client in
+test_dap.py; these are the cases a well-behaved client never produces.)
+"""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from firscope.dap.protocol import ProtocolError, encode_message, read_message
+
+FIRSCOPE = Path(sys.executable).parent / "firscope"
+
+
+def frames(data: bytes) -> list[dict]:
+    """Split a byte stream into DAP messages, refusing any byte outside a frame."""
+    stream = io.BytesIO(data)
+    out = []
+    while stream.tell() < len(data):
+        msg = read_message(stream)
+        assert msg is not None
+        out.append(msg)
+    return out
+
+
+def request(seq: int, command: str, **args) -> bytes:
+    return encode_message({"seq": seq, "type": "request", "command": command,
+                           "arguments": args})
+
+
+def run_adapter(payload: bytes, *, argv=None, timeout=120) -> tuple[list[dict], str]:
+    r = subprocess.run(argv or [str(FIRSCOPE), "dap"], input=payload, capture_output=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr.decode()
+    return frames(r.stdout), r.stderr.decode("utf-8", "replace")
+
+
+def responses(msgs: list[dict]) -> dict[int, dict]:
+    return {m["request_seq"]: m for m in msgs if m["type"] == "response"}
+
+
+def test_stray_prints_go_to_stderr_never_into_the_protocol():
+    # A handler that prints (Python's print and a raw write to fd 1) must not corrupt stdout.
+    code = ("import os, sys\n"
+            "import firscope.dap.adapter as a\n"
+            "orig = a.Adapter.r_initialize\n"
+            "def noisy(self, req):\n"
+            "    print('stray print')\n"
+            "    os.write(1, b'raw write to fd 1\\n')\n"
+            "    orig(self, req)\n"
+            "a.Adapter.r_initialize = noisy\n"
+            "from firscope.dap.server import serve_stdio\n"
+            "sys.exit(serve_stdio())\n")
+    payload = request(1, "initialize", adapterID="firscope") + request(2, "disconnect")
+    msgs, err = run_adapter(payload, argv=[sys.executable, "-c", code])
+    assert [(m["type"], m.get("command")) for m in msgs] == [("response", "initialize"),
+                                                              ("response", "disconnect")]
+    assert msgs[0]["body"]["supportsStepBack"] is True
+    assert "stray print" in err and "raw write to fd 1" in err
+
+
+def test_launch_errors_are_answered_and_the_adapter_stays(tmp_path):
+    broken = tmp_path / "broken.fir"
+    broken.write_text("fir 1\nmodel gpt2\nbogus directive\n")
+    payload = b"".join([
+        request(1, "initialize", adapterID="firscope"),
+        request(2, "launch", model=str(broken)),
+        request(3, "launch", model=str(tmp_path / "missing.fir")),
+        request(4, "launch", steps=-1),
+        request(5, "launch", engine="gpu"),
+        request(6, "launch", prompt="a", tokens=[1]),
+        request(7, "launch", tokens=[1, 999999]),
+        request(8, "threads"),
+        request(9, "stackTrace", threadId=1),
+        request(10, "disconnect"),
+    ])
+    msgs, err = run_adapter(payload)
+    r = responses(msgs)
+    assert all(not r[i]["success"] for i in range(2, 8)), [r[i] for i in range(2, 8)]
+    assert r[2]["message"].startswith(f"{broken}:3:1: ")  # FILE:LINE:COL, from the loader
+    assert "bogus" in r[2]["message"]
+    assert "missing.fir" in r[3]["message"]
+    assert r[4]["message"] == "launch: 'steps' must be a whole number in 0..1048576, found -1"
+    assert "'engine' must be one of compiled, interp" in r[5]["message"]
+    assert r[6]["message"] == "launch: give 'prompt' or 'tokens', not both"
+    assert "999999" in r[7]["message"]
+    assert r[8]["success"] and r[8]["body"]["threads"] == [{"id": 1, "name": "graph"}]
+    assert r[9]["message"] == "'stackTrace': no model is launched yet"
+    assert r[10]["success"]
+    assert "Traceback" not in err
+
+
+def test_framing_errors_are_reported_and_reading_goes_on():
+    payload = (b"Content-Length: 2\r\n\r\n[]"  # JSON, but not an object
+               + b"Content-Length: 3\r\n\r\n{x}"  # not JSON
+               + b"X-Other: 1\r\n\r\n"  # a header without Content-Length
+               + encode_message({"seq": 1, "type": "event", "event": "nonsense"})
+               + request(2, "initialize") + request(3, "disconnect"))
+    msgs, _ = run_adapter(payload)
+    complaints = [m["body"]["output"] for m in msgs if m.get("event") == "output"]
+    assert len(complaints) == 4, complaints
+    assert all(c.startswith("firscope dap: ignored") for c in complaints)
+    assert [m["command"] for m in msgs if m["type"] == "response"] == ["initialize",
+                                                                        "disconnect"]
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"Content-Length: x\r\n\r\n", "bad Content-Length"),
+    (b"Content-Length: 99999999999\r\n\r\n", "over the"),
+    (b"Content-Length: 10\r\n\r\n{}", "ended inside a message body"),
+    (b"Content-Length: 2\r\n", "ended inside a message header"),
+    (b"no colon here\r\n\r\n", "bad header line"),
+    (b"A: " + b"x" * 9000 + b"\r\n\r\n", "header is too long"),
+])
+def test_read_message_names_what_is_wrong(data, message):
+    with pytest.raises(ProtocolError, match=message):
+        read_message(io.BytesIO(data))
+
+
+def test_nan_is_never_sent_as_bare_json():
+    with pytest.raises(ValueError):
+        encode_message({"value": float("nan")})
+
+
+def test_every_package_is_shipped():
+    """A package folder missing from pyproject's list is left out of `pip install .`."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts)
+             for p in (REPO / "firscope").rglob("__init__.py")}
+    assert found - listed == set()
