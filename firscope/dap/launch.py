@@ -18,6 +18,10 @@ from ..errors import FirError
 
 DEFAULT_STEPS = 16
 ENGINES = ("compiled", "interp")
+# What a launch configuration may say (editors add their own keys, type/name/request...,
+# which are ignored); editors/vscode/package.json documents the same keys.
+LAUNCH_KEYS = ("model", "prompt", "tokens", "steps", "fir_f32", "group", "engine",
+               "stopOnEntry")
 
 
 @dataclass(frozen=True)
