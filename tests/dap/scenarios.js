@@ -236,6 +236,15 @@ scenarios.lane_registers = async (dc) => {
   assert.equal(set.body.value, '2.5');
   assert.equal((await evaluate(dc, 'R12', frames[0].id)).result, '2.5');
   assert.notEqual((await evaluate(dc, 'R12', f0[0].id)).result, '2.5');
+  // and an element of a buffer, from the Buffers scope
+  const buffers = await vars(dc, (await scope(dc, frames[0].id, 'Buffers')).variablesReference);
+  const x = byName(buffers, 'x');
+  const setX = await dc.setVariableRequest({ variablesReference: x.variablesReference,
+    name: '[3]', value: '1.25' });
+  assert.equal(setX.body.value, '1.25');
+  assert.equal((await evaluate(dc, 'x[3]', frames[0].id)).result, '1.25');
+  const again = await vars(dc, x.variablesReference, { start: 3, count: 1 });
+  assert.equal(again[0].value, '1.25');
 };
 
 scenarios.paging = async (dc) => {
@@ -349,6 +358,11 @@ scenarios.evaluate_max_abs = async (dc) => {
   // the debug console runs firscope commands too
   const info = await evaluate(dc, 'info node', frames[0].id, 'repl');
   assert.match(info.result, /^node ln1@1: micro g2\.layernorm/);
+  // ...and a command that runs the model is a movement like the toolbar's
+  const moved = await resume(dc, 'evaluateRequest', { expression: 'stepi', context: 'repl',
+    frameId: frames[0].id });
+  assert.equal(moved.body.reason, 'step');
+  assert.match((await top(dc, moved.body.threadId))[0].name, /^g2\.layernorm pc 1 /);
 };
 
 scenarios.bad_requests = async (dc) => {
