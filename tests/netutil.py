@@ -1,7 +1,9 @@
 """Helpers for tests of servers firscope starts: free ports, what listens where."""
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -37,3 +39,15 @@ def _address(hexaddr: str) -> str:
     if len(hexaddr) == 8:  # little-endian IPv4
         return ".".join(str(int(hexaddr[i: i + 2], 16)) for i in (6, 4, 2, 0))
     return hexaddr
+
+
+def stop_server(proc: subprocess.Popen, sig=signal.SIGTERM, wait: float = 30) -> tuple[str, str]:
+    """Signal a server to stop; its (stdout, stderr). Killed (and the test fails) if it
+    does not stop within ``wait`` seconds."""
+    proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"the server did not stop within {wait} s of {sig!r}") from None

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SEED_FIR, write_random_gpt2
-from netutil import listening_addresses
+from netutil import listening_addresses, stop_server
 
 DAP_DIR = REPO / "tests" / "dap"
 CLIENT = DAP_DIR / "node_modules" / "@vscode" / "debugadapter-testsupport"
@@ -121,11 +121,6 @@ def test_tcp_server_takes_clients_one_after_another_and_stops_cleanly(node):
         run_scenario(node, "function_breakpoint", SEED_FIR, port=port)
         assert proc.poll() is None, "the server outlives its clients"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        out, err = stop_server(proc, signal.SIGTERM)
     assert proc.returncode == 0, err
     assert out == "", "nothing but DAP goes to the client; the TCP server prints nothing"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SEED_FIR
-from netutil import free_port, listening_addresses
+from netutil import free_port, listening_addresses, stop_server
 
 FIRSCOPE = Path(sys.executable).parent / "firscope"
 pytest.importorskip("textual_serve", reason="firscope serve needs the serve extra")
@@ -74,12 +74,7 @@ def test_serve_answers_on_loopback_runs_the_ui_and_stops_cleanly():
                                         wanted, 120))
         assert all(w in text for w in wanted), text[-3000:]
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        out, err = stop_server(proc, signal.SIGINT)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     assert re.search(rf"open http://127\.0\.0\.1:{port}", err)

@@ -23,7 +23,8 @@ reverseContinue    back to the previous node/token       (the same)
                    breakpoint or the start of history
 =================  ====================================  =====================================
 
-``granularity: "instruction"`` makes next/stepIn one instruction everywhere.
+``granularity: "instruction"`` makes next one instruction inside a kernel too, and
+between nodes enters the kernel like stepIn.
 """
 from __future__ import annotations
 
@@ -393,6 +394,8 @@ class Adapter:
     # ================================================================ stops
     def _report(self, stop: Stop, text: str, reason: str) -> None:
         self.output(text)
+        if self.ended:  # terminated while it ran: no stop to show any more
+            return
         r = stop.reason
         if r is StopReason.FINISHED:
             s = self.ci.s
@@ -461,9 +464,8 @@ class Adapter:
 
     def r_variables(self, req):
         ref = arg(req, "variablesReference", int, required=True)
-        if arg(req, "filter", str) == "named":
-            return self.out.response(req, {"variables": []})  # arrays have indexed children
-        variables = self.views.variables(ref, arg(req, "start", int), arg(req, "count", int))
+        variables = self.views.variables(ref, arg(req, "start", int), arg(req, "count", int),
+                                         arg(req, "filter", str))
         self.out.response(req, {"variables": variables})
 
     def r_setVariable(self, req):

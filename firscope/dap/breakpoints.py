@@ -113,23 +113,29 @@ class BreakpointMap:
 
     # -- setFunctionBreakpoints ------------------------------------------------------------
     def set_functions(self, wanted: list[dict]) -> list[dict]:
-        self._drop(self.functions)
-        self.functions = []
-        out = []
-        for b in wanted:
+        def add(b):
             name = b.get("name")
             if not isinstance(name, str) or not name.strip():
-                out.append({"verified": False, "message": f"bad name {name!r}"})
-                continue
+                raise FirError(f"bad name {name!r}")
+            return self._add(name.strip(), b.get("condition"), b.get("hitCondition"),
+                             "function")
+        self.functions, answers = self._replace(self.functions, wanted, add)
+        return answers
+
+    def _replace(self, old: list[int], wanted: list[dict], add) -> tuple[list[int], list[dict]]:
+        """Drop the breakpoints ``old`` and add ``wanted`` with ``add``: the numbers added,
+        and DAP's answer for each (verified, or the reason it is not)."""
+        self._drop(old)
+        numbers, answers = [], []
+        for b in wanted:
             try:
-                bp = self._add(name.strip(), b.get("condition"), b.get("hitCondition"),
-                               "function")
+                bp = add(b)
             except FirError as e:
-                out.append({"verified": False, "message": e.message})
+                answers.append({"verified": False, "message": e.message})
                 continue
-            self.functions.append(bp.number)
-            out.append({"id": bp.number, "verified": True, "message": bp.spec})
-        return out
+            numbers.append(bp.number)
+            answers.append({"id": bp.number, "verified": True, "message": bp.spec})
+        return numbers, answers
 
     # -- setExceptionBreakpoints -------------------------------------------------------------
     def set_exceptions(self, filters: list) -> list[dict]:
@@ -152,24 +158,14 @@ class BreakpointMap:
                 "accessTypes": ["write"], "canPersist": False}
 
     def set_data(self, wanted: list[dict]) -> list[dict]:
-        self._drop(self.data)
-        self.data = []
-        out = []
-        for b in wanted:
+        def add(b):
             data_id = b.get("dataId")
             if not isinstance(data_id, str) or not data_id.strip():
-                out.append({"verified": False, "message": f"bad dataId {data_id!r}"})
-                continue
+                raise FirError(f"bad dataId {data_id!r}")
             if b.get("accessType", "write") != "write":
-                out.append({"verified": False, "message": "firscope watches writes only "
-                            "(expressions are read-only, so nothing else can be seen)"})
-                continue
-            try:
-                bp = self._add(data_id, b.get("condition"), b.get("hitCondition"), "data",
-                               watch=True)
-            except FirError as e:
-                out.append({"verified": False, "message": e.message})
-                continue
-            self.data.append(bp.number)
-            out.append({"id": bp.number, "verified": True, "message": bp.spec})
-        return out
+                raise FirError("firscope watches writes only (expressions are read-only, so "
+                               "nothing else can be seen)")
+            return self._add(data_id, b.get("condition"), b.get("hitCondition"), "data",
+                             watch=True)
+        self.data, answers = self._replace(self.data, wanted, add)
+        return answers

@@ -255,8 +255,13 @@ class Views:
         return scope
 
     # -- variables ----------------------------------------------------------------------
-    def variables(self, ref, start=None, count=None) -> list[dict]:
+    def variables(self, ref, start=None, count=None, kind=None) -> list[dict]:
+        """Children of a container; ``kind`` is DAP's filter ("named" or "indexed")."""
         item = self.handles.get(ref, "variablesReference")
+        if kind == "named" and isinstance(item, ArrayView):
+            return []  # an array's children are all indexed
+        if kind == "indexed" and not isinstance(item, ArrayView):
+            return []  # scopes and per-layer lists have named children only
         if isinstance(item, Registers):
             return self._registers(item.lane)
         if isinstance(item, Operands):

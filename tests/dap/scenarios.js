@@ -440,6 +440,11 @@ scenarios.goto_node = async (dc) => {
     targetId: targets[0].id });
   assert.equal(e.body.reason, 'goto');
   assert.match((await top(dc, 1))[0].name, /^before attention@0 /);
+  // terminate ends the session from the editor's side
+  const terminated = dc.waitForEvent('terminated', TIMEOUT);
+  await dc.terminateRequest({});
+  await terminated;
+  await assert.rejects(dc.continueRequest({ threadId: 1 }), /the session has ended/);
 };
 
 // ---------------------------------------------------------------- main
