@@ -9,6 +9,7 @@ import io
 import json
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -137,3 +138,129 @@ def test_every_package_is_shipped():
     found = {".".join(p.parent.relative_to(REPO).parts)
              for p in (REPO / "firscope").rglob("__init__.py")}
     assert found - listed == set()
+
+
+HOSTILE_ARGS = [None, [], "x", {}, {"threadId": "x", "frameId": -1, "variablesReference": 0},
+                {"threadId": 1, "frameId": 10 ** 30, "variablesReference": True, "start": -5,
+                 "count": 10 ** 12, "expression": 5, "name": None, "value": [],
+                 "breakpoints": [1, None, {"line": "7"}], "source": {"path": 3},
+                 "filters": ["bogus"], "lines": ["a"], "targetId": 0, "line": 10 ** 40,
+                 "memoryReference": "zz", "offset": "0", "granularity": 1}]
+
+
+def _tricky_but_well_formed(c, sent: dict) -> None:
+    """Real handles with out-of-range pages, impossible writes and odd expressions."""
+    def ask(command, **args):
+        seq = c.send(command, args)
+        sent[seq] = command
+        return c.response(seq)
+    frame = ask("stackTrace", threadId=1)["body"]["stackFrames"][0]["id"]
+    scopes = ask("scopes", frameId=frame)["body"]["scopes"]
+    for sc in scopes:
+        ref = sc["variablesReference"]
+        kids = ask("variables", variablesReference=ref)["body"]["variables"]
+        for kid in kids[:3]:
+            sub = kid.get("variablesReference", 0)
+            for page in ({"start": 10 ** 9, "count": 5}, {"start": 0, "count": 0},
+                         {"filter": "named"}, {"filter": "indexed", "start": 3}):
+                if sub:
+                    ask("variables", variablesReference=sub, **page)
+            ask("setVariable", variablesReference=sub or ref, name=kid["name"], value="x[")
+            ask("setVariable", variablesReference=sub or ref, name="[999999999]", value="1")
+            ask("dataBreakpointInfo", variablesReference=ref, name=kid["name"])
+    for text in ("", "   ", "R99", "x[" * 200, "1/0", "x[10**20]", "@in9", "lane", "help"):
+        for context in ("watch", "hover", "repl"):
+            ask("evaluate", expression=text, context=context, frameId=frame)
+    ask("readMemory", memoryReference="0x0", offset=-10 ** 12, count=16)
+    ask("readMemory", memoryReference="0x0", offset=10 ** 12, count=10 ** 9)
+    ask("gotoTargets", source={"path": "/nonexistent"}, line=0)
+    ask("setBreakpoints", source={"path": "/nonexistent.fir"}, breakpoints=[{"line": 1}])
+    ask("setFunctionBreakpoints", breakpoints=[{"name": "token 99999999999"},
+                                               {"name": "x", "hitCondition": "%2"}])
+    ask("setDataBreakpoints", breakpoints=[{"dataId": "x[5:1]"}, {"dataId": "R3"}])
+
+
+class Client:
+    """A bare DAP client over a live adapter process, for requests no editor sends."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([str(FIRSCOPE), "dap"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.seq = 0
+        self.messages: list[dict] = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        while (msg := read_message(self.proc.stdout)) is not None:
+            with self.cond:
+                self.messages.append(msg)
+                self.cond.notify_all()
+
+    def send(self, command: str, args) -> int:
+        self.seq += 1
+        self.proc.stdin.write(encode_message({"seq": self.seq, "type": "request",
+                                              "command": command, "arguments": args}))
+        self.proc.stdin.flush()
+        return self.seq
+
+    def wait(self, pred, timeout: float = 120) -> dict:
+        with self.cond:
+            assert self.cond.wait_for(lambda: any(pred(m) for m in self.messages), timeout)
+            return next(m for m in self.messages if pred(m))
+
+    def response(self, seq: int) -> dict:
+        return self.wait(lambda m: m.get("request_seq") == seq)
+
+    def close(self) -> str:
+        self.response(self.send("disconnect", {}))
+        _, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return err.decode("utf-8", "replace")
+
+
+def test_hostile_arguments_to_every_request_get_answers_not_crashes(sample_fir):
+    """Every request the adapter knows, with arguments of the wrong shape, before and after
+    a launch: each gets exactly one response, none is an internal error, and the session
+    still answers afterwards."""
+    from firscope.dap.adapter import Adapter
+    moves = ("configurationDone", "continue", "next", "stepIn", "stepOut", "stepBack",
+             "reverseContinue", "goto", "pause")
+    # the looking requests first, while the session is stopped; the movements last
+    commands = sorted((n[2:] for n in dir(Adapter) if n.startswith("r_")
+                       and n not in ("r_disconnect", "r_terminate", "r_launch")),
+                      key=lambda c: (c in moves, c))
+    c = Client()
+    sent: dict[int, str] = {}
+
+    def send_all():
+        for command in commands:
+            for args in HOSTILE_ARGS:
+                sent[c.send(command, args)] = command
+        for seq in sent:
+            c.response(seq)
+    try:
+        c.response(c.send("initialize", {"adapterID": "firscope"}))
+        send_all()  # before any launch
+        launch = c.send("launch", {"model": str(sample_fir), "tokens": [104, 101], "steps": 1,
+                                   "engine": "interp", "stopOnEntry": True})
+        assert c.response(launch)["success"]
+        c.response(c.send("configurationDone", {}))
+        c.wait(lambda m: m.get("event") == "stopped")
+        _tricky_but_well_formed(c, sent)
+        send_all()  # stopped at entry (a hostile continue may start a run: fine)
+        c.wait(lambda m: m.get("event") == "terminated" or (
+            m.get("event") == "stopped" and m["seq"] > c.response(launch)["seq"] + 5), 300)
+        threads = c.response(c.send("threads", {}))
+        value = c.response(c.send("evaluate", {"expression": "max(abs(x))", "context": "watch"}))
+    finally:
+        err = c.close()
+    got = {m["request_seq"]: m for m in c.messages if m["type"] == "response"}
+    assert set(sent) <= set(got), "one response per request"
+    assert len([m for m in c.messages if m["type"] == "response"]) == c.seq
+    internal = [(sent.get(s), r["message"]) for s, r in got.items()
+                if not r["success"] and "internal error" in r["message"]]
+    assert internal == []
+    assert "Traceback" not in err
+    assert threads["success"] and threads["body"]["threads"][0] == {"id": 1, "name": "graph"}
+    assert value["success"] and float(value["body"]["result"]) > 0

@@ -67,11 +67,18 @@ ALWAYS = ("initialize", "launch", "disconnect", "terminate", "pause", "threads")
 EXCEPTION_IDS = {StopReason.NAN: "nan", StopReason.FAULT: "fault", StopReason.BUDGET: "budget"}
 
 
+def arguments(request: dict) -> dict:
+    args = request.get("arguments")
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise RequestError(f"'{request.get('command')}': 'arguments' must be an object")
+    return args
+
+
 def arg(request: dict, name: str, kind=None, default=None, required: bool = False):
     """One argument of a request, checked; RequestError names it when it is bad."""
-    args = request.get("arguments") or {}
-    if not isinstance(args, dict):
-        raise RequestError("'arguments' must be an object")
+    args = arguments(request)
     if name not in args:
         if required:
             raise RequestError(f"'{request.get('command')}' needs the argument '{name}'")
@@ -189,7 +196,7 @@ class Adapter:
 
     # ================================================================ life cycle
     def r_initialize(self, req):
-        self.client = req.get("arguments") or {}
+        self.client = arguments(req)
         if self.client.get("linesStartAt1") is False:
             raise RequestError("firscope reports 1-based lines; linesStartAt1=false is not "
                                "supported")
@@ -198,7 +205,7 @@ class Adapter:
     def r_launch(self, req):
         if self.ci is not None:
             raise RequestError("a model is already launched in this session")
-        config = parse_launch(req.get("arguments") or {})
+        config = parse_launch(arguments(req))
         self.ci = ci = start_session(config)
         self.config = config
         source = {"name": ci.s.model.path.name, "path": str(model_path(ci))}
@@ -220,10 +227,14 @@ class Adapter:
             self._start("continue", goalless=True)
 
     def r_disconnect(self, req):
-        if self.running is not None:
+        run = self.running
+        if run is not None:
             self.ci.s.cancel.set()
-            self.running.paused = True
-            self.running.thread.join(timeout=30)
+            run.paused = True
+            run.thread.join(timeout=30)
+            self.running = None
+            for msg in run.deferred:  # answered, even though the session is going away
+                self.dispatch(msg)
         self.out.response(req)
         self.done = True
 
