@@ -165,7 +165,8 @@ scenarios.conditions_and_hit_counts = async (dc) => {
 
 scenarios.function_breakpoint = async (dc) => {
   let fbs;
-  const ev = await start(dc, {}, async () => {
+  // the compiled engine runs the nodes before the breakpoint whole
+  const ev = await start(dc, { engine: 'compiled' }, async () => {
     fbs = (await dc.setFunctionBreakpointsRequest({
       breakpoints: [{ name: 'attention@2' }, { name: 'nosuchnode' }],
     })).body.breakpoints;
@@ -390,7 +391,8 @@ scenarios.bad_requests = async (dc) => {
 };
 
 scenarios.data_breakpoint = async (dc) => {
-  const ev = await start(dc, { stopOnEntry: true });
+  // compiled: the write is found by replaying the node that changed attn in the interpreter
+  const ev = await start(dc, { stopOnEntry: true, engine: 'compiled' });
   const frames = await top(dc, 1);
   const buffers = (await scope(dc, frames[0].id, 'Buffers')).variablesReference;
   await vars(dc, buffers);
