@@ -89,6 +89,19 @@ def test_serve_refuses_a_missing_model_and_a_bad_port(tmp_path):
     assert r.returncode == 1 and "--port 70000: must be 1..65535" in r.stderr
 
 
+def test_serve_on_a_port_in_use_is_a_clear_error():
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        r = subprocess.run([str(FIRSCOPE), "serve", "--port", str(port)],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert f"firscope: cannot listen on 127.0.0.1:{port}: " in r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+
+
 def test_ui_command_passes_the_ui_arguments():
     import argparse
     from firscope.dap.serve import ui_command

@@ -61,5 +61,9 @@ def serve(args) -> int:
     server = Server(command, host=args.host, port=args.port, title="firscope")
     print(f"firscope serve: open http://{args.host}:{args.port} (ctrl+c stops)",
           file=sys.stderr, flush=True)
-    server.serve()
+    try:
+        server.serve()
+    except OSError as e:  # the port is taken, or the address is not this machine's
+        raise FirError(f"cannot listen on {args.host}:{args.port}: "
+                       f"{e.strerror or e}") from None
     return 0
