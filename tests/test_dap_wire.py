@@ -264,3 +264,16 @@ def test_hostile_arguments_to_every_request_get_answers_not_crashes(sample_fir):
     assert "Traceback" not in err
     assert threads["success"] and threads["body"]["threads"][0] == {"id": 1, "name": "graph"}
     assert value["success"] and float(value["body"]["result"]) > 0
+
+
+def test_tcp_server_on_a_port_in_use_is_a_clear_error():
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        r = subprocess.run([str(FIRSCOPE), "dap", "--port", str(port)], capture_output=True,
+                           text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"firscope: cannot listen on 127.0.0.1:{port}: ")
+    assert r.stdout == ""
