@@ -43,7 +43,7 @@ from ..errors import FirError
 from .breakpoints import EXCEPTION_FILTERS, BreakpointMap
 from .launch import LaunchConfig, model_path, parse_launch, start_session
 from .protocol import Writer
-from .views import ArrayView, RequestError, Views, fmt_scalar
+from .views import RequestError, Views, fmt_scalar
 
 CAPABILITIES = {
     "supportsConfigurationDoneRequest": True,
@@ -502,25 +502,7 @@ class Adapter:
             lane = self.ci.lane if lane is None else lane
         if context == "repl" and self._is_command(text):
             return self._repl_command(req, text)
-        if context == "hover":
-            text = self._hover_name(text)
-        if not text:
-            raise RequestError("nothing to evaluate")
-        value = self.ci.s.evaluate(text, lane=lane)
-        a = np.asarray(value)
-        if a.ndim:
-            view = ArrayView(text, lambda: np.asarray(self.ci.s.evaluate(text, lane=lane)), 0,
-                             a.shape[0])
-            var = self.views.array_variable(text, a, view)
-            body = {"result": var["value"], "type": var["type"],
-                    "variablesReference": var["variablesReference"]}
-            if "indexedVariables" in var:
-                body["indexedVariables"] = var["indexedVariables"]
-            if "memoryReference" in var:
-                body["memoryReference"] = var["memoryReference"]
-        else:
-            body = {"result": fmt_scalar(a[()]), "type": str(a.dtype), "variablesReference": 0}
-        self.out.response(req, body)
+        self.out.response(req, self.views.evaluate(text, lane, hover=context == "hover"))
 
     def _is_command(self, text: str) -> bool:
         word = text.split(None, 1)[0] if text else ""
@@ -540,17 +522,6 @@ class Adapter:
         self.out.response(req, {"result": result, "variablesReference": 0})
         if self.client.get("supportsInvalidatedEvent"):
             self.out.event("invalidated", {"areas": ["variables"]})
-
-    def _hover_name(self, text: str) -> str:
-        """``@in0``/``in0``/``out1`` in a kernel name the node's operands; ``@x`` is ``x``."""
-        name = text.lstrip("@")
-        node = self.ci.s.node
-        if node is not None and name[:2] in ("in", "ou"):
-            ops = {f"in{i}": o for i, o in enumerate(node.args)}
-            ops.update({f"out{i}": o for i, o in enumerate(node.outs)})
-            if name in ops:
-                return ops[name].display
-        return name
 
     def r_readMemory(self, req):
         ref = arg(req, "memoryReference", str, required=True)

@@ -417,6 +417,37 @@ class Views:
         return {"name": f"[{i}]", "value": fmt_scalar(v), "type": type_of(a).split("[")[0],
                 "variablesReference": 0, "evaluateName": expr}
 
+    # -- evaluate -----------------------------------------------------------------------
+    def evaluate(self, text: str, lane: int, *, hover: bool = False) -> dict:
+        """An evaluate response body: a value, or an array with paged children."""
+        if hover:
+            text = self._hover_name(text)
+        if not text:
+            raise RequestError("nothing to evaluate")
+        a = np.asarray(self.s.evaluate(text, lane=lane))
+        if not a.ndim:
+            return {"result": fmt_scalar(a[()]), "type": str(a.dtype), "variablesReference": 0}
+        view = ArrayView(text, lambda: np.asarray(self.s.evaluate(text, lane=lane)), 0,
+                         a.shape[0])
+        var = self.array_variable(text, a, view)
+        body = {"result": var["value"], "type": var["type"],
+                "variablesReference": var["variablesReference"]}
+        for key in ("indexedVariables", "memoryReference"):
+            if key in var:
+                body[key] = var[key]
+        return body
+
+    def _hover_name(self, text: str) -> str:
+        """``@in0``/``in0``/``out1`` in a kernel name the node's operands; ``@x`` is ``x``."""
+        name = text.lstrip("@")
+        node = self.s.node
+        if node is not None and name[:2] in ("in", "ou"):
+            ops = {f"in{i}": o for i, o in enumerate(node.args)}
+            ops.update({f"out{i}": o for i, o in enumerate(node.outs)})
+            if name in ops:
+                return ops[name].display
+        return name
+
     # -- writing ------------------------------------------------------------------------
     def set_target(self, ref, name: str) -> tuple[str, int | None]:
         """The ``set`` target for a variable the editor edits, and its lane (registers)."""
