@@ -246,6 +246,15 @@ scenarios.lane_registers = async (dc) => {
   assert.equal((await evaluate(dc, 'x[3]', frames[0].id)).result, '1.25');
   const again = await vars(dc, x.variablesReference, { start: 3, count: 1 });
   assert.equal(again[0].value, '1.25');
+  // a weight, from the Weights scope, is written with `set --weight`
+  const weights = await vars(dc, (await scope(dc, frames[0].id, 'Weights')).variablesReference);
+  const layers = await vars(dc, byName(weights, 'qkvb').variablesReference);
+  const qkvb0 = byName(layers, '@0');
+  assert.equal(qkvb0.evaluateName, 'qkvb@0');
+  const setW = await dc.setVariableRequest({ variablesReference: qkvb0.variablesReference,
+    name: '[7]', value: '-0.5' });
+  assert.equal(setW.body.value, '-0.5');
+  assert.equal((await evaluate(dc, 'qkvb@0[7]', frames[0].id)).result, '-0.5');
 };
 
 scenarios.paging = async (dc) => {
