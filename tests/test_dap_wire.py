@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 from pathlib import Path
 
@@ -249,10 +250,14 @@ def test_hostile_arguments_to_every_request_get_answers_not_crashes(sample_fir):
         c.wait(lambda m: m.get("event") == "stopped")
         _tricky_but_well_formed(c, sent)
         send_all()  # stopped at entry (a hostile continue may start a run: fine)
-        c.wait(lambda m: m.get("event") == "terminated" or (
-            m.get("event") == "stopped" and m["seq"] > c.response(launch)["seq"] + 5), 300)
+        c.response(c.send("pause", {"threadId": 1}))  # a hostile continue may still run
+        for _ in range(600):  # until the run has stopped: then the session answers again
+            value = c.response(c.send("evaluate", {"expression": "max(abs(x))",
+                                                   "context": "watch"}))
+            if value["success"] or "is running" not in value["message"]:
+                break
+            time.sleep(0.1)
         threads = c.response(c.send("threads", {}))
-        value = c.response(c.send("evaluate", {"expression": "max(abs(x))", "context": "watch"}))
     finally:
         err = c.close()
     got = {m["request_seq"]: m for m in c.messages if m["type"] == "response"}

@@ -161,6 +161,22 @@ scenarios.conditions_and_hit_counts = async (dc) => {
   await assert.rejects(lineBreakpoints(dc, [line], { condition: 'R99 > 0' }).then((b) => {
     if (!b[0].verified) throw new Error(b[0].message);
   }), /R99/);
+  // a `node` line of the graph stops before that node, in every layer
+  const gelu = lineStarting('node gelu micro');
+  const [nodeBp] = await lineBreakpoints(dc, [gelu]);
+  assert.equal(nodeBp.verified, true);
+  assert.equal(nodeBp.line, gelu);
+  const seen = [];
+  let g = await resume(dc, 'continueRequest', { threadId: e.body.threadId });
+  for (let i = 0; i < 3; i++) {
+    assert.equal(g.body.reason, 'breakpoint');
+    assert.equal(g.body.threadId, 1, 'between nodes: the graph thread');
+    const f = (await top(dc, 1))[0];
+    assert.equal(f.line, gelu);
+    seen.push(f.name.split(' ')[1]);
+    g = await resume(dc, 'continueRequest', { threadId: 1 });
+  }
+  assert.deepEqual(seen, ['gelu@1', 'gelu@2', 'gelu@3']);
 };
 
 scenarios.function_breakpoint = async (dc) => {
