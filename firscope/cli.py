@@ -26,7 +26,7 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "ui")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "ui", "dap", "serve")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 ENGINES = ("compiled", "interp")
@@ -149,6 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("-o", dest="out", type=path_arg, required=True, metavar="DIR",
                     help="report folder")
     _engine_arg(pr)
+
+    dp = sub.add_parser("dap", help="Debug Adapter Protocol server for editors (stdio)")
+    dp.add_argument("--port", type=int, default=None, metavar="N",
+                    help="listen on 127.0.0.1:N for one client after another instead")
+
+    sv = sub.add_parser("serve", help="the UI in a browser tab (needs firscope[serve])")
+    _model_arg(sv)
+    _input_args(sv, required=False, steps=UI_DEFAULT_STEPS)
+    _engine_arg(sv)
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     return p
 
 
@@ -469,5 +480,15 @@ def cmd_profile(args) -> int:
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out)
 
 
+def cmd_dap(args) -> int:
+    from .dap.server import serve_stdio, serve_tcp
+    return serve_stdio() if args.port is None else serve_tcp(args.port)
+
+
+def cmd_serve(args) -> int:
+    from .dap.serve import serve
+    return serve(args)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
-            "profile": cmd_profile}
+            "profile": cmd_profile, "dap": cmd_dap, "serve": cmd_serve}

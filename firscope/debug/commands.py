@@ -177,6 +177,12 @@ class CommandInterpreter:
     def execute(self, line: str) -> str:
         return self.run(line).text
 
+    @property
+    def previous(self) -> Snapshot | None:
+        """The stop before the last one: what changed marks compare with (views of lanes
+        other than the focused one use it)."""
+        return self._before_last
+
     # -- stops -------------------------------------------------------------------------
     def _moved(self, stop: Stop) -> str:
         """Every movement ends here: focus, freeze a snapshot, describe the stop."""

@@ -1,0 +1,544 @@
+"""The Debug Adapter Protocol over the debugger engine: requests in, responses and events out.
+
+A thin adapter: every movement is a line for the same
+:class:`~firscope.debug.commands.CommandInterpreter` that batch mode and the
+UI use, run in a worker thread so that ``pause`` (the session's cancel flag)
+and ``disconnect`` are answered while the model runs. Requests that read
+state are answered between runs only (while running they get an error, and
+``threads`` the list of the last stop); breakpoint changes that arrive while
+the model runs wait for the stop, and a ``continue`` is interrupted to take
+them and then resumed, since a goal-less run is the same run after a pause.
+
+Stepping (README "Editors"):
+
+=================  ====================================  =====================================
+DAP request        between nodes (thread ``graph``)      inside a kernel (a lane thread)
+=================  ====================================  =====================================
+next (F10)         run the node, stop before the next    one instruction, all active lanes
+stepIn (F11)       into the kernel, before its first     one instruction, all active lanes
+                   instruction (an ext node: run it)
+stepOut            to the end of the token               to the end of the kernel
+stepBack           undo one node                         undo one instruction
+reverseContinue    back to the previous node/token       (the same)
+                   breakpoint or the start of history
+=================  ====================================  =====================================
+
+``granularity: "instruction"`` makes next one instruction inside a kernel too, and
+between nodes enters the kernel like stepIn.
+"""
+from __future__ import annotations
+
+import base64
+import queue
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..debug.commands import CommandInterpreter
+from ..debug.snapshot import Stop, StopReason
+from ..errors import FirError
+from .breakpoints import EXCEPTION_FILTERS, BreakpointMap
+from .launch import LaunchConfig, model_path, parse_launch, start_session
+from .protocol import Writer
+from .views import RequestError, Views, fmt_scalar
+
+CAPABILITIES = {
+    "supportsConfigurationDoneRequest": True,
+    "supportsFunctionBreakpoints": True,
+    "supportsConditionalBreakpoints": True,
+    "supportsHitConditionalBreakpoints": True,
+    "supportsEvaluateForHovers": True,
+    "exceptionBreakpointFilters": EXCEPTION_FILTERS,
+    "supportsStepBack": True,
+    "supportsSetVariable": True,
+    "supportsGotoTargetsRequest": True,
+    "supportsDataBreakpoints": True,
+    "supportsExceptionInfoRequest": True,
+    "supportsReadMemoryRequest": True,
+    "supportsTerminateRequest": True,
+    "supportsSteppingGranularity": True,
+}
+BREAKPOINT_REQUESTS = ("setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints",
+                       "setDataBreakpoints")
+ALWAYS = ("initialize", "launch", "disconnect", "terminate", "pause", "threads")
+EXCEPTION_IDS = {StopReason.NAN: "nan", StopReason.FAULT: "fault", StopReason.BUDGET: "budget"}
+
+
+def arguments(request: dict) -> dict:
+    args = request.get("arguments")
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise RequestError(f"'{request.get('command')}': 'arguments' must be an object")
+    return args
+
+
+def arg(request: dict, name: str, kind=None, default=None, required: bool = False):
+    """One argument of a request, checked; RequestError names it when it is bad."""
+    args = arguments(request)
+    if name not in args:
+        if required:
+            raise RequestError(f"'{request.get('command')}' needs the argument '{name}'")
+        return default
+    value = args[name]
+    if kind is not None and (not isinstance(value, kind)
+                             or (kind is int and isinstance(value, bool))):
+        raise RequestError(f"argument '{name}' has the wrong type ({type(value).__name__})")
+    return value
+
+
+@dataclass
+class Run:
+    """A movement running in the worker thread."""
+
+    line: str
+    goalless: bool  # continue / reverse-continue: interrupting and resuming is the same run
+    reason: str  # the DAP stop reason when it ends by doing what it was asked
+    thread: threading.Thread | None = None
+    paused: bool = False
+    retake: bool = False  # interrupted to take breakpoint changes; resume afterwards
+    deferred: list = field(default_factory=list)
+
+
+class Adapter:
+    """One debug session: the state between the client's requests."""
+
+    def __init__(self, writer: Writer):
+        self.out = writer
+        self.inbox: queue.Queue = queue.Queue()
+        self.ci: CommandInterpreter | None = None
+        self.views: Views | None = None
+        self.bps: BreakpointMap | None = None
+        self.config: LaunchConfig | None = None
+        self.running: Run | None = None
+        self.last_threads = [{"id": 1, "name": "graph"}]
+        self.done = False  # disconnected: the server loop ends
+        self.ended = False  # generation over or the session terminated
+        self.client: dict = {}
+
+    # ================================================================ the loop
+    def serve(self, reader) -> None:
+        """Read requests on a thread of their own; handle them and worker results here."""
+        def pump():
+            try:
+                while True:
+                    try:
+                        msg = reader()
+                    except Exception as e:  # bad framing: say so, read on
+                        self.inbox.put(("garbage", str(e)))
+                        continue
+                    if msg is None:
+                        break
+                    self.inbox.put(("message", msg))
+            finally:
+                self.inbox.put(("eof", None))
+        threading.Thread(target=pump, name="dap-reader", daemon=True).start()
+        while not self.done:
+            try:
+                kind, item = self.inbox.get(timeout=0.05 if self._pausing() else None)
+            except queue.Empty:
+                self.ci.s.cancel.set()  # the run may have cleared it as it started: set again
+                continue
+            if kind == "message":
+                self.dispatch(item)
+            elif kind == "ran":
+                self._ran(*item)
+            elif kind == "garbage":
+                self.output(f"firscope dap: ignored a malformed message: {item}\n", "stderr")
+            elif kind == "eof":
+                self._shutdown()
+                break
+
+    def _pausing(self) -> bool:
+        r = self.running
+        return r is not None and (r.paused or r.retake)
+
+    def dispatch(self, msg: dict) -> None:
+        if msg.get("type") != "request" or not isinstance(msg.get("command"), str):
+            self.output(f"firscope dap: ignored a message that is not a request: "
+                        f"{str(msg)[:200]}\n", "stderr")
+            return
+        command = msg["command"]
+        handler = getattr(self, "r_" + command, None)
+        try:
+            if handler is None:
+                raise RequestError(f"unknown request '{command}'")
+            if command not in ALWAYS:
+                if self.ci is None:
+                    raise RequestError(f"'{command}': no model is launched yet")
+                if self.running is not None:
+                    if command in BREAKPOINT_REQUESTS:
+                        self._defer(msg)
+                        return
+                    raise RequestError(f"'{command}': the model is running (pause it first)")
+            handler(msg)
+        except (RequestError, FirError) as e:
+            self.out.error(msg, str(e))  # a FirError with a position: FILE:LINE:COL: ...
+        except Exception as e:  # a bug: answer, log, and stay up
+            traceback.print_exc(file=sys.stderr)
+            self.out.error(msg, f"internal error in firscope: {type(e).__name__}: {e}")
+
+    def _defer(self, msg: dict) -> None:
+        r = self.running
+        r.deferred.append(msg)
+        if r.goalless and not r.retake:
+            r.retake = True
+            self.ci.s.cancel.set()
+
+    # ================================================================ output
+    def output(self, text: str, category: str = "console") -> None:
+        if text:
+            self.out.event("output", {"category": category,
+                                      "output": text if text.endswith("\n") else text + "\n"})
+
+    # ================================================================ life cycle
+    def r_initialize(self, req):
+        self.client = arguments(req)
+        if self.client.get("linesStartAt1") is False:
+            raise RequestError("firscope reports 1-based lines; linesStartAt1=false is not "
+                               "supported")
+        self.out.response(req, CAPABILITIES)
+
+    def r_launch(self, req):
+        if self.ci is not None:
+            raise RequestError("a model is already launched in this session")
+        config = parse_launch(arguments(req))
+        self.ci = ci = start_session(config)
+        self.config = config
+        source = {"name": ci.s.model.path.name, "path": str(model_path(ci))}
+        self.views = Views(ci, source)
+        self.bps = BreakpointMap(ci.s, source)
+        self.bps.set_exceptions([f["filter"] for f in EXCEPTION_FILTERS if f["default"]])
+        self.out.response(req)
+        s = ci.s
+        self.output(f"firscope: {s.model.path.name}, {len(s.prompt)} prompt tokens, "
+                    f"{s.n_generate} to generate, {len(s.nodes)} nodes per token, engine "
+                    f"{config.engine}")
+        self.out.event("initialized")
+
+    def r_configurationDone(self, req):
+        self.out.response(req)
+        if self.config.stop_on_entry:
+            self._report(self.ci.last.stop, self.ci.where_line(), "entry")
+        else:
+            self._start("continue", goalless=True)
+
+    def r_disconnect(self, req):
+        run = self.running
+        if run is not None:
+            self.ci.s.cancel.set()
+            run.paused = True
+            run.thread.join(timeout=30)
+            self.running = None
+            for msg in run.deferred:  # answered, even though the session is going away
+                self.dispatch(msg)
+        self.out.response(req)
+        self.done = True
+
+    def r_terminate(self, req):
+        if self.running is not None:
+            self.ci.s.cancel.set()
+            self.running.paused = True
+        self.out.response(req)
+        if not self.ended:
+            self.ended = True
+            self.out.event("terminated")
+
+    def _shutdown(self) -> None:
+        if self.running is not None:
+            self.ci.s.cancel.set()
+            self.running.thread.join(timeout=30)
+        self.done = True
+
+    # ================================================================ breakpoints
+    def r_setBreakpoints(self, req):
+        source = arg(req, "source", dict, required=True)
+        path = source.get("path")
+        if not isinstance(path, str):
+            raise RequestError("setBreakpoints needs a source with a 'path'")
+        wanted = arg(req, "breakpoints", list)
+        if wanted is None:  # the deprecated form: lines only
+            wanted = [{"line": n} for n in arg(req, "lines", list, [])]
+        wanted = [b if isinstance(b, dict) else {"line": None} for b in wanted]
+        self.out.response(req, {"breakpoints": self.bps.set_source(path, wanted)})
+
+    def r_setFunctionBreakpoints(self, req):
+        wanted = [b if isinstance(b, dict) else {} for b in
+                  arg(req, "breakpoints", list, required=True)]
+        self.out.response(req, {"breakpoints": self.bps.set_functions(wanted)})
+
+    def r_setExceptionBreakpoints(self, req):
+        filters = arg(req, "filters", list, required=True)
+        self.out.response(req, {"breakpoints": self.bps.set_exceptions(filters)})
+
+    def r_dataBreakpointInfo(self, req):
+        name = arg(req, "name", str, required=True)
+        ref = arg(req, "variablesReference", int)
+        try:
+            spec = self.views.watch_target(ref, name) if ref else name
+            body = self.bps.data_info(spec)
+        except (RequestError, FirError) as e:
+            body = {"dataId": None, "description": e.message if isinstance(e, FirError)
+                    else str(e)}
+        self.out.response(req, body)
+
+    def r_setDataBreakpoints(self, req):
+        wanted = [b if isinstance(b, dict) else {} for b in
+                  arg(req, "breakpoints", list, required=True)]
+        self.out.response(req, {"breakpoints": self.bps.set_data(wanted)})
+
+    # ================================================================ running
+    def _focus(self, req) -> None:
+        """Stepping a lane's thread focuses that lane (conditions and stops look at it)."""
+        thread = arg(req, "threadId", int)
+        if thread is None or self.views is None:
+            return
+        lane = self.views.lane_of_thread(thread)
+        if lane is not None and lane != self.ci.lane:
+            self.ci.set_lane(lane)
+
+    def _move(self, req, line: str, *, goalless: bool = False, reason: str = "step",
+              body: dict | None = None) -> None:
+        if self.ended:
+            raise RequestError("the session has ended")
+        self._focus(req)
+        if req.get("command") == "continue":
+            body = {"allThreadsContinued": True}
+        self.out.response(req, body)
+        self._start(line, goalless=goalless, reason=reason)
+
+    def _in_kernel(self) -> bool:
+        d = self.ci.s.dispatch
+        return d is not None and not d.done
+
+    def _step_in_line(self) -> str:
+        """Into the next node's kernel, stopping before its first instruction."""
+        s = self.ci.s
+        node = s.node
+        if self._in_kernel() or node is None or node.kind != "micro" or not node.program.ops:
+            return "stepi"
+        # until KERNEL:LINE stops before pc 0: the cursor is before this node, so the first
+        # dispatch of that kernel is this one.
+        return f"until {node.target}:{node.program.ops[0].loc.line}"
+
+    def r_continue(self, req):
+        self._move(req, "continue", goalless=True)
+
+    def r_next(self, req):
+        if arg(req, "granularity", str) == "instruction":
+            return self._move(req, self._step_in_line())
+        self._move(req, "stepi" if self._in_kernel() else "next")
+
+    def r_stepIn(self, req):
+        self._move(req, self._step_in_line())
+
+    def r_stepOut(self, req):
+        self._move(req, "finish")
+
+    def r_stepBack(self, req):
+        instruction = self._in_kernel() or arg(req, "granularity", str) == "instruction"
+        self._move(req, "reverse-stepi" if instruction else "reverse-next")
+
+    def r_reverseContinue(self, req):
+        self._move(req, "reverse-continue", goalless=True)
+
+    def r_pause(self, req):
+        self.out.response(req)
+        if self.running is None:
+            if self.ci is not None and not self.ended:  # already stopped: say where
+                self._report(self.ci.last.stop, "", "pause")
+            return
+        self.running.paused = True
+        self.ci.s.cancel.set()
+
+    def r_gotoTargets(self, req):
+        line = arg(req, "line", int, required=True)
+        s = self.ci.s
+        targets = [{"id": n.index + 1, "label": f"{n.full_name} (token {s.step})", "line": line}
+                   for n in s.nodes if n.loc.line == line]
+        self.out.response(req, {"targets": targets})
+
+    def r_goto(self, req):
+        target = arg(req, "targetId", int, required=True)
+        nodes = self.ci.s.nodes
+        if not 1 <= target <= len(nodes):
+            raise RequestError(f"no goto target {target}")
+        self._move(req, f"goto {nodes[target - 1].full_name}", reason="goto")
+
+    def _start(self, line: str, *, goalless: bool, reason: str = "step") -> None:
+        self.views.reset()
+        run = Run(line, goalless, reason)
+        self.running = run
+
+        def work():
+            try:
+                result = self.ci.run(line)
+                item = (result.text, None)
+            except FirError as e:
+                item = ("", str(e))
+            except Exception as e:  # a bug: keep the adapter up and say so
+                traceback.print_exc(file=sys.stderr)
+                item = ("", f"internal error in firscope: {type(e).__name__}: {e}")
+            self.inbox.put(("ran", item))
+        run.thread = threading.Thread(target=work, name="dap-run", daemon=True)
+        run.thread.start()
+
+    def _ran(self, text: str, error: str | None) -> None:
+        run = self.running
+        run.thread.join()
+        self.running = None
+        stop = self.ci.last.stop
+        for msg in run.deferred:
+            self.dispatch(msg)
+        if run.retake and not run.paused and error is None \
+                and stop.reason is StopReason.INTERRUPTED:
+            self._start(run.line, goalless=run.goalless, reason=run.reason)
+            return
+        if error is not None:
+            self.output(error, "stderr")
+            stop = self.ci.last.stop
+        self._report(stop, text, run.reason)
+
+    # ================================================================ stops
+    def _report(self, stop: Stop, text: str, reason: str) -> None:
+        self.output(text)
+        if self.ended:  # terminated while it ran: no stop to show any more
+            return
+        r = stop.reason
+        if r is StopReason.FINISHED:
+            s = self.ci.s
+            self.output(f"generated: {self.ci.tok.decode(s.sequence)!r}")
+            return self._end(0)
+        if r.is_error and not self.bps.stop_on_fault:
+            self.output(stop.message, "stderr")
+            return self._end(1)
+        self.last_threads = self.views.threads()
+        body = {"reason": self._reason(stop, reason), "threadId": self.views.stopped_thread(),
+                "allThreadsStopped": True, "description": stop.reason.label,
+                "text": (stop.message or text).split("\n")[0]}
+        if stop.breakpoint is not None:
+            body["hitBreakpointIds"] = [stop.breakpoint]
+        self.out.event("stopped", body)
+
+    def _reason(self, stop: Stop, reason: str) -> str:
+        r = stop.reason
+        if r is StopReason.ENTRY:
+            return "entry"
+        if r is StopReason.BREAKPOINT:
+            origin = self.bps.origin.get(stop.breakpoint)
+            return "function breakpoint" if origin == "function" else "breakpoint"
+        if r is StopReason.WATCHPOINT:
+            return "data breakpoint"
+        if r in EXCEPTION_IDS:
+            return "exception"
+        if r is StopReason.INTERRUPTED:
+            return "pause"
+        return reason if reason != "entry" else "step"
+
+    def _end(self, code: int) -> None:
+        if not self.ended:
+            self.ended = True
+            self.out.event("exited", {"exitCode": code})
+            self.out.event("terminated")
+
+    def r_exceptionInfo(self, req):
+        stop = self.ci.last.stop
+        if stop.reason not in EXCEPTION_IDS:
+            raise RequestError("the last stop was not an exception")
+        first = stop.message.split("\n")[0]
+        self.out.response(req, {"exceptionId": EXCEPTION_IDS[stop.reason], "description": first,
+                                "breakMode": "always",
+                                "details": {"message": stop.message,
+                                            "typeName": stop.reason.label,
+                                            "stackTrace": self.ci.where_line()}})
+
+    # ================================================================ looking
+    def r_threads(self, req):
+        if self.running is not None or self.views is None:
+            return self.out.response(req, {"threads": self.last_threads})
+        self.last_threads = self.views.threads()
+        self.out.response(req, {"threads": self.last_threads})
+
+    def r_stackTrace(self, req):
+        frames = self.views.frames(arg(req, "threadId", int, required=True))
+        start = max(arg(req, "startFrame", int, 0), 0)
+        levels = arg(req, "levels", int, 0)
+        shown = frames[start: start + levels] if levels and levels > 0 else frames[start:]
+        self.out.response(req, {"stackFrames": shown, "totalFrames": len(frames)})
+
+    def r_scopes(self, req):
+        self.out.response(req, {"scopes": self.views.scopes(
+            arg(req, "frameId", int, required=True))})
+
+    def r_variables(self, req):
+        ref = arg(req, "variablesReference", int, required=True)
+        variables = self.views.variables(ref, arg(req, "start", int), arg(req, "count", int),
+                                         arg(req, "filter", str))
+        self.out.response(req, {"variables": variables})
+
+    def r_setVariable(self, req):
+        ref = arg(req, "variablesReference", int, required=True)
+        name = arg(req, "name", str, required=True)
+        value = arg(req, "value", str, required=True)
+        target, lane = self.views.set_target(ref, name)
+        prefix = f"lane {lane} " if lane is not None else ""
+        self.ci.run(f"set {prefix}{target} = {value}")
+        shown = target.removeprefix("--weight ")
+        new = self.ci.s.evaluate(shown, lane=lane if lane is not None else self.ci.lane)
+        self.out.response(req, {"value": fmt_scalar(np.asarray(new)[()]) if np.ndim(new) == 0
+                                else str(new)})
+
+    def r_evaluate(self, req):
+        text = arg(req, "expression", str, required=True).strip()
+        context = arg(req, "context", str, "repl")
+        frame = arg(req, "frameId", int)
+        lane = self.ci.lane
+        if frame is not None:
+            f = self.views.handles.get(frame, "frame")
+            lane = getattr(f, "lane", None)
+            lane = self.ci.lane if lane is None else lane
+        if context == "repl" and self._is_command(text):
+            return self._repl_command(req, text)
+        self.out.response(req, self.views.evaluate(text, lane, hover=context == "hover"))
+
+    def _is_command(self, text: str) -> bool:
+        word = text.split(None, 1)[0] if text else ""
+        cmd = self.ci.command_for(text)
+        if cmd is None or len(word) < 2:
+            return False  # one-letter aliases (n, c, p) are names a model may use
+        m = self.ci.s.model
+        return word not in m.buffers and not any(w.decl == word for w in m.weights.values())
+
+    def _repl_command(self, req, text: str) -> None:
+        cmd = self.ci.command_for(text)
+        if cmd.names[0] == "quit":
+            raise RequestError("use the editor's stop button to end the session")
+        if cmd.resumes:
+            return self._move(req, text, body={"result": "", "variablesReference": 0})
+        result = self.ci.execute(text)
+        self.out.response(req, {"result": result, "variablesReference": 0})
+        if self.client.get("supportsInvalidatedEvent"):
+            self.out.event("invalidated", {"areas": ["variables"]})
+
+    def r_readMemory(self, req):
+        ref = arg(req, "memoryReference", str, required=True)
+        offset = arg(req, "offset", int, 0)
+        count = arg(req, "count", int, required=True)
+        try:
+            start = int(ref, 16) + offset
+        except ValueError:
+            raise RequestError(f"bad memoryReference {ref!r}") from None
+        raw = self.ci.s.arena.view(np.uint8)
+        if count < 0:
+            raise RequestError("count must be >= 0")
+        lo, hi = max(start, 0), min(start + min(count, 1 << 24), raw.size)
+        data = raw[lo:hi].tobytes() if hi > lo else b""
+        self.out.response(req, {"address": hex(start), "data": base64.b64encode(data).decode(),
+                                "unreadableBytes": count - len(data)})
+
+    def r_source(self, req):
+        lines = self.ci.s.model.fir.lines
+        self.out.response(req, {"content": "\n".join(lines) + "\n", "mimeType": "text/x-fir"})
