@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import FirError, Interrupted
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "ui")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "ui", "diff")
 DEFAULT_PROMPT = "    if "  # the UI's prompt when none is given
 
 
@@ -65,19 +65,51 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ids", action="store_true", help="print token ids instead of text")
     r.add_argument("--budget", type=int, default=None, metavar="N",
                    help="instructions one dispatch may run before it counts as runaway")
+    r.add_argument("--dump", metavar="FILE", help="write every node output of every step to "
+                   "FILE (.safetensors or .npz; see docs/dump-format.md)")
+    r.add_argument("--dump-nodes", metavar="PATTERN", help="only these outputs: globs over "
+                   "instances or INSTANCE/BUFFER, comma-separated ('attention@*,*/x')")
 
     d = sub.add_parser("debug", help="batch debugger (gdb-style commands from -x or stdin)")
     _model_arg(d)
-    _input_args(d, required=True)
+    _input_args(d, required=False)  # required unless --against gives the dump's tokens
     d.add_argument("-x", dest="script", metavar="SCRIPT", help="read commands from this file")
     d.add_argument("--engine", choices=("compiled", "interp"), default="compiled")
+    d.add_argument("--against", metavar="DUMP", help="compare every node with this dump "
+                   "(break diverge, info diff)")
 
     pr = sub.add_parser("profile", help="profile a run and write a report")
     _model_arg(pr)
     _input_args(pr, required=True)
     pr.add_argument("-o", dest="out", required=True, metavar="DIR", help="report folder")
     pr.add_argument("--engine", choices=("compiled", "interp"), default="compiled")
+    _diff_parser(sub)
     return p
+
+
+def _diff_parser(sub) -> None:
+    df = sub.add_parser("diff", help="find where another run diverges from the reference",
+                        description="firscope diff MODEL.fir --against DUMP, or firscope diff "
+                                    "A.fir B.fir. Exit 0: nothing diverges; 1: something "
+                                    "diverges or does not match; 2: usage or unreadable file.")
+    _model_arg(df)
+    df.add_argument("other", nargs="?", metavar="B.fir", help="a second model to run in "
+                    "lockstep (instead of --against)")
+    df.add_argument("--against", metavar="DUMP", help="a dump (.safetensors or .npz)")
+    g = df.add_mutually_exclusive_group()
+    g.add_argument("--prompt", help="prompt text (default: the dump's tokens)")
+    g.add_argument("--tokens", help="token ids, e.g. 1,2,3 (default: the dump's tokens)")
+    df.add_argument("--engine", choices=("compiled", "interp"), default="compiled")
+    df.add_argument("--budget", type=int, default=None, metavar="N",
+                    help="instructions one dispatch may run before it counts as runaway")
+    df.add_argument("--rtol", type=float, default=None, help="relative L2 bound per node "
+                    "output (default 1e-4)")
+    df.add_argument("--atol", type=float, default=None, help="per-element floor as a "
+                    "fraction of max|reference| (default 1e-3)")
+    df.add_argument("--ulp", type=int, default=None, help="strict mode: at most N ULPs per "
+                    "element (instead of --rtol/--atol)")
+    df.add_argument("--json", action="store_true", help="print JSON")
+    df.add_argument("--per-step", action="store_true", help="one row per step, not per output")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,7 +259,9 @@ def cmd_run(args) -> int:
                       budget=args.budget if args.budget is not None else DEFAULT_BUDGET)
     stop_between_nodes(machine)
     t = time.perf_counter()
-    with ctrl_c_stops(machine.stop_flag):
+    from .compare.command import dump_recording
+    with ctrl_c_stops(machine.stop_flag), dump_recording(machine, args.dump, args.dump_nodes,
+                                                         len(ids) + max(n - 1, 0)):
         generated, logits = machine.generate(ids, n, temperature=args.temperature,
                                              seed=args.seed)
     dt = time.perf_counter() - t
@@ -325,5 +359,10 @@ def cmd_profile(args) -> int:
     return run_profile(args)
 
 
+def cmd_diff(args) -> int:
+    from .compare.command import run_diff
+    return run_diff(args, load=load, prompt_ids=prompt_ids)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
-            "profile": cmd_profile}
+            "profile": cmd_profile, "diff": cmd_diff}
