@@ -15,11 +15,21 @@ def run_batch(args, out=None, stdin=None) -> int:
     from ..cli import load, prompt_ids
     out = out or sys.stdout
     model = load(args)
+    against = getattr(args, "against", None)
+    given = args.tokens or args.prompt is not None
+    if not given and not against:
+        raise FirError("give the prompt: --prompt TEXT or --tokens IDS")
     ids, tok = prompt_ids(args, model)
     n = 16 if args.n is None else args.n
+    if against and not given:  # the tokens the dump was fed, and no more (issue 13)
+        from .diverge import dump_tokens
+        ids, n = dump_tokens(against), 0 if args.n is None else n
     if n < 0:
         raise FirError("-n must be 0 or more")
     session = Session(model, ids, n, engine=args.engine)
+    if against:  # compare every node with the dump
+        from .diverge import attach_reference
+        attach_reference(session, against)
     ci = CommandInterpreter(session, tok)
     if args.script:
         path = Path(args.script)
