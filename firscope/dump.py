@@ -33,7 +33,7 @@ import json
 import os
 import re
 import struct
-import tempfile
+import secrets
 import zipfile
 from pathlib import Path
 
@@ -116,9 +116,7 @@ class DumpWriter:
         self.keys: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
         self._offset = 0
         self.closed = False
-        folder = self.path.parent if str(self.path.parent) else Path(".")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=folder)
-        self._tmp = Path(tmp)
+        self._tmp, fd = _create_beside(self.path)
         self._file = os.fdopen(fd, "w+b")
         self._reserve = 0
         self._zip = None
@@ -205,8 +203,7 @@ class DumpWriter:
             f.flush()
             return
         size = len(header) + (-(8 + len(header)) % 8)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part",
-                                   dir=self._tmp.parent)
+        tmp, fd = _create_beside(self.path)
         with os.fdopen(fd, "wb") as out:  # the header outgrew its room: copy the data once
             out.write(struct.pack("<Q", size) + header.ljust(size, b" "))
             f.seek(8 + self._reserve)
@@ -214,7 +211,20 @@ class DumpWriter:
                 out.write(block)
         f.close()
         self._tmp.unlink(missing_ok=True)
-        self._tmp = Path(tmp)
+        self._tmp = tmp
+
+
+def _create_beside(path: Path) -> tuple[Path, int]:
+    """A new hidden file next to ``path`` (same file system, so the final rename is atomic),
+    with the permissions a plain open would give (mkstemp's are owner-only)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    for _ in range(100):
+        tmp = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
+        try:
+            return tmp, os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: cannot create a temporary file for the dump")
 
 
 def _npy_bytes(a: np.ndarray) -> bytes:

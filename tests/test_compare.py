@@ -124,6 +124,58 @@ def test_f16_storage_widens_the_tolerance():
                           Tolerance().for_dtype("F16")).diverged  # a real 1% error still is
 
 
+def _adversarial(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300) if seed % 2 else rng.integers(2000, 9000))  # across blocks
+    specials = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e-45, -1e-45, 3e38, -3e38, 1.0],
+                        np.float32)
+    a = rng.normal(size=n).astype(np.float32) * np.float32(10.0 ** rng.integers(-30, 30))
+    b = a.copy()
+    for arr in (a, b):
+        k = rng.integers(0, max(n // 4, 1) + 1)
+        arr[rng.integers(0, max(n, 1), k) % max(n, 1)] = rng.choice(specials, k) if n else arr[:0]
+    noisy = rng.random(n) < 0.5
+    b[noisy] = (b[noisy] * (1 + rng.integers(-3, 4, noisy.sum()) * np.float32(2 ** -23))
+                ).astype(np.float32)
+    return a, b
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_fused_scan_matches_the_numpy_reference(seed):
+    """scan (one numba loop) against scan_numpy (plain NumPy), as the compiled engine is
+    checked against the interpreter: NaN payloads, infinities, +-0, subnormals, huge values."""
+    from firscope.compare.scan import (bits_equal, first_beyond, first_beyond_numpy, scan,
+                                       scan_numpy)
+    a, b = _adversarial(seed)
+    fast, ref = scan(a, b), scan_numpy(a, b)
+    for field in ("differing", "first", "nonfinite", "first_nonfinite", "max_d", "arg_d",
+                  "max_ulp", "max_ref"):
+        assert getattr(fast, field) == getattr(ref, field), field
+    assert fast.sum_d2 == pytest.approx(ref.sum_d2, rel=1e-12)
+    assert fast.sum_r2 == pytest.approx(ref.sum_r2, rel=1e-12)
+    assert bits_equal(a, b) == np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    assert bits_equal(a, a.copy())
+    for floor, ulp in ((0.0, None), (ref.max_d / 2, None), (None, 2), (None, 0)):
+        assert first_beyond(a, b, floor, ulp) == first_beyond_numpy(a, b, floor, ulp)
+    for tol in (Tolerance(), make_tolerance(ulp=1)):
+        _same(compare_arrays(a, b, tol), compare_arrays(a, b, tol, scanner=scan_numpy))
+
+
+def _same(x, y):
+    """Field by field; NaN equals NaN; the two scans sum squares in different orders, so
+    rel_l2 may differ in the last bits."""
+    import dataclasses
+    import math
+    for f in dataclasses.fields(x):
+        u, v = getattr(x, f.name), getattr(y, f.name)
+        if isinstance(u, float) and math.isnan(u):
+            assert isinstance(v, float) and math.isnan(v), f.name
+        elif f.name == "rel_l2":
+            assert u == pytest.approx(v, rel=1e-12)
+        else:
+            assert u == v, f.name
+
+
 @pytest.mark.parametrize("kw,message", [
     (dict(rtol=-1.0), "--rtol -1"), (dict(atol=float("nan")), "--atol nan"),
     (dict(ulp=-2), "--ulp -2"), (dict(ulp=3, rtol=1e-3), "either --ulp or"),

@@ -88,6 +88,19 @@ def test_a_failed_run_leaves_the_old_file_and_no_partial_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.safetensors"]
 
 
+def test_the_dump_gets_ordinary_file_permissions(tmp_path):
+    """Written through a hidden temporary file, but readable as any file the user writes
+    (mkstemp's files are owner-only)."""
+    import os
+    old = os.umask(0o022)
+    try:
+        with DumpWriter(tmp_path / "d.safetensors") as w:
+            w.add(0, "token", "x", np.ones(2, np.float32))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "d.safetensors").stat().st_mode & 0o777 == 0o644
+
+
 def test_writer_refuses_what_the_format_cannot_hold(tmp_path):
     with DumpWriter(tmp_path / "d.safetensors") as w:
         w.add(0, "token", "x", np.ones(2, np.float32))

@@ -10,6 +10,7 @@ a traceback: npz members are read with ``allow_pickle=False``.
 from __future__ import annotations
 
 import json
+import mmap
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ class Dump:
         self.warnings: list[str] = []
         self.entries: dict[str, DumpEntry] = {}
         self.metadata: dict[str, str] = {}
+        self._map: mmap.mmap | None = None
         if self.kind == "npz":
             self._open_npz()
         else:
@@ -116,8 +118,20 @@ class Dump:
             raise FirError(f"{self.path}: '{shown(key)}' is {entry.dtype}; dumps hold "
                            "floating-point values")
         if self.kind == "safetensors":
+            if entry.dtype == "F32":  # the common case: a view of the mapped file, no copy
+                return self._f32_view(key)
             return np.asarray(self._st.read(key)).reshape(-1)
         return self._read_npz(key)
+
+    def _f32_view(self, key: str) -> np.ndarray:
+        if self._map is None:
+            try:
+                with self.path.open("rb") as f:
+                    self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as e:
+                raise FirError(f"{self.path}: cannot map file: {e}") from None
+        t = self._st.tensors[key]
+        return np.frombuffer(self._map, dtype="<f4", count=t.nbytes // 4, offset=t.start)
 
     # -- npz ------------------------------------------------------------------------------
     def _open_npz(self) -> None:
@@ -176,6 +190,7 @@ class Dump:
         return np.asarray(a, dtype=np.float32).reshape(-1)
 
     def close(self) -> None:
+        """Release the file (arrays read from it must not be used after this)."""
         z = getattr(self, "_zip", None)
         if z is not None:
             z.close()

@@ -94,8 +94,10 @@ class DiffReport:
 
 def run_lockstep(model: Model, source, tokens: list[int], tol: Tolerance, *,
                  engine: str = "compiled", budget: int | None = DEFAULT_BUDGET,
-                 lane_lookups: int = MAX_LANE_LOOKUPS) -> DiffReport:
-    """Run ``tokens`` on ``model`` and compare with ``source`` (a DumpSource or ModelSource)."""
+                 lane_lookups: int = MAX_LANE_LOOKUPS,
+                 machine: Machine | None = None) -> DiffReport:
+    """Run ``tokens`` on ``model`` and compare with ``source`` (a DumpSource or ModelSource).
+    ``machine``: a machine of ``model`` to run on (it is reset first); default a new one."""
     if not tokens:
         raise FirError("no tokens to run: give --tokens or --prompt")
     report = DiffReport(str(model.path), str(engine), source.name, source.kind, list(tokens),
@@ -103,7 +105,7 @@ def run_lockstep(model: Model, source, tokens: list[int], tol: Tolerance, *,
                         unmatched=list(source.plan.unmatched))
     report.possible = len(tokens) * sum(len(n.outs) for n in model.nodes)
     report.total_nodes = len(model.nodes)
-    machine = Machine(model, engine=engine, budget=budget)
+    machine = machine or Machine(model, engine=engine, budget=budget)
     machine.reset()
     for t in tokens:
         machine.check_token(t)
@@ -122,6 +124,7 @@ def run_lockstep(model: Model, source, tokens: list[int], tol: Tolerance, *,
 def _first_pass(model: Model, machine: Machine, source, tokens, tol, report) -> None:
     by_step = source.plan.by_step
     results = report.results
+    names = {n.index: n.full_name for n in model.nodes}  # built once, not per output
     for step, token in enumerate(tokens):
         machine.begin_token(token)
         source.begin_step(step, token)
@@ -137,7 +140,7 @@ def _first_pass(model: Model, machine: Machine, source, tokens, tol, report) -> 
                 out = node.outs[w.out]
                 diff = compare_arrays(model.view(out.region), source.value(step, node, w),
                                       tol if w.dtype == "F32" else tol.for_dtype(w.dtype))
-                results.append(OutputResult(step, node.index, node.full_name, out.name,
+                results.append(OutputResult(step, node.index, names[node.index], out.name,
                                             out.display, node.kind == "micro", diff))
         source.end_step(step)
         machine.finish_token()

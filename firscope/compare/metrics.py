@@ -11,8 +11,9 @@ moves the L2 norm. A bound on ULPs alone cannot work: near-zero outputs of
 a dot product are thousands of ULPs apart from reordering alone. ``--ulp N``
 is still offered, as a strict mode for runs expected to be bit-near.
 
-Work is proportional to the elements that differ: bit-identical outputs (a
-dump of the same engine) cost one comparison pass.
+Bit-identical outputs (a dump of the same engine) cost one equality pass;
+otherwise :mod:`.scan` makes a few memory-speed passes and looks closely only
+at the elements whose bits differ.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from .scan import bits_equal, first_beyond, ordered_bits, scan
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-3
@@ -99,12 +102,6 @@ class OutputDiff:
         return self.bad_index if self.diverged else self.first_index
 
 
-def ordered_bits(values: np.ndarray) -> np.ndarray:
-    """f32 -> int64 that orders as the floats do, so that a difference counts ULPs."""
-    i = np.asarray(values, dtype=np.float32).view(np.int32).astype(np.int64)
-    return np.where(i < 0, -(i & 0x7FFFFFFF), i)
-
-
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(ordered_bits(a) - ordered_bits(b))
 
@@ -120,84 +117,47 @@ def _exact(n: int) -> OutputDiff:
     return d
 
 
-def compare_arrays(ref: np.ndarray, other: np.ndarray, tol: Tolerance) -> OutputDiff:
+def compare_arrays(ref: np.ndarray, other: np.ndarray, tol: Tolerance, *,
+                   scanner=scan) -> OutputDiff:
     """Compare two f32 vectors of equal size (the caller checked the sizes)."""
-    ref = np.asarray(ref, dtype=np.float32).reshape(-1)
-    other = np.asarray(other, dtype=np.float32).reshape(-1)
+    ref = np.ascontiguousarray(ref, dtype=np.float32).reshape(-1)
+    other = np.ascontiguousarray(other, dtype=np.float32).reshape(-1)
     n = ref.size
-    idx = np.flatnonzero(ref.view(np.uint32) != other.view(np.uint32))
-    if idx.size == 0:
+    if bits_equal(ref, other):
+        return _exact(n)  # a same-engine dump: one pass at memory speed
+    sc = scanner(ref, other)
+    if sc.differing == 0:
         return _exact(n)
-    a, b = ref[idx], other[idx]
-    fa, fb = np.isfinite(a), np.isfinite(b)
-    both = fa & fb
-    # NaN against NaN (any payload) means the same thing; Inf differs from Inf only in sign
-    same_nonfinite = ~fa & ~fb & ((np.isnan(a) & np.isnan(b)) | (a == b))
-    mismatch = ~both & ~same_nonfinite
-    d = b[both].astype(np.float64) - a[both].astype(np.float64)
-    ad = np.abs(d)
-    real = np.zeros(idx.size, dtype=bool)  # differs in value (not +0 against -0, not NaN~NaN)
-    real[both] = ad > 0
-    real |= mismatch
-    if not real.any():
-        return _exact(n)
-    ulps = ulp_distance(a[both], b[both])
-    norm_ref = _norm(ref)
-    norm_d = float(np.sqrt(np.dot(d, d)))
+    norm_ref = math.sqrt(sc.sum_r2)
+    norm_d = math.sqrt(sc.sum_d2)
     rel = norm_d / norm_ref if norm_ref > 0 else (math.inf if norm_d > 0 else 0.0)
-    max_abs = float(ad.max()) if ad.size else 0.0
-    max_ulp = int(ulps.max()) if ulps.size else 0
-    first = int(idx[np.flatnonzero(real)[0]])
-    out = np.zeros(idx.size, dtype=bool)  # beyond the per-element bound
     if tol.ulp is not None:
-        out[both] = ulps > tol.ulp
-        floor_text = f"{tol.ulp} ULP"
+        beyond = -1 if sc.max_ulp <= tol.ulp else first_beyond(ref, other, None, tol.ulp)
+        bound = f"{tol.ulp} ULP"
     else:
-        floor = tol.atol * _max_abs(ref)
-        out[both] = ad > floor
-        floor_text = f"the floor {floor:.3g} ({tol.atol:g} * max|reference|)"
-    out |= mismatch
-    reason = ""
-    if mismatch.any():
-        k = int(np.flatnonzero(mismatch)[0])
-        reason = (f"element {int(idx[k])} is {_show(b[k])} where the reference has "
-                  f"{_show(a[k])}")
-    elif out.any():
-        k = int(np.flatnonzero(out)[0])
-        err = abs(float(b[k]) - float(a[k]))
-        reason = (f"element {int(idx[k])} is off by {err:.3g} ({_show(b[k])} against "
-                  f"{_show(a[k])}), beyond {floor_text}")
+        floor = tol.atol * sc.max_ref
+        beyond = -1 if sc.max_d <= floor else first_beyond(ref, other, floor, None)
+        bound = f"the floor {floor:.3g} ({tol.atol:g} * max|reference|)"
+    if sc.first_nonfinite >= 0 and (beyond < 0 or sc.first_nonfinite < beyond):
+        k = sc.first_nonfinite
+        reason = f"element {k} is {_show(other[k])} where the reference has {_show(ref[k])}"
+    elif beyond >= 0:
+        k = beyond
+        err = abs(float(other[k]) - float(ref[k]))
+        reason = (f"element {k} is off by {err:.3g} ({_show(other[k])} against "
+                  f"{_show(ref[k])}), beyond {bound}")
     elif tol.ulp is None and rel > tol.rtol:
+        k = sc.arg_d  # diverged by the L2 norm alone: show the worst element
         reason = f"relative L2 error {rel:.3g} > {tol.rtol:g}"
-    diverged = bool(reason)
-    if out.any():
-        k = int(np.flatnonzero(out)[0])
-    elif diverged:  # by the L2 norm alone: show the worst element
-        k = int(np.flatnonzero(both)[int(np.argmax(ad))])
     else:
-        k = int(np.flatnonzero(real)[0])
-    bad = int(idx[k])
-    return OutputDiff(n, int(real.sum()), max_abs, rel, max_ulp, int(mismatch.sum()), first,
-                      bad if diverged else None, float(a[k]), float(b[k]), diverged, reason)
+        k = sc.first
+        reason = ""
+    diverged = bool(reason)
+    return OutputDiff(n, sc.differing, sc.max_d, rel, sc.max_ulp, sc.nonfinite, sc.first,
+                      k if diverged else None, float(ref[k]), float(other[k]), diverged, reason)
 
 
 def _show(v) -> str:
     v = float(v)
     return "NaN" if math.isnan(v) else ("Inf" if v == math.inf else
                                         "-Inf" if v == -math.inf else f"{v:.7g}")
-
-
-def _norm(ref: np.ndarray) -> float:
-    s = float(np.dot(ref, ref))  # BLAS, f32 accumulation: plenty for a norm
-    if math.isfinite(s):
-        return math.sqrt(s)
-    finite = ref[np.isfinite(ref)].astype(np.float64)  # huge values or NaN in the reference
-    return float(np.sqrt(np.dot(finite, finite)))
-
-
-def _max_abs(ref: np.ndarray) -> float:
-    hi, lo = float(ref.max()), float(ref.min())
-    if math.isfinite(hi) and math.isfinite(lo):
-        return max(hi, -lo)
-    finite = ref[np.isfinite(ref)]
-    return float(np.abs(finite).max()) if finite.size else 0.0
