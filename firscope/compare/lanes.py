@@ -53,6 +53,20 @@ def relocate(program: Program, layout: Mapping[int, int]) -> Program:
     return replace(program, ops=ops, operands=operands)
 
 
+def scratch_arena(regions: list[Region], start: Mapping[int, np.ndarray]
+                  ) -> tuple[dict[int, int], np.ndarray]:
+    """The regions packed one after another into a small arena of their start values:
+    (arena base -> scratch base, the scratch arena)."""
+    layout, offset = {}, 0
+    for r in regions:
+        layout[r.base] = offset
+        offset += r.size
+    scratch = np.zeros(max(offset, 1), dtype=np.float32)
+    for r in regions:
+        scratch[layout[r.base]: layout[r.base] + r.size] = start[r.base]
+    return layout, scratch
+
+
 def start_values(program: Program, arena: np.ndarray) -> dict[int, np.ndarray]:
     """Copies of the kernel's regions as they are in ``arena`` now (call before the node)."""
     return {r.base: arena[r.base: r.stop].copy() for r in program_regions(program)}
@@ -67,13 +81,7 @@ def writers(program: Program, start: Mapping[int, np.ndarray], addresses: Iterab
     ends it: what was found until then is returned.
     """
     regions = program_regions(program)
-    layout, offset = {}, 0
-    for r in regions:
-        layout[r.base] = offset
-        offset += r.size
-    scratch = np.zeros(max(offset, 1), dtype=np.float32)
-    for r in regions:
-        scratch[layout[r.base]: layout[r.base] + r.size] = start[r.base]
+    layout, scratch = scratch_arena(regions, start)
     wanted: dict[int, int] = {}  # scratch address -> arena address
     for address in addresses:
         r = next((r for r in regions if r.base <= address < r.stop), None)
