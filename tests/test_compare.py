@@ -363,6 +363,17 @@ def test_keys_that_match_nothing_are_listed_and_fail(random_model, tmp_path, cap
     assert (rep["first_divergence"]["step"], rep["first_divergence"]["instance"]) == (1, "ln1@0")
 
 
+def test_text_from_the_dump_is_escaped(random_model, tmp_path, capsys):
+    """Keys and metadata are the file's text: a terminal escape in them is shown escaped."""
+    evil = "\x1b]0;pwned\x07"
+    with DumpWriter(tmp_path / "e.safetensors", tokens=[1], producer=f"x{evil}") as w:
+        w.add(0, f"head{evil}", "logits", np.zeros(256, np.float32))
+    code, out, err = _fs(capsys, "diff", random_model, "--against", tmp_path / "e.safetensors")
+    assert code == 1 and "\x1b" not in out + err
+    assert "producer: x\\x1b]0;pwned\\x07" in out
+    assert "step0/head\\x1b]0;pwned\\x07/logits: no node instance" in out
+
+
 def test_nan_in_a_dump_is_the_divergence(random_model, tmp_path, capsys):
     dump = _good_dump(random_model, tmp_path / "d.safetensors")
     d = Dump(dump)

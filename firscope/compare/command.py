@@ -15,6 +15,7 @@ from collections import Counter
 
 from ..dump import file_sha256
 from ..errors import FirError
+from ..model.checkpoint import shown
 from ..runtime import Model
 from ..runtime.machine import DEFAULT_BUDGET
 from .dumpfile import Dump
@@ -100,8 +101,8 @@ def _against_dump(model: Model, args, tol: Tolerance, prompt_ids, budget: int) -
         mine = file_sha256(model.path)
         if dump.model_hash.lower() != mine:
             warnings.append(f"the dump was made from another model file (its sha256 "
-                            f"{dump.model_hash[:16]}..., {model.path.name} has {mine[:16]}...): "
-                            "comparing anyway")
+                            f"{shown(dump.model_hash[:16])}..., {model.path.name} has "
+                            f"{mine[:16]}...): comparing anyway")
     source = DumpSource(model, dump, len(tokens))
     try:
         report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget)
@@ -133,7 +134,7 @@ def _coverage_notes(model: Model, report: DiffReport, plan) -> None:
     steps = len(report.tokens)
     if plan.beyond:
         report.notes.append(f"{len(plan.beyond)} keys are at steps past the {steps} compared "
-                            f"(e.g. {plan.beyond[0]}): not compared")
+                            f"(e.g. {shown(plan.beyond[0])}): not compared")
     present = set(plan.by_step)
     missing = [s for s in range(steps) if s not in present]
     if missing and len(missing) < steps:

@@ -11,6 +11,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from ..model.checkpoint import shown
 from .lockstep import DiffReport, OutputResult
 
 MAX_LISTED = 50  # mismatching keys listed in the text report (the JSON lists all)
@@ -108,7 +109,7 @@ def format_text(report: DiffReport, *, per_step: bool = False) -> str:
 
 def _producer(report: DiffReport) -> str:
     p = report.meta.get("producer")
-    return f" (producer: {p})" if p else ""
+    return f" (producer: {shown(p)})" if p else ""  # text from the file: escaped, short
 
 
 def _table(report: DiffReport, per_step: bool) -> list[str]:
@@ -151,7 +152,7 @@ def _mismatch_lines(report: DiffReport) -> list[str]:
             "outputs that do not match"
         out.append(f"{n} {what} (not compared):")
         for m in report.mismatches[:MAX_LISTED]:
-            out.append(f"  {m.key}: {m.problem}")
+            out.append(f"  {shown(m.key)}: {m.problem}")
         if n > MAX_LISTED:
             out.append(f"  ... and {n - MAX_LISTED} more (--json lists all)")
     if report.unmatched:

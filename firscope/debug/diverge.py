@@ -26,6 +26,7 @@ from ..compare.lockstep import OutputResult
 from ..compare.metrics import Tolerance, make_tolerance
 from ..compare.report import where_text
 from ..errors import FirError
+from ..model.checkpoint import shown
 from .breakpoints import NodeCheck
 from .history import RecordKind
 from .snapshot import StopReason
@@ -210,7 +211,7 @@ def info_diff(ci, arg: str = "") -> str:
     lines += [f"warning: {w}" for w in ref.warnings]
     if ref.mismatches:
         lines.append(f"{len(ref.mismatches)} keys match nothing in the model, e.g. "
-                     f"{ref.mismatches[0].key}: {ref.mismatches[0].problem}")
+                     f"{shown(ref.mismatches[0].key)}: {ref.mismatches[0].problem}")
     if step in ref.skipped:
         lines.append(f"step {step} not compared: {ref.skipped[step]}")
     rows = ref.step_results(step)
