@@ -26,7 +26,7 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "ui", "dap", "serve")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "ui", "diff", "dap", "serve")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 ENGINES = ("compiled", "interp")
@@ -89,11 +89,19 @@ def _model_arg(p: argparse.ArgumentParser) -> None:
                         "copies dequantized at load (more memory; for comparison)")
 
 
+class _Given(argparse.Action):
+    """Stores the value and notes that the user gave it (``n_given``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def _input_args(p: argparse.ArgumentParser, required: bool, steps: int) -> None:
     g = p.add_mutually_exclusive_group(required=required)
     g.add_argument("--prompt", type=text_arg, help="prompt text, fed one token per step")
     g.add_argument("--tokens", type=text_arg, help="prompt as token ids, e.g. 1,2,3")
-    p.add_argument("-n", type=count_arg, default=steps, metavar="N",
+    p.add_argument("-n", type=count_arg, default=steps, metavar="N", action=_Given,
                    help=f"tokens to generate (default {steps})")
 
 
@@ -132,10 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ids", action="store_true", help="print token ids instead of text")
     r.add_argument("--budget", type=int, default=None, metavar="N",
                    help="instructions one dispatch may run before it counts as runaway")
+    r.add_argument("--dump", type=path_arg, metavar="FILE",
+                   help="write every node output of every step to FILE (.safetensors or .npz; "
+                        "see docs/dump-format.md)")
+    r.add_argument("--dump-nodes", metavar="PATTERN",
+                   help="only these outputs: globs over instances or INSTANCE/BUFFER, "
+                        "comma-separated ('attention@*,*/x')")
 
     d = sub.add_parser("debug", help="batch debugger (gdb-style commands from -x or stdin)")
     _model_arg(d)
-    _input_args(d, required=True, steps=DEFAULT_STEPS)
+    _input_args(d, required=False, steps=DEFAULT_STEPS)  # unless --against gives the tokens
+    d.add_argument("--against", type=path_arg, metavar="DUMP",
+                   help="compare every node with this dump (break diverge, info diff); "
+                        "without --prompt/--tokens, feed the dump's tokens")
     d.add_argument("-x", dest="script", type=path_arg, metavar="SCRIPT",
                    help="read commands from this file (default: standard input)")
     d.add_argument("--keep-going", action="store_true",
@@ -150,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="report folder")
     _engine_arg(pr)
 
+    _diff_parser(sub)
+
     dp = sub.add_parser("dap", help="Debug Adapter Protocol server for editors (stdio)")
     dp.add_argument("--port", type=int, default=None, metavar="N",
                     help="listen on 127.0.0.1:N for one client after another instead")
@@ -161,6 +180,33 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     return p
+
+
+def _diff_parser(sub) -> None:
+    df = sub.add_parser("diff", help="find where another run diverges from the reference",
+                        description="firscope diff MODEL.fir --against DUMP, or firscope diff "
+                                    "A.fir B.fir. Exit 0: nothing diverges; 1: something "
+                                    "diverges or does not match; 2: usage or unreadable file.")
+    _model_arg(df)
+    df.add_argument("other", nargs="?", type=path_arg, metavar="B.fir",
+                    help="a second model to run in lockstep (instead of --against)")
+    df.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="a dump (.safetensors or .npz)")
+    g = df.add_mutually_exclusive_group()
+    g.add_argument("--prompt", type=text_arg, help="prompt text (default: the dump's tokens)")
+    g.add_argument("--tokens", type=text_arg,
+                   help="token ids, e.g. 1,2,3 (default: the dump's tokens)")
+    _engine_arg(df)
+    df.add_argument("--budget", type=int, default=None, metavar="N",
+                    help="instructions one dispatch may run before it counts as runaway")
+    df.add_argument("--rtol", type=float, default=None,
+                    help="relative L2 bound per node output (default 1e-4)")
+    df.add_argument("--atol", type=float, default=None,
+                    help="per-element floor as a fraction of max|reference| (default 1e-3)")
+    df.add_argument("--ulp", type=int, default=None,
+                    help="strict mode: at most N ULPs per element (instead of --rtol/--atol)")
+    df.add_argument("--json", action="store_true", help="print JSON")
+    df.add_argument("--per-step", action="store_true", help="one row per step, not per output")
 
 
 def with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -383,7 +429,9 @@ def cmd_run(args) -> int:
                       budget=args.budget if args.budget is not None else DEFAULT_BUDGET)
     stop_between_nodes(machine)
     t = time.perf_counter()
-    with ctrl_c_stops(machine.stop_flag):
+    from .compare.command import dump_recording
+    with ctrl_c_stops(machine.stop_flag), dump_recording(machine, args.dump, args.dump_nodes,
+                                                         len(ids) + max(args.n - 1, 0)):
         generated, logits = machine.generate(ids, args.n, temperature=args.temperature,
                                              seed=args.seed)
     dt = time.perf_counter() - t
@@ -471,13 +519,29 @@ def cmd_ui(args) -> int:
 
 def cmd_debug(args) -> int:
     from .debug.batch import run_batch
-    return run_batch(_run_input(args), n=args.n, engine=args.engine, script=args.script,
-                     keep_going=args.keep_going)
+    n = args.n
+    if args.against and args.prompt is None and args.tokens is None \
+            and not getattr(args, "n_given", False):
+        n = 0  # the tokens the dump was fed, and no more
+    return run_batch(_run_input(args), n=n, engine=args.engine, script=args.script,
+                     keep_going=args.keep_going, against=args.against)
 
 
 def cmd_profile(args) -> int:
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out)
+
+
+def cmd_diff(args) -> int:
+    from .compare.command import run_diff
+    from .runtime.opening import open_model, prompt_ids
+
+    def load(ns):  # the load options mean what they mean for run
+        return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
+
+    def ids_of(ns, model):
+        return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
+    return run_diff(args, load=load, prompt_ids=ids_of)
 
 
 def cmd_dap(args) -> int:
@@ -491,4 +555,4 @@ def cmd_serve(args) -> int:
 
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
-            "profile": cmd_profile, "dap": cmd_dap, "serve": cmd_serve}
+            "profile": cmd_profile, "diff": cmd_diff, "dap": cmd_dap, "serve": cmd_serve}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -65,10 +66,19 @@ def _open_script(path: Path) -> IO[bytes]:
 
 def run_batch(source: RunInput, *, n: int = 16, engine: str = "compiled",
               script: str | Path | None = None, keep_going: bool = False,
+              against: str | Path | None = None,
               out: IO[str] | None = None, stdin: IO | None = None) -> int:
-    """Run the commands of ``script`` (or ``stdin``) on ``source``; 1 if any failed."""
+    """Run the commands of ``script`` (or ``stdin``) on ``source``; 1 if any failed.
+
+    ``against``: a dump every node is compared with as the session runs it (``break
+    diverge``, ``info diff``); without a prompt the session is fed the dump's tokens."""
     out = out or sys.stdout
     check_steps(n)
+    if source.prompt is None and source.tokens is None:
+        if against is None:
+            raise FirError("give the prompt: --prompt TEXT or --tokens IDS")
+        from .diverge import dump_tokens
+        source = replace(source, tokens=tuple(dump_tokens(against)))
     # The script is opened first: a wrong name is reported before the model loads.
     if script is not None:
         stream = _open_script(Path(script))
@@ -80,6 +90,9 @@ def run_batch(source: RunInput, *, n: int = 16, engine: str = "compiled",
     with stream if script is not None else contextlib.nullcontext(stream):  # stdin stays open
         opened = source.open()
         session = Session(opened.model, list(opened.ids), n, engine=engine)
+        if against is not None:  # compare every node with the dump
+            from .diverge import attach_reference
+            attach_reference(session, against)
         ci = CommandInterpreter(session, opened.tokenizer)
         return _run_lines(ci, script_lines(stream, name), name, out, keep_going,
                           header=f"firscope debug: {opened.model.path.name}, "

@@ -118,6 +118,10 @@ class NodeCheck(Breakpoint):
     def fired(self, session, node) -> str | None:
         return None
 
+    def focus_lane(self, session, node) -> int | None:
+        """The lane a front end should focus when this check stops (after :meth:`fired`)."""
+        return None
+
 
 @dataclass(frozen=True, kw_only=True)
 class InstructionCheck(Breakpoint):

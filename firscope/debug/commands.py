@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import FirError
 from ..model.tokens import ByteTokenizer, Tokenizer
-from . import info
+from . import diverge, info
 from .info import fmt_array, fmt_value, format_stats
 from .session import Session
 from .checkpoints import Checkpoints
@@ -67,7 +67,8 @@ def _numbers(args: list[str], what: str = "breakpoint number") -> list[int]:
     return out
 
 
-INFO_TOPICS = "registers|breakpoints|watch|lanes [REG]|node|patches|display|checkpoints"
+INFO_TOPICS = ("registers|breakpoints|watch|lanes [REG]|node|patches|display|checkpoints|"
+               "diff [STEP]")
 
 
 class CommandInterpreter:
@@ -87,7 +88,8 @@ class CommandInterpreter:
         self.table: list[Command] = [
             Command(("break", "b"), "break LOCATION [if COND]",
                     "breakpoint at a node (attention, attention@3), kernel line "
-                    "(g2.attn_decode:156), token N, or nan", self.c_break),
+                    "(g2.attn_decode:156), token N, nan, or diverge [RTOL [ATOL] | ulp N] "
+                    "(with --against)", self.c_break),
             Command(("tbreak",), "tbreak LOCATION [if COND]", "one-shot breakpoint",
                     self.c_tbreak),
             Command(("watch",), "watch BUFFER[a:b] [if COND]",
@@ -316,6 +318,9 @@ class CommandInterpreter:
         return self._moved(self.s.cont(lane=self.lane))
 
     def c_stepi(self, rest):
+        into = None if rest else diverge.step_into(self)  # from a `break diverge` stop
+        if into is not None:
+            return self._moved(into)
         return self._moved(self.s.stepi(_count(rest.split()), lane=self.lane))
 
     def c_next(self, rest):
@@ -401,6 +406,8 @@ class CommandInterpreter:
             return info.info_display(self)
         if what in ("checkpoints", "checkpoint"):
             return info.info_checkpoints(self)
+        if what == "diff":
+            return diverge.info_diff(self, arg.strip())
         raise FirError(f"usage: info {INFO_TOPICS}")
 
     def c_where(self, rest):

@@ -13,11 +13,11 @@ answer says the history is truncated.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..vm.assembler import Address
+from ..compare.lanes import program_regions, relocate, scratch_arena
 from ..vm.interp import Dispatch
 from .history import RecordKind
 
@@ -86,17 +86,6 @@ def _describe_record(session, records, i, rec, address, old, new) -> list[Write]
             for op, lane, o, n in found]
 
 
-def _regions(program) -> list:
-    seen = {}
-    for _, r in program.operands:
-        seen[r.base] = r
-    for op in program.ops:
-        for a in op.args:
-            if isinstance(a, Address):
-                seen[a.region.base] = a.region
-    return list(seen.values())
-
-
 def _start_values(session, records, i, regions) -> dict[int, np.ndarray]:
     """Each region's values when record i's node started."""
     arena = session.arena
@@ -119,19 +108,12 @@ def _start_values(session, records, i, regions) -> dict[int, np.ndarray]:
 
 def _replay_writes(session, records, i, node, address):
     program = node.program
-    regions = _regions(program)
+    regions = program_regions(program)
     target_region = next((r for r in regions if r.base <= address < r.base + r.size), None)
     if target_region is None:
         return []
-    start = _start_values(session, records, i, regions)
-    layout, offset = {}, 0
-    for r in regions:
-        layout[r.base] = offset
-        offset += r.size
-    scratch = np.zeros(max(offset, 1), dtype=np.float32)
-    for r in regions:
-        scratch[layout[r.base]: layout[r.base] + r.size] = start[r.base]
-    moved = _relocate(program, layout)
+    layout, scratch = scratch_arena(regions, _start_values(session, records, i, regions))
+    moved = relocate(program, layout)
     target = layout[target_region.base] + (address - target_region.base)
     found = []
 
@@ -152,14 +134,3 @@ def _replay_writes(session, records, i, node, address):
     except Exception:  # a fault or budget in the replay: report what was found until then
         pass
     return [w for w in found if w[2] != w[3] or len(found) == 1]
-
-
-def _relocate(program, layout: dict[int, int]):
-    """The same program on a scratch arena where region ``base`` starts at ``layout[base]``."""
-    def move(a):
-        if isinstance(a, Address):
-            return replace(a, region=replace(a.region, base=layout[a.region.base]))
-        return a
-    ops = tuple(replace(op, args=tuple(move(a) for a in op.args)) for op in program.ops)
-    operands = tuple((n, replace(r, base=layout[r.base])) for n, r in program.operands)
-    return replace(program, ops=ops, operands=operands)

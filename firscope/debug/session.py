@@ -108,6 +108,10 @@ class Session:
         # The last value each layer left in a buffer that all layers share (scores@2,
         # x@3): (step, node index, copy), for the current token.
         self.layer_values: dict[tuple[str, int], tuple[int, int, np.ndarray]] = {}
+        # A dump every node is compared with (debug.diverge.attach_reference), and the last
+        # `break diverge` stop, which `s` steps back into.
+        self.reference = None
+        self.diverged_at = None
         self._begin_step()
 
     # ------------------------------------------------------------------ where
@@ -233,7 +237,11 @@ class Session:
     # ------------------------------------------------------------- breakpoints
     def add_breakpoint(self, text: str, *, temporary: bool = False) -> Breakpoint:
         loc, cond = split_condition(text)
-        bp = parse_location(self.model, loc)
+        if loc.split(None, 1)[:1] == ["diverge"]:
+            from .diverge import parse_diverge
+            bp = parse_diverge(self, loc)
+        else:
+            bp = parse_location(self.model, loc)
         if cond is not None:
             self.resolver.check(cond)
         return self.breakpoints.add(replace(bp, temporary=temporary, condition=cond))
@@ -530,7 +538,8 @@ class Session:
                 if hit.stop:
                     text = f"{bp.what.capitalize()} {bp.number}, {message}"
                     return self._stop(StopReason.BREAKPOINT,
-                                      f"{hit.error}\n{text}" if hit.error else text, bp.number)
+                                      f"{hit.error}\n{text}" if hit.error else text, bp.number,
+                                      lane=bp.focus_lane(self, node))
         return None
 
     def _complete_dispatch(self, goal: Goal | None = None) -> Stop | None:

@@ -69,6 +69,7 @@ class SafetensorsFile:
     def __init__(self, path: Path):
         self.path = path
         self.tensors: dict[str, TensorInfo] = {}
+        self.metadata: dict = {}  # the header's __metadata__ (dumps keep tokens, model hash)
         self._map: np.memmap | None = None
         size = regular_file_size(path, "a safetensors checkpoint")
         try:
@@ -100,6 +101,7 @@ class SafetensorsFile:
         data_len = size - data_start
         for name, info in header.items():
             if name == "__metadata__":
+                self.metadata = info if isinstance(info, dict) else {}
                 continue
             try:
                 dtype = info["dtype"]

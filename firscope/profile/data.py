@@ -241,6 +241,39 @@ class QuantComparison:
     logits_f32: np.ndarray  # f32 [steps, vocab]
 
 
+@dataclass(frozen=True)
+class DivergenceRow:
+    """One node output against a dump, over every compared step (issue 13)."""
+
+    output: str  # "attention@3/attn"
+    node: int
+    steps: int
+    max_abs: float
+    rel_l2: float
+    max_ulp: int
+    status: str  # "exact", "within tolerance", "DIVERGED at step S"
+    step: int | None  # the step shown: the first divergence, else the first difference
+    index: int | None  # the element shown
+    lane: int | None  # the lane that wrote it (looked up for the first divergences)
+
+
+@dataclass
+class Divergence:
+    """The run against a dump: the report's "divergence" section (profile/divergence.py)."""
+
+    other: str  # the dump's path
+    producer: str | None
+    tolerance: str
+    compared: int  # node outputs compared
+    possible: int  # node outputs the run produced
+    first: str  # the "first divergence: ..." line
+    first_step: int | None
+    first_node: int | None  # plan index: the graph and timeline can mark it
+    rows: list[DivergenceRow] = field(default_factory=list)
+    mismatches: list[tuple[str, str]] = field(default_factory=list)  # (key, problem)
+    notes: list[str] = field(default_factory=list)
+
+
 @dataclass
 class ProfileData:
     """Everything a report shows. Only ``meta``, ``nodes`` and ``kernels`` are required."""
@@ -257,6 +290,7 @@ class ProfileData:
     weights: list[WeightStats] | None = None
     comparison: QuantComparison | None = None
     quant_note: str | None = None  # why there are no quantization numbers
+    divergence: Divergence | None = None  # against a dump, when one was given
 
     @classmethod
     def for_model(cls, model: Model, **meta) -> "ProfileData":

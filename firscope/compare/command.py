@@ -1,0 +1,173 @@
+"""``firscope diff``: the command behind the argument parsing in cli.py.
+
+``firscope diff MODEL.fir --against DUMP`` or ``firscope diff A.fir B.fir``.
+Exit status: 0 when nothing diverges, 1 when something does (or the dump has
+keys that match nothing in the model, or a run faulted), 2 for usage errors
+and unreadable files. The CLI passes its own ``load`` and ``prompt_ids`` so
+that the load options mean the same as for ``run``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections import Counter
+
+from ..dump import file_sha256
+from ..errors import FirError
+from ..model.checkpoint import shown
+from ..runtime import Model
+from ..runtime.machine import DEFAULT_BUDGET
+from .dumpfile import Dump
+from .lockstep import DiffReport, run_lockstep
+from .metrics import Tolerance, make_tolerance
+from .record import DumpRecorder
+from .report import format_json, format_text
+from .sources import DumpSource, ModelSource
+
+MAX_NAMED = 8  # steps or nodes named in a "no values for" note
+
+
+def run_diff(args, *, load, prompt_ids, out=None, err=None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        report = build_report(args, load, prompt_ids)
+    except FirError as e:
+        print(f"firscope: {e}" if e.loc is None else str(e), file=err)
+        return 2
+    text = format_json(report) if args.json else format_text(report, per_step=args.per_step)
+    print(text, file=out)
+    return report.exit_code
+
+
+def tolerance_of(args) -> Tolerance:
+    try:
+        return make_tolerance(args.rtol, args.atol, args.ulp)
+    except ValueError as e:
+        raise FirError(str(e)) from None
+
+
+def build_report(args, load, prompt_ids) -> DiffReport:
+    if (args.other is None) == (args.against is None):
+        raise FirError("give the run to compare with: --against DUMP, or a second model "
+                       "file (firscope diff A.fir B.fir)")
+    tol = tolerance_of(args)
+    budget = args.budget if getattr(args, "budget", None) is not None else DEFAULT_BUDGET
+    if budget < 1:
+        raise FirError(f"--budget {budget}: must be at least 1 instruction")
+    model = load(args)
+    if args.against is not None:
+        return _against_dump(model, args, tol, prompt_ids, budget)
+    other = load(argparse.Namespace(**{**vars(args), "model": args.other}))
+    tokens, tokens_from = _given_tokens(args, model, prompt_ids)
+    source = ModelSource(model, other, len(tokens), engine=args.engine, budget=budget)
+    report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget)
+    report.meta["tokens_from"] = tokens_from
+    _coverage_notes(model, report, source.plan)
+    return report
+
+
+def _given_tokens(args, model: Model, prompt_ids) -> tuple[list[int], str]:
+    ids, _ = prompt_ids(args, model)
+    if getattr(args, "tokens", None):
+        return ids, "--tokens"
+    if getattr(args, "prompt", None) is not None:
+        return ids, "--prompt"
+    return ids, "the default prompt"
+
+
+def _against_dump(model: Model, args, tol: Tolerance, prompt_ids, budget: int) -> DiffReport:
+    dump = Dump(args.against)
+    warnings = list(dump.warnings)
+    if getattr(args, "tokens", None) or getattr(args, "prompt", None) is not None:
+        tokens, tokens_from = _given_tokens(args, model, prompt_ids)
+        try:
+            said = dump.tokens
+        except FirError as e:
+            said = None
+            warnings.append(e.message)
+        if said is not None and said != tokens:
+            warnings.append(f"the dump says it was fed {len(said)} tokens ({_ids(said)}); "
+                            f"comparing with the {len(tokens)} given ({_ids(tokens)})")
+    else:
+        tokens, tokens_from = dump.tokens, "the dump's metadata"
+        if tokens is None:
+            raise FirError(f"{dump.path}: the dump does not say which tokens it was fed (no "
+                           "'tokens' metadata): give --tokens or --prompt")
+        if not tokens:
+            raise FirError(f"{dump.path}: the dump's 'tokens' metadata is empty: give --tokens")
+    if dump.model_hash is not None:
+        mine = file_sha256(model.path)
+        if dump.model_hash.lower() != mine:
+            warnings.append(f"the dump was made from another model file (its sha256 "
+                            f"{shown(dump.model_hash[:16])}..., {model.path.name} has "
+                            f"{mine[:16]}...): comparing anyway")
+    source = DumpSource(model, dump, len(tokens))
+    try:
+        report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget)
+    finally:
+        dump.close()
+    report.warnings[:0] = warnings
+    report.meta.update(tokens_from=tokens_from, producer=dump.producer,
+                       model_hash=dump.model_hash)
+    _dtype_notes(dump, source, tol, report)
+    _coverage_notes(model, report, source.plan)
+    return report
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(map(str, ids[:8])) + (",..." if len(ids) > 8 else "")
+
+
+def _dtype_notes(dump: Dump, source: DumpSource, tol: Tolerance, report: DiffReport) -> None:
+    kinds = Counter(w.dtype for nodes in source.plan.by_step.values()
+                    for ws in nodes.values() for w in ws)
+    for dtype in ("F16", "BF16"):
+        if kinds.get(dtype):
+            report.notes.append(f"{kinds[dtype]} tensors are stored as {dtype}: for them the "
+                                f"tolerance widens to {tol.for_dtype(dtype).describe()} (the "
+                                "storage's rounding)")
+
+
+def _coverage_notes(model: Model, report: DiffReport, plan) -> None:
+    steps = len(report.tokens)
+    if plan.beyond:
+        report.notes.append(f"{len(plan.beyond)} keys are at steps past the {steps} compared "
+                            f"(e.g. {shown(plan.beyond[0])}): not compared")
+    present = set(plan.by_step)
+    missing = [s for s in range(steps) if s not in present]
+    if missing and len(missing) < steps:
+        report.notes.append(f"no values for {len(missing)} of {steps} steps: "
+                            f"{_names(map(str, missing))}")
+    nodes = plan.nodes()
+    absent = [n.full_name for n in model.nodes if n.index not in nodes]
+    if absent and len(absent) < len(model.nodes):
+        report.notes.append(f"no values for {len(absent)} of {len(model.nodes)} nodes: "
+                            f"{_names(absent)}")
+    if not plan.outputs:
+        report.notes.append("nothing was compared: the other side has no value for any node "
+                            "output of this run")
+
+
+def _names(items) -> str:
+    items = list(items)
+    text = ", ".join(items[:MAX_NAMED])
+    return text + (f", ... ({len(items) - MAX_NAMED} more)" if len(items) > MAX_NAMED else "")
+
+
+@contextlib.contextmanager
+def dump_recording(machine, path, pattern: str | None, steps: int):
+    """``run --dump``: record while the body runs; the file appears only if it succeeds."""
+    if path is None:
+        if pattern is not None:
+            raise FirError("--dump-nodes needs --dump FILE")
+        yield None
+        return
+    recorder = DumpRecorder(machine, path, pattern=pattern, steps=steps)
+    try:
+        yield recorder
+    except BaseException:
+        recorder.abort()
+        raise
+    recorder.close()

@@ -1,0 +1,210 @@
+"""Reading a dump (docs/dump-format.md): safetensors or npz, lazily, as data only.
+
+Opening a dump reads its key list, each entry's dtype and shape, and the
+metadata; values are read one tensor at a time when the diff needs them
+(safetensors tensors are memory-mapped, npz members are read from the zip),
+so a dump larger than memory can be diffed. Everything a file can get wrong
+is a :class:`~firscope.errors.FirError` naming the file (and the key), never
+a traceback: npz members are read with ``allow_pickle=False``.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..dump import METADATA_MEMBER, parse_key
+from ..errors import FirError
+from ..fir.source import regular_file_size
+from ..model.checkpoint import SafetensorsFile, shown
+
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+_NPY_FLOATS = {2: "F16", 4: "F32", 8: "F64"}  # float itemsize (either byte order)
+MAX_METADATA = 16 * 1024 * 1024  # bytes of an npz's metadata member
+
+
+@dataclass(frozen=True)
+class DumpEntry:
+    """One tensor of a dump: its key, what the key names, and what the file says it holds."""
+
+    key: str
+    step: int | None  # None when the key is not spelled step{S}/{instance}/{buffer}
+    instance: str | None
+    buffer: str | None
+    dtype: str  # "F32", "F16", "BF16", "F64", or what else the file says ("I32", "<i8")
+    shape: tuple[int, ...]
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+
+def _entry(key: str, dtype: str, shape: tuple[int, ...]) -> DumpEntry:
+    parsed = parse_key(key)
+    step, instance, buffer = parsed if parsed is not None else (None, None, None)
+    return DumpEntry(key, step, instance, buffer, dtype, tuple(int(d) for d in shape))
+
+
+class Dump:
+    """An opened dump. ``entries`` by key; :meth:`read` gives one tensor as flat f32."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        regular_file_size(self.path, "a dump (.safetensors or .npz)")
+        self.kind = "npz" if _is_zip(self.path) else "safetensors"
+        self.warnings: list[str] = []
+        self.entries: dict[str, DumpEntry] = {}
+        self.metadata: dict[str, str] = {}
+        self._map: mmap.mmap | None = None
+        if self.kind == "npz":
+            self._open_npz()
+        else:
+            self._st = SafetensorsFile(self.path)
+            for name, t in self._st.tensors.items():
+                self.entries[name] = _entry(name, t.dtype, t.shape)
+            self._set_metadata(self._st.metadata)
+
+    # -- metadata ----------------------------------------------------------------------
+    def _set_metadata(self, meta) -> None:
+        if not isinstance(meta, dict):
+            self.warnings.append(f"{self.path}: the metadata is not a JSON object; ignored")
+            return
+        for k, v in meta.items():
+            if isinstance(v, str):
+                self.metadata[str(k)] = v
+            else:
+                self.warnings.append(f"{self.path}: metadata '{shown(k)}' is not a string; "
+                                     "ignored")
+
+    @property
+    def model_hash(self) -> str | None:
+        return self.metadata.get("model")
+
+    @property
+    def producer(self) -> str | None:
+        return self.metadata.get("producer")
+
+    @property
+    def tokens(self) -> list[int] | None:
+        """The fed token ids from the metadata; None when the dump does not say."""
+        text = self.metadata.get("tokens")
+        if text is None:
+            return None
+        items = [t.strip() for t in text.split(",")] if text.strip() else []
+        out = []
+        for i, item in enumerate(items, 1):
+            if not item.isascii() or not item.isdigit() or len(item) > 12:
+                raise FirError(f"{self.path}: metadata 'tokens' item {i} ('{shown(item)}') is "
+                               "not a token id; give --tokens instead")
+            out.append(int(item))
+        return out
+
+    # -- values -------------------------------------------------------------------------
+    def read(self, key: str) -> np.ndarray:
+        """The tensor as a flat float32 array (zero-copy for f32 safetensors)."""
+        entry = self.entries[key]
+        if not entry.is_float:
+            raise FirError(f"{self.path}: '{shown(key)}' is {entry.dtype}; dumps hold "
+                           "floating-point values")
+        if self.kind == "safetensors":
+            if entry.dtype == "F32":  # the common case: a view of the mapped file, no copy
+                return self._f32_view(key)
+            return np.asarray(self._st.read(key)).reshape(-1)
+        return self._read_npz(key)
+
+    def _f32_view(self, key: str) -> np.ndarray:
+        if self._map is None:
+            try:
+                with self.path.open("rb") as f:
+                    self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as e:
+                raise FirError(f"{self.path}: cannot map file: {e}") from None
+        t = self._st.tensors[key]
+        return np.frombuffer(self._map, dtype="<f4", count=t.nbytes // 4, offset=t.start)
+
+    # -- npz ------------------------------------------------------------------------------
+    def _open_npz(self) -> None:
+        try:
+            self._zip = zipfile.ZipFile(self.path)
+            infos = self._zip.infolist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+            raise FirError(f"{self.path}: not a readable .npz (zip) file: {e}") from None
+        self._members: dict[str, str] = {}
+        for info in infos:
+            name = info.filename
+            key = name[:-4] if name.endswith(".npy") else name
+            if key == METADATA_MEMBER:
+                self._read_npz_metadata(name, info)
+                continue
+            dtype, shape = self._npy_header(name)
+            self._members[key] = name
+            self.entries[key] = _entry(key, dtype, shape)
+
+    def _npy_header(self, name: str) -> tuple[str, tuple[int, ...]]:
+        try:
+            with self._zip.open(name) as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as e:
+            raise FirError(f"{self.path}: member '{shown(name)}' is not a .npy array: "
+                           f"{e}") from None
+        if dtype.kind == "f" and dtype.itemsize in _NPY_FLOATS:
+            return _NPY_FLOATS[dtype.itemsize], tuple(shape)
+        return dtype.str, tuple(shape)
+
+    def _read_npz_metadata(self, name: str, info: zipfile.ZipInfo) -> None:
+        if info.file_size > MAX_METADATA:
+            raise FirError(f"{self.path}: the metadata member is {info.file_size} bytes, "
+                           f"more than {MAX_METADATA}")
+        try:
+            with self._zip.open(name) as f:
+                a = np.lib.format.read_array(f, allow_pickle=False)
+            meta = json.loads(str(a[()]))
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError, IndexError, TypeError,
+                RecursionError) as e:
+            self.warnings.append(f"{self.path}: the metadata member is not a JSON string "
+                                 f"({type(e).__name__}); ignored")
+            return
+        self._set_metadata(meta)
+
+    def _read_npz(self, key: str) -> np.ndarray:
+        try:
+            with self._zip.open(self._members[key]) as f:
+                a = np.lib.format.read_array(f, allow_pickle=False)
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+            raise FirError(f"{self.path}: cannot read '{shown(key)}': {e}") from None
+        return np.asarray(a, dtype=np.float32).reshape(-1)
+
+    def close(self) -> None:
+        """Release the file (arrays read from it must not be used after this)."""
+        z = getattr(self, "_zip", None)
+        if z is not None:
+            z.close()
+
+
+def _is_zip(path: Path) -> bool:
+    if path.suffix.lower() == ".npz":
+        return True
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError as e:
+        raise FirError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def open_dump(path: str | Path) -> Dump:
+    return Dump(path)

@@ -1,0 +1,164 @@
+"""The debugger against a dump (issue 13): break diverge, s into the kernel, info diff.
+
+The dump comes from the random model with the wrong attention scale
+(1/headdim): it first diverges at step 1 in attention@0, and lane h of
+g2.attn_decode writes attn[16h:16h+16].
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from firscope.debug.batch import run_batch
+from firscope.debug.commands import CommandInterpreter
+from firscope.debug.diverge import attach_reference
+from firscope.debug.session import Session
+from firscope.debug.snapshot import StopReason
+from firscope.errors import FirError
+from firscope.runtime import Machine, load_model
+from firscope.compare.record import DumpRecorder
+
+TOKENS = [3, 1, 4, 1]
+
+
+@pytest.fixture
+def bug_dump(random_model, tmp_path):
+    text = random_model.read_text().replace("mulconst 3 3 1/sqrt(headdim)",
+                                            "mulconst 3 3 1/headdim")
+    buggy = random_model.parent / "bug.fir"
+    buggy.write_text(text)
+    m = load_model(buggy)
+    mach = Machine(m, engine="interp")
+    rec = DumpRecorder(mach, tmp_path / "bug.safetensors", steps=len(TOKENS))
+    mach.reset()
+    for t in TOKENS:
+        mach.step(t)
+    rec.close()
+    return tmp_path / "bug.safetensors"
+
+
+def _debugger(random_model, dump, engine="compiled"):
+    s = Session(load_model(random_model), TOKENS, 0, engine=engine)
+    attach_reference(s, dump)
+    return s, CommandInterpreter(s)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "interp"])
+def test_break_diverge_stops_after_the_first_diverging_node_focused_on_its_lane(
+        random_model, bug_dump, engine):
+    s, ci = _debugger(random_model, bug_dump, engine)
+    assert ci.execute("break diverge").startswith("Catchpoint 1 at diverge (relative L2 <= ")
+    text = ci.execute("continue")
+    stop = ci.last.stop
+    assert stop.reason is StopReason.BREAKPOINT and stop.breakpoint == 1
+    assert text.startswith("Catchpoint 1, attention@0 diverges from the dump at step 1: attn[")
+    assert s.step == 1 and s.node.full_name == "attention_linear@0"  # just after the node
+    first = s.reference.first_divergence()
+    assert (first.step, first.instance, first.buffer) == (1, "attention@0", "attn")
+    lane = first.diff.index // 16
+    assert first.writer is not None and first.writer.lane == lane
+    assert stop.lane == lane and ci.lane == lane  # the stop focused the writing lane
+    assert f"lane {lane} wrote it (line {first.writer.line}); 's' steps into attention@0" in text
+
+
+def test_s_from_a_divergence_stop_steps_into_the_kernel_on_that_lane(random_model, bug_dump):
+    s, ci = _debugger(random_model, bug_dump)
+    ci.execute("break diverge")
+    ci.execute("continue")
+    lane = s.reference.first_divergence().writer.lane
+    text = ci.execute("s")
+    assert text.startswith(f"stepped into attention@0 at step 1, focused on lane {lane}, "
+                           "which writes attn[")
+    assert s.dispatch is not None and s.step == 1 and s.node.full_name == "attention@0"
+    assert s.dispatch.steps == 1 and ci.lane == lane
+    assert ci.last.lane.lane == lane  # the registers shown are that lane's
+    assert float(s.dispatch.R[0, lane]) == lane  # R0 holds the lane id
+    # a second s is an ordinary step, inside the same kernel
+    ci.execute("s")
+    assert s.dispatch.steps == 2 and s.node.full_name == "attention@0" and ci.lane == lane
+    # the kernel the user now steps through recomputes exactly what the reference had
+    ci.execute("finish")
+    np.testing.assert_array_equal(s.buffer_value("attn"),
+                                  s.model.view(s.model.nodes[s.model.node_index(
+                                      "attention@0")].outs[0].region))
+
+
+def test_s_elsewhere_is_plain_stepi(random_model, bug_dump):
+    s, ci = _debugger(random_model, bug_dump)
+    ci.execute("break diverge")
+    ci.execute("continue")
+    # everything downstream diverges too: the next stop is after attention_linear@0, an ext
+    # node (no lanes), from where s is the ordinary step into the next kernel
+    assert ci.execute("continue").startswith("Catchpoint 1, attention_linear@0 diverges")
+    assert ci.last.stop.lane is None
+    ci.execute("s")
+    assert s.node.full_name == "attention_bias@0" and s.dispatch.steps == 1
+    ci.execute("delete")
+    ci.execute("finish")
+    before = s.cursor  # not at a divergence stop
+    ci.execute("s")
+    assert s.cursor == before and s.dispatch is not None and s.dispatch.steps == 1
+
+
+def test_break_diverge_tolerance_and_errors(random_model, bug_dump):
+    s, ci = _debugger(random_model, bug_dump)
+    ci.execute("break diverge 1 1")  # a 100% tolerance: nothing here is that far off
+    assert ci.execute("continue").startswith("end of generation")
+    s2 = Session(load_model(random_model), TOKENS, 0)
+    with pytest.raises(FirError, match="needs a dump: start the debugger with --against"):
+        s2.add_breakpoint("diverge")
+    for bad in ("diverge x", "diverge 1 2 3", "diverge ulp", "diverge -1"):
+        with pytest.raises(FirError, match=r"break diverge \[RTOL \[ATOL\] \| ulp N\]"):
+            s.add_breakpoint(bad)
+    bp = s.add_breakpoint("diverge ulp 0")
+    assert bp.spec == "diverge (max 0 ULP per element)"
+
+
+def test_info_diff_lists_the_compared_outputs(random_model, bug_dump):
+    s, ci = _debugger(random_model, bug_dump)
+    with pytest.raises(FirError, match="usage: info diff"):
+        ci.execute("info diff x")
+    ci.execute("break diverge")
+    ci.execute("continue")
+    text = ci.execute("info diff")
+    lines = text.splitlines()
+    assert lines[0].startswith("dump ") and "156 outputs over 4 steps" in lines[0]
+    assert "step 1: 10 outputs compared so far, 2 diverged" in text
+    row = next(ln for ln in lines if ln.strip().startswith("attention@0/attn"))
+    lane = s.reference.first_divergence().writer.lane
+    assert row.rstrip().endswith("DIVERGED") and f"lane {lane}" in row
+    assert next(ln for ln in lines if "ln1@0/norm" in ln).rstrip().endswith("exact")
+    assert lines[-1].startswith("first divergence so far: step 1, attention@0/attn [")
+    step0 = ci.execute("info diff 0")
+    assert "step 0: 39 outputs compared so far, 0 diverged" in step0
+    s3 = Session(load_model(random_model), TOKENS, 0)
+    with pytest.raises(FirError, match="no dump is attached"):
+        CommandInterpreter(s3).execute("info diff")
+
+
+def test_a_session_fed_other_tokens_does_not_compare_those_steps(random_model, bug_dump):
+    s = Session(load_model(random_model), [3, 2], 0)
+    ref = attach_reference(s, bug_dump)
+    ci = CommandInterpreter(s)
+    ci.execute("break diverge")
+    assert ci.execute("continue").startswith("end of generation")
+    assert ref.skipped == {1: "this session fed token 2 at step 1, the dump token 1"}
+    assert "step 1 not compared: this session fed token 2" in ci.execute("info diff 1")
+
+
+def test_batch_debug_against_a_dump(random_model, bug_dump):
+    from firscope.runtime.opening import RunInput
+    source = RunInput(model=str(random_model))
+    out = io.StringIO()
+    code = run_batch(source, n=0, engine="interp", against=str(bug_dump), out=out,
+                     stdin=io.StringIO("break diverge\ncontinue\ns\nwhere\n"))
+    text = out.getvalue()
+    assert code == 0
+    assert "4 prompt tokens, 0 to generate" in text  # the dump's tokens
+    assert "Catchpoint 1, attention@0 diverges from the dump at step 1" in text
+    assert "stepped into attention@0 at step 1, focused on lane" in text
+    assert "#0  g2.attn_decode pc 1" in text
+    with pytest.raises(FirError, match="give the prompt"):
+        run_batch(source, n=0, engine="interp", out=io.StringIO(), stdin=io.StringIO(""))
