@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     _input_args(pr, required=True, steps=DEFAULT_STEPS)
     pr.add_argument("-o", dest="out", type=path_arg, required=True, metavar="DIR",
                     help="report folder")
+    pr.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="compare the profiled run with this dump (the report's divergence "
+                         "section)")
     _engine_arg(pr)
 
     _diff_parser(sub)
@@ -529,7 +532,8 @@ def cmd_debug(args) -> int:
 
 def cmd_profile(args) -> int:
     from .profile.report import run_profile
-    return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out)
+    return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
+                       against=args.against)
 
 
 def cmd_diff(args) -> int:

@@ -7,6 +7,7 @@ g2.attn_decode writes attn[16h:16h+16].
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -162,3 +163,29 @@ def test_batch_debug_against_a_dump(random_model, bug_dump):
     assert "#0  g2.attn_decode pc 1" in text
     with pytest.raises(FirError, match="give the prompt"):
         run_batch(source, n=0, engine="interp", out=io.StringIO(), stdin=io.StringIO(""))
+
+
+def test_profile_against_a_dump_reports_the_divergence_and_ranks_nodes_robustly(
+        random_model, bug_dump, tmp_path):
+    from firscope.cli import main
+    out = tmp_path / "rep"
+    tokens = ",".join(str(t) for t in TOKENS)
+    code = main(["profile", str(random_model), "--tokens", tokens, "-n", "1", "-o", str(out),
+                 "--engine", "interp", "--against", str(bug_dump)])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    d = report["divergence"]
+    assert d["first"].startswith("first divergence: step 1") and "attention@0" in d["first"]
+    assert report["nodes"][d["first_node"]]["full_name"] == "attention@0" and d["first_step"] == 1
+    html = (out / "report.html").read_text()
+    assert "id='divergence'" in html and "attention@0" in html
+    ranked = report["timing"]["ranked"]
+    costs = [r["cost_ms"] for r in ranked["node"]]
+    assert costs == sorted(costs, reverse=True) and len(costs) == len(report["nodes"])
+    for r in ranked["node"] + ranked["name"]:
+        assert r["min_us"] <= r["median_us"] <= r["p90_us"] <= r["max_us"]
+    assert "Nodes ranked by median × calls" in html and ranked["node_note"] in html
+    plain = tmp_path / "plain"
+    assert main(["profile", str(random_model), "--tokens", tokens, "-n", "1", "-o", str(plain),
+                 "--engine", "interp"]) == 0
+    assert json.loads((plain / "report.json").read_text())["divergence"] is None

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..text import json_text, printable
 from .data import ProfileData
+from .divergence import divergence_section
 from .quant import activation_summary, logit_summary, total_stats
 
 FORMAT = "firscope-profile"
@@ -101,7 +102,24 @@ def timing_section(data: ProfileData) -> dict | None:
         "total_us": _us(total),
         "span_us": _us(span),
         "steps_per_s": len(data.tokens) / (span / 1e9) if span else None,
+        "ranked": ranked_section(data),
     }
+
+
+def ranked_section(data: ProfileData) -> dict:
+    """Per node and per node name: min, median, p90 and max of the calls, ranked by median
+    x calls (one slow call cannot reorder the table), outliers marked, and what it rests on."""
+    out = {}
+    for by in ("node", "name"):
+        stats = data.timing_stats(by=by)
+        out[by] = [{"key": r.key, "kind": r.kind, "target": r.target, "calls": r.samples,
+                    "min_us": _us(r.min_ns), "median_us": round(r.median_ns / 1000, 3),
+                    "p90_us": round(r.p90_ns / 1000, 3), "max_us": _us(r.max_ns),
+                    "cost_ms": round(r.cost_ns / 1e6, 4), "share": stats.share(r),
+                    "outliers": r.outliers, "outlier_us": _us(r.outlier_ns)}
+                   for r in stats.rows]
+        out[f"{by}_note"] = stats.note()
+    return out
 
 
 def instruction_section(data: ProfileData) -> dict | None:
@@ -244,6 +262,7 @@ def report_dict(data: ProfileData) -> dict:
         "instructions": instruction_section(data),
         "quant": quant_section(data),
         "attention": attention_section(data),
+        "divergence": divergence_section(data),
     }
 
 

@@ -90,8 +90,11 @@ def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = 
              f"<h1>{esc(title)}</h1>",
              "<nav><a href='#summary'>Summary</a><a href='#time'>Time</a>"
              "<a href='#instructions'>Instructions</a><a href='#quant'>Quantization</a>"
-             "<a href='#attention'>Attention</a><a href='#files'>Files</a></nav>"]
+             "<a href='#attention'>Attention</a>"
+             + ("<a href='#divergence'>Divergence</a>" if report.get("divergence") else "")
+             + "<a href='#files'>Files</a></nav>"]
     parts.append(_summary(report))
+    parts.append(_divergence(report))
     parts.append(_time(report, figs))
     parts.append(_instructions(report, figs))
     parts.append(_quant(report, figs))
@@ -152,25 +155,53 @@ def _time(report: dict, figs) -> str:
     for key, alt in (("time_by_name", "time per node name"), ("time_by_layer", "time per layer"),
                      ("timeline", "timeline"), ("time_per_step", "time per step")):
         out.append(img(figs.get(key), alt))
-    by_node = sorted(t["by_node"], key=lambda r: -(r["total_us"] or 0))
-    rows = [[esc(r["full_name"]), esc(r["kind"]), esc(r["target"]), num(r["calls"]),
-             num(r["total_us"] / 1000, ".3f"), num(r["mean_us"], ".1f"), num(r["min_us"], ".1f"),
-             num(r["max_us"], ".1f"), pct(r["share"])] for r in by_node]
-    header = ["node", "kind", "op / kernel", "calls", "total ms", "mean µs", "min µs", "max µs",
-              "share"]
-    out.append("<h3>Nodes by total time</h3>" + table(header, rows[:20], {0, 1, 2}))
+    ranked = t["ranked"]
+    header = ["node", "kind", "op / kernel", "calls", "min µs", "median µs", "p90 µs", "max µs",
+              "median×calls ms", "share", "outliers"]
+    rows = [_ranked_row(r) for r in ranked["node"]]
+    out.append("<h3>Nodes ranked by median × calls</h3>" + table(header, rows[:20], {0, 1, 2}))
     if len(rows) > 20:
         out.append(f"<details><summary>all {len(rows)} nodes</summary>"
                    f"{table(header, rows, {0, 1, 2})}</details>")
-    out.append("<h3>By node name</h3>" + table(
-        ["name", "kind", "op / kernel", "nodes", "calls", "total ms", "mean µs", "share"],
-        [[esc(r["name"]), esc(r["kind"]), esc(r["target"]), num(r["nodes"]), num(r["calls"]),
-          num(r["total_us"] / 1000, ".3f"), num(r["mean_us"], ".1f"), pct(r["share"])]
-         for r in t["by_name"]], {0, 1, 2}))
+    out.append(f"<p class='note'>{esc(ranked['node_note'])}</p>")
+    out.append("<h3>By node name (all layers)</h3>" + table(
+        ["name"] + header[1:], [_ranked_row(r) for r in ranked["name"]], {0, 1, 2}))
+    out.append(f"<p class='note'>{esc(ranked['name_note'])}</p>")
     out.append("<h3>By layer</h3>" + table(
         ["layer", "total ms", "share"],
         [["outside layers" if r["layer"] is None else num(r["layer"]),
           num(r["total_us"] / 1000, ".3f"), pct(r["share"])] for r in t["by_layer"]], {0}))
+    return "".join(out)
+
+
+def _ranked_row(r: dict) -> list[str]:
+    outliers = (f"{r['outliers']} ({num(r['outlier_us'] / 1000, '.3f')} ms)"
+                if r["outliers"] else "")
+    return [esc(r["key"]), esc(r["kind"]), esc(r["target"]), num(r["calls"]),
+            num(r["min_us"], ".1f"), num(r["median_us"], ".1f"), num(r["p90_us"], ".1f"),
+            num(r["max_us"], ".1f"), num(r["cost_ms"], ".3f"), pct(r["share"]), outliers]
+
+
+def _divergence(report: dict) -> str:
+    d = report.get("divergence")
+    if not d:
+        return ""
+    out = ["<h2 id='divergence'>Divergence</h2>",
+           f"<p>Against <code>{esc(d['other'])}</code>"
+           + (f" (written by {esc(d['producer'])})" if d.get("producer") else "")
+           + f"; tolerance: {esc(d['tolerance'])}.</p>",
+           f"<p class='first'><b>{esc(d['first'])}</b></p>"]
+    out += [f"<p class='note'>{esc(n)}</p>" for n in d["notes"]]
+    rows = [[esc(r["output"]), num(r["steps"]), num(r["max_abs"]), num(r["rel_l2"]),
+             num(r["max_ulp"]), esc(r["status"]),
+             "" if r["step"] is None else f"{num(r['step'])} [{num(r['index'])}]",
+             "" if r["lane"] is None else num(r["lane"])] for r in d["rows"]]
+    out.append(table(["node output", "steps", "max abs", "rel L2", "max ULP", "status",
+                      "first differing (step [index])", "lane"], rows, {0, 5}))
+    if d["mismatches"]:
+        out.append("<h3>Dump keys that match nothing in this model</h3>" + table(
+            ["key", "problem"], [[esc(m["key"]), esc(m["problem"])] for m in d["mismatches"]],
+            {0, 1}))
     return "".join(out)
 
 

@@ -171,8 +171,9 @@ def write_report(data: ProfileData, out_dir, *, progress: Progress | None = None
 
 
 def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "compiled",
-                out: str | Path) -> int:
-    """``firscope profile``: the CLI glue (argument parsing lives in cli.py)."""
+                out: str | Path, against: str | Path | None = None) -> int:
+    """``firscope profile``: the CLI glue (argument parsing lives in cli.py). ``against``: a
+    dump the profiled run is compared with (the report's divergence section)."""
     check_steps(n)
     # A folder we cannot write is reported before minutes of profiling, not after.
     out = check_output_folder(out)
@@ -182,6 +183,12 @@ def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "comp
     progress.end()
     data = profile_model(opened.model, list(opened.ids), n, engine=engine,
                          tokenizer=opened.tokenizer, progress=progress)
+    if against is not None:
+        from .divergence import compare_with_dump
+        progress.phase("comparing with the dump")
+        data.divergence = compare_with_dump(opened.model, against, list(data.fed),
+                                            engine=engine)
+        progress.end()
     files = write_report(data, out, progress=progress)
     print(f"wrote {printable(files['report.html'])}")
     for name in sorted(files):
