@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     ui = sub.add_parser("ui", help="open the terminal UI (the default)")
+    ui.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="compare every node with this dump (the Diff tab, break diverge); "
+                         "without --prompt/--tokens, feed the dump's tokens")
     _model_arg(ui)
     _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
     _engine_arg(ui)
@@ -514,7 +517,7 @@ def ctrl_c_stops(stop_flag: threading.Event):
 
 def cmd_ui(args) -> int:
     try:
-        from .tui.app import run_app
+        from .tui.launch import run_app
     except ImportError as e:
         raise FirError(f"the terminal UI is not available: {e}") from None
     return run_app(args)

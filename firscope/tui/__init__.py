@@ -3,7 +3,10 @@ __all__ = ["run_app", "FirscopeApp"]
 
 
 def __getattr__(name):  # importing the app pulls in textual: only when asked
-    if name in __all__:
-        from . import app
-        return getattr(app, name)
+    if name == "run_app":
+        from .launch import run_app
+        return run_app
+    if name == "FirscopeApp":
+        from .app import FirscopeApp
+        return FirscopeApp
     raise AttributeError(name)

@@ -34,6 +34,7 @@ from .jobs import (Interrupted, JobProgress, Probe, default_report_dir, export_s
 from .keys import bindings
 from .loading import LoadingPanel, open_session
 from .messages import Job, JobDone, LoadFailed, Loaded, LoadProgress
+from .diff_view import DiffView
 from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
 from .profile_view import ProfileView
@@ -47,7 +48,7 @@ from .state import StopView, Wants, build_view
 DEFAULT_N = 12
 MAX_PENDING = 32
 NARROW = 100  # below this many columns the registers become a tab
-TABS = ("buffers", "attention", "profile", "console", "lens", "regs")
+TABS = ("buffers", "attention", "profile", "console", "lens", "regs", "diff")
 
 
 class Bottom(TabbedContent):
@@ -65,9 +66,11 @@ class FirscopeApp(App):
     def __init__(self, model_path: Path, *, prompt_ids=None, prompt_text: str | None = None,
                  n: int = DEFAULT_N, fir_f32: bool = False, group: int = 32,
                  engine: str = "compiled", show_times: bool = True,
-                 time_of: Callable | None = None, q4_path: str = "packed"):
+                 time_of: Callable | None = None, q4_path: str = "packed",
+                 against: str | None = None):
         super().__init__()
         self.q4_path = q4_path
+        self.against = against  # a dump every node is compared with (the Diff tab)
         # every line of every widget: no control character from a file reaches the terminal
         self.control_filter = ControlCharacterFilter()
         self.model_path = Path(model_path)
@@ -118,6 +121,8 @@ class FirscopeApp(App):
                     yield LensView(id="lens-view")
                 with TabPane("Registers", id="regs"):
                     yield RightColumn(id="right-tab")
+                with TabPane("Diff", id="diff"):
+                    yield DiffView(id="diff-view")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -148,7 +153,7 @@ class FirscopeApp(App):
     def load(self, carried) -> None:
         options = dict(prompt_ids=self.prompt_ids, prompt_text=self.prompt_text, n=self.n,
                        fir_f32=self.fir_f32, group=self.group, engine=self.engine_name,
-                       q4_path=self.q4_path)
+                       q4_path=self.q4_path, against=self.against)
         try:
             parts = open_session(self.model_path, options, carried, self.probe, self.wants,
                                  lambda what, frac: self.post_message(LoadProgress(what, frac)))
@@ -249,6 +254,7 @@ class FirscopeApp(App):
         idx = view.node_index
         self.query_one(AttentionView).show(view, m.nodes[idx].layer if idx is not None else None)
         self.query_one(LensView).show(view)
+        self.query_one(DiffView).show(view)
         self.query_one(ProfileView).show(m, view)
 
     def on_option_list_option_highlighted(self, event) -> None:
@@ -581,15 +587,3 @@ class FirscopeApp(App):
         inp.value = text
         inp.focus()
         inp.cursor_position = len(text)
-
-
-def run_app(args) -> int:
-    from ..model.tokens import parse_token_list
-    from ..runtime.opening import resolve_model
-    ids = parse_token_list(args.tokens) if getattr(args, "tokens", None) else None
-    n = DEFAULT_N if args.n is None else args.n  # -n is checked by its argparse type
-    app = FirscopeApp(resolve_model(args.model), prompt_ids=ids, prompt_text=args.prompt, n=n,
-                      fir_f32=args.fir_f32, group=args.group, engine=args.engine,
-                      q4_path=args.q4_path)
-    app.run()
-    return 0

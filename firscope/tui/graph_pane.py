@@ -14,6 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from .diff_view import SEVERITY_STYLE
 from .state import StopView
 
 TIME_WIDTH = 7  # "999.9ms" / " 187µs"
@@ -63,8 +64,12 @@ def node_rows(model, view: StopView, width: int,
         t = Text(no_wrap=True, overflow="crop")
         t.append(view.marks.node_marked(node), style="red bold")
         t.append("▶" if node.index == current else " ", style="yellow bold")
-        t.append(indent + name, style="bold yellow" if node.index == current
-                 else ("" if node.kind == "micro" else "italic"))
+        sev = view.diff.severity.get(node.index) if view.diff is not None else None
+        style = "bold yellow" if node.index == current else \
+            ("" if node.kind == "micro" else "italic")
+        if sev is not None and node.index != current:  # against a dump: coloured by severity
+            style = f"{style} {SEVERITY_STYLE[sev]}".strip()
+        t.append(indent + name, style=style)
         if time:
             t.append(" " * max(width - t.cell_len - len(time), 1) + time, style="dim")
         rows.append((str(node.index), t, False))

@@ -44,6 +44,7 @@ KEYS: tuple[Key, ...] = (
     Key("3", "tab('profile')", "profile", "Profile tab"),
     Key("4", "tab('console')", "console", "Console tab: focuses its input (escape leaves it)"),
     Key("5", "tab('lens')", "lens", "Lens tab: top-5 next tokens after each layer"),
+    Key("7", "tab('diff')", "diff", "Diff tab: this run against a dump (--against)"),
     Key("6", "tab('regs')", "regs", "Registers tab (narrow terminals)"),
     Key("tab,shift+tab", None, "focus", "move focus between panes"),
     Key("m", "maximize_focused", "max", "maximize the focused pane (m again restores)"),

@@ -44,7 +44,14 @@ def open_session(path: Path, options: dict, carried, probe, wants,
                        q4_path=options.get("q4_path", "packed"),
                        progress=lambda w, f: progress(f"loading: {w}", f * 0.7))
     ids, tok = prompt_ids(model, prompt=options["prompt_text"], tokens=options["prompt_ids"])
+    against = options.get("against")
+    if against is not None and options["prompt_ids"] is None and options["prompt_text"] is None:
+        from ..debug.diverge import dump_tokens
+        ids = dump_tokens(against)  # the tokens the dump was fed
     session = Session(model, ids, options["n"], engine=options["engine"])
+    if against is not None:
+        from ..debug.diverge import attach_reference
+        attach_reference(session, against)
     runner = session.machine.kernel_runner
     if runner is not None and hasattr(runner, "warmup"):
         progress("compiling kernels", 0.75)

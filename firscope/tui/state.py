@@ -70,6 +70,18 @@ class LensPeek:
 
 
 @dataclass(frozen=True)
+class DiffPeek:
+    """This session against an attached dump, frozen for the Diff tab and the graph."""
+
+    step: int  # the token the errors are of
+    errors: tuple  # compare.views.NodeError of the compared nodes, graph order
+    severity: Mapping[int, object]  # node index -> Severity, for the graph pane
+    first: str | None  # the first divergence so far, as a sentence
+    buffer: object | None  # compare.views.BufferView of the last compared node
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StopView:
     snapshot: Snapshot
     status: str  # ci.status_line: the header's stop description
@@ -84,6 +96,7 @@ class StopView:
     attention: Mapping[tuple, np.ndarray]  # (step, layer) -> [heads, positions] probabilities
     lens: LensPeek | None
     patched: int  # active patches (set): the header says the run is patched
+    diff: DiffPeek | None = None  # against a dump (--against)
 
     @property
     def node_index(self) -> int | None:
@@ -196,4 +209,36 @@ def build_view(session, ci, tokenizer, recorder, wants: Wants) -> StopView:
         attention=MappingProxyType(dict(recorder.maps)) if recorder is not None else
         MappingProxyType({}),
         lens=peek_lens(session, tokenizer) if wants.lens else None,
-        patched=len(session.patches))
+        patched=len(session.patches), diff=peek_diff(session))
+
+
+def peek_diff(session) -> DiffPeek | None:
+    """The attached dump's results for the token being decoded (or the one just finished)."""
+    ref = getattr(session, "reference", None)
+    if ref is None:
+        return None
+    from ..compare.views import buffer_view, node_errors
+    step = session.step
+    if not any(k[0] == step for k in ref.results) and step > 0:
+        step -= 1  # between tokens: what the last one compared
+    results = {k[1]: v for k, v in ref.results.items() if k[0] == step}
+    errors = tuple(e for e in node_errors(session.model.nodes, results, ref.tolerance.rtol)
+                   if e.node in results)
+    first = ref.first_divergence()
+    first_text = None if first is None else (
+        f"first divergence: step {first.step}, {first.instance}, output {first.buffer}, "
+        f"element {first.diff.index} (relative L2 {first.diff.rel_l2:.3g})")
+    buffer = None
+    last = ref.last
+    # the reference side is the arena as the node left it: only right after that node
+    if last is not None and last == (session.step, session.node_index - 1) \
+            and ref.results.get(last) and session.dispatch is None:
+        res = max(ref.results[last], key=lambda r: (r.diff.diverged, r.diff.rel_l2))
+        node = session.nodes[last[1]]
+        other = ref.other_value(last[0], node, res.buffer)
+        out = next(o for o in node.outs if o.name == res.buffer)
+        if other is not None:
+            buffer = buffer_view(res, session.model.view(out.region), other)
+    notes = tuple(f"step {s}: {why}" for s, why in sorted(ref.skipped.items()))
+    return DiffPeek(step, errors, MappingProxyType({e.node: e.severity for e in errors}),
+                    first_text, buffer, notes)
