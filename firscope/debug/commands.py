@@ -87,7 +87,8 @@ class CommandInterpreter:
         self.table: list[Command] = [
             Command(("break", "b"), "break LOCATION [if COND]",
                     "breakpoint at a node (attention, attention@3), kernel line "
-                    "(g2.attn_decode:156), token N, or nan", self.c_break),
+                    "(g2.attn_decode:156), token N, nan, race (lanes racing on an element) or "
+                    "uninit (a read of unwritten memory)", self.c_break),
             Command(("tbreak",), "tbreak LOCATION [if COND]", "one-shot breakpoint",
                     self.c_tbreak),
             Command(("watch",), "watch BUFFER[a:b] [if COND]",
