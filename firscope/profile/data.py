@@ -257,6 +257,7 @@ class ProfileData:
     weights: list[WeightStats] | None = None
     comparison: QuantComparison | None = None
     quant_note: str | None = None  # why there are no quantization numbers
+    sanitizer: dict | None = None  # `profile --sanitize`: the sanitizer's JSON report
 
     @classmethod
     def for_model(cls, model: Model, **meta) -> "ProfileData":

@@ -244,6 +244,7 @@ def report_dict(data: ProfileData) -> dict:
         "instructions": instruction_section(data),
         "quant": quant_section(data),
         "attention": attention_section(data),
+        "sanitizer": data.sanitizer,  # None: the profile ran without --sanitize
     }
 
 
