@@ -236,9 +236,15 @@ def test_two_out_of_bounds_sites_are_both_reported_and_the_run_goes_on(models):
         assert np.array_equal(r2, np.concatenate([x[28:32], np.zeros(4, np.float32)]))
 
 
-def test_memcheck_off_faults_as_before(models):
+def test_memcheck_off_faults_as_before_and_the_report_says_so(models):
+    model = load_model(models["oob"])
+    node = next(n for n in model.nodes if n.name == "oob")
     with pytest.raises(FirFault, match="outside x"):
-        run(models["oob"], tools={Tool.RACE})
+        Dispatch(node.program, model.arena).run()
+    report = run(models["oob"], tools={Tool.RACE})
+    assert report.errors == 0 and report.failed
+    assert "fault in kernel 't.oob'" in report.stopped and "outside x" in report.stopped
+    assert "The run stopped early" in report.text()
 
 
 def test_a_memcheck_recorder_sees_every_bad_lane_and_the_dispatch_finishes(models):

@@ -39,6 +39,16 @@ class SanitizeReport:
     def errors(self) -> int:
         return len(self.findings)
 
+    @property
+    def stopped(self) -> str | None:
+        """The fault or budget overrun that ended the run early, if one did."""
+        return self.meta.get("stopped")
+
+    @property
+    def failed(self) -> bool:
+        """What the exit status says: something was found, or the run could not finish."""
+        return bool(self.errors or self.stopped)
+
     def by_tool(self, tool: Tool) -> list[Finding]:
         return [f for f in self.findings if f.tool is tool]
 
@@ -53,6 +63,9 @@ class SanitizeReport:
         for f in self.findings:
             out += f.text_lines()
             out.append("")
+        if self.stopped:
+            out += ["The run stopped early (what it found until then is above):",
+                    *(f"    {line}" for line in self.stopped.splitlines()), ""]
         out += self.kernel_lines()
         out.append(f"{self.dispatches} dispatches, {self.instrumented} of them instrumented "
                    f"(the others run on the engine: nothing in them can be found)")
@@ -76,6 +89,7 @@ class SanitizeReport:
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION,
                 "tools": [t.value for t in self.tools], "errors": self.errors,
+                "stopped": self.stopped,
                 "findings": [f.to_json() for f in self.findings],
                 "kernels": [{"kernel": k.kernel, "race": "proven" if k.race_free else "dynamic",
                              "reason": k.reason, "memory": "proven" if k.memory_proven

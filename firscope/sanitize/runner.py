@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import time
 
+from ..errors import BudgetExceeded, FirFault
 from ..runtime import Model
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch, Observer
@@ -229,11 +230,18 @@ def sanitize_run(model: Model, prompt: list[int], n: int, *, tools=ALL_TOOLS,
     machine.reset()
     sanitizer = Sanitizer(model, tools).attach(machine)
     t = time.perf_counter()
-    generated, _ = machine.generate(prompt, n)
+    generated, stopped = [], None
+    try:
+        generated, _ = machine.generate(prompt, n)
+    except (FirFault, BudgetExceeded) as e:
+        # A fault the tools do not cover (an rtou of a negative value; an out-of-bounds
+        # access without memcheck) or a runaway loop ends the run: what was found stays.
+        stopped = str(e)
+    finally:
+        sanitizer.detach()
     seconds = time.perf_counter() - t
-    sanitizer.detach()
     report = sanitizer.report(steps=len(machine.history), engine=engine, seconds=seconds,
-                              model=str(model.path))
+                              model=str(model.path), stopped=stopped)
     return report, generated
 
 
@@ -248,4 +256,4 @@ def run_sanitize(source, *, n: int, engine: str = "compiled", tools=ALL_TOOLS,
     opened = source.open()
     report, _ = sanitize_run(opened.model, list(opened.ids), n, tools=tools, engine=engine)
     out.write(report.json_text() if as_json else report.text() + "\n")
-    return 1 if report.errors else 0
+    return 1 if report.failed else 0
