@@ -61,6 +61,8 @@ class InitShadow:
 
     def unwritten(self, addresses: np.ndarray) -> np.ndarray:
         """Mask of the addresses nothing has written yet."""
+        if not addresses.size or addresses.max() < self.span:  # all in buffers: the usual
+            return ~self.written[addresses]
         inside = addresses < self.span
         out = np.zeros(addresses.shape, dtype=bool)
         out[inside] = ~self.written[addresses[inside]]

@@ -244,8 +244,8 @@ def lane_addresses(d, op) -> tuple[np.ndarray, np.ndarray]:
         idx = u[lanes].astype(np.int64)
     if addr.offset:
         idx += addr.offset
-    ok = (idx >= 0) & (idx < addr.extent)
-    if not ok.all():
+    if idx.size and (idx.min() < 0 or idx.max() >= addr.extent):
+        ok = (idx >= 0) & (idx < addr.extent)
         lanes, idx = lanes[ok], idx[ok]
     return addr.base + idx, lanes
 
