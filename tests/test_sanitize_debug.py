@@ -145,3 +145,18 @@ def test_profile_sanitize_lists_the_findings(raw, tmp_path):
                                            line_of(raw, "uloadf32 5 2 @out0")]
     page = render_html(rep, {}, [])
     assert "id='sanitizer'" in page and "ERROR SUMMARY: 1 error" in page and "t.raw" in page
+
+
+def test_f2_carries_break_race_and_uninit(raw):
+    from firscope.tui.reload import carry, restore
+    s, ci = session(raw)
+    ci.execute("break race")
+    ci.execute("break uninit")
+    ci.execute("disable 2")
+    carried = carry(s, ci)
+    assert [(c.command, c.enabled) for c in carried.breaks] == [("break race", True),
+                                                                 ("break uninit", False)]
+    s2, ci2 = session(raw)
+    notes = restore(ci2, carried)
+    assert not any(n.startswith("not restored") for n in notes), notes
+    assert [(bp.kind, bp.enabled) for bp in s2.breakpoints] == [("race", True), ("uninit", False)]

@@ -147,6 +147,7 @@ class SanitizerCatchpoint(InstructionCheck):
     focused on the second lane involved. The tracker (debug/sanitizing) keeps what the
     checks know between stops, and the findings so far."""
 
+    kind: str  # "race" or "uninit", as typed after break
     tracker: object = field(compare=False, repr=False)
 
     def wants(self, session, node) -> bool:
@@ -325,7 +326,8 @@ def parse_location(model: Model, text: str) -> Breakpoint:
         return NanCatchpoint(spec="nan (NaN or Inf written)")
     if text in SANITIZER_SPECS:
         from .sanitizing import tracker_for
-        return SanitizerCatchpoint(spec=SANITIZER_SPECS[text], tracker=tracker_for(text, model))
+        return SanitizerCatchpoint(spec=SANITIZER_SPECS[text], kind=text,
+                                   tracker=tracker_for(text, model))
     if text.startswith("token"):
         rest = text[5:].strip()
         if not _digits(rest):
