@@ -176,6 +176,17 @@ def test_lanes_that_stray_at_run_time_are_caught_dynamically(tmp_path):
     assert any(f.confirmed.startswith("confirmed") for f in races)
 
 
+def test_a_fault_after_a_race_keeps_the_race_in_the_report(tmp_path):
+    """rtou of -1 faults (no tool covers it) in the same dispatch, after the racy read."""
+    kernel = RAW.replace("endkernel", "loadconstf32 6 -1\nrtou 7 6\nendkernel")
+    path = write_random_gpt2(tmp_path / "fault", **SMALL, fir_text=fir_with(
+        kernel, "node raw micro t.raw x -> scratch res\n", "buf scratch f32 8\nbuf res f32 8\n"))
+    report = run(path)
+    assert [f.kind for f in report.findings] == ["read after write"]
+    assert "rtou of R6 = -1.0" in report.stopped and report.failed
+    assert report.meta["steps"] == 0  # the first step never finished
+
+
 # -- initcheck ------------------------------------------------------------------------------
 def test_a_read_of_a_buffer_no_node_writes_is_reported(models):
     path = models["uninit"]

@@ -175,11 +175,13 @@ class Sanitizer:
         if Tool.MEM in self.tools:
             d.memcheck = checker.memcheck
         watch = _Watch(checker)
-        d.run(budget, stop, observer=watch)
         new_races = []
-        for event in watch.events + checker.out_of_bounds:
-            if self.collector.add(event, self.dispatches) and event.finding.tool is Tool.RACE:
-                new_races.append(event.key)
+        try:
+            d.run(budget, stop, observer=watch)
+        finally:  # a fault the tools do not cover ends the run: keep what came before it
+            for event in watch.events + checker.out_of_bounds:
+                if self.collector.add(event, self.dispatches) and event.finding.tool is Tool.RACE:
+                    new_races.append(event.key)
         if new_races and before is not None:
             outcome = reorder_outcome(program, arena, before, budget)
             for key in new_races:
