@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import time
 
-from ..errors import BudgetExceeded, FirFault
+from ..errors import BudgetExceeded, FirError, FirFault
 from ..runtime import Model
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch, Observer
@@ -76,11 +76,17 @@ class Sanitizer:
         self.dispatches = 0  # micro nodes run
         self.instrumented = 0  # of which through the instrumented interpreter
         self.seconds = 0.0
+        self._run = 0  # node runs so far (ext and micro): which run a finding was seen in
         self._machine: Machine | None = None
         self._inner = None
 
     # -- attaching -------------------------------------------------------------------------
     def attach(self, machine: Machine) -> "Sanitizer":
+        """Watch ``machine``'s nodes. A machine with per-instruction hooks steps every kernel
+        itself, past the kernel runner: the sanitizer would see none of them."""
+        if machine.hooks.per_instruction:
+            raise FirError("the sanitizer cannot watch a machine with per-instruction hooks "
+                           "(a line-counting profiler): give it a machine of its own")
         self._machine = machine
         self._inner = machine.kernel_runner
         machine.kernel_runner = _Runner(self, self._inner)
@@ -109,6 +115,7 @@ class Sanitizer:
 
     # -- ext nodes ---------------------------------------------------------------------------
     def _before_node(self, machine, node) -> None:
+        self._run += 1
         if node.kind != "ext" or self.init is None:
             return
         if node.target == "fir.embedding":
@@ -130,7 +137,7 @@ class Sanitizer:
                  loc.text, None, "read")
         f = Finding(Tool.INIT, "uninitialized read", None, node.full_name, node.index,
                     self.step, (s,), region.name, missing[0] - region.base, region.size)
-        self.collector.add(Event(f.key, len(missing), -1, f), self.dispatches)
+        self.collector.add(Event(f.key, len(missing), -1, f), self._run)
 
     def _after_node(self, machine, node, seconds) -> None:
         if node.kind == "ext" and self.init is not None:
@@ -180,7 +187,7 @@ class Sanitizer:
             d.run(budget, stop, observer=watch)
         finally:  # a fault the tools do not cover ends the run: keep what came before it
             for event in watch.events + checker.out_of_bounds:
-                if self.collector.add(event, self.dispatches) and event.finding.tool is Tool.RACE:
+                if self.collector.add(event, self._run) and event.finding.tool is Tool.RACE:
                     new_races.append(event.key)
         if new_races and before is not None:
             outcome = reorder_outcome(program, arena, before, budget)
