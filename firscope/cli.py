@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "and memcheck (an access outside its region is reported and skipped, "
                     "loads read 0, the run goes on). Kernels the lane analysis proves "
                     "race-free are not instrumented for races. Ends with 'ERROR SUMMARY: N "
-                    "errors'; exit status 1 when N > 0.")
+                    "errors'; exit status 1 when N > 0 or a fault no tool covers ended the "
+                    "run.")
     _model_arg(sa)
     _input_args(sa, required=False, steps=SANITIZE_STEPS)
     sa.add_argument("--tools", type=tools_arg, default=SANITIZER_TOOLS, metavar="LIST",
