@@ -338,3 +338,28 @@ def test_cli_exit_status_text_and_json(models):
     assert r.returncode == 0 and "ERROR SUMMARY: 0 errors" in r.stdout
     r = cli("sanitize", "--tools", "race,speed")
     assert r.returncode == 2 and "unknown tool 'speed'" in r.stderr
+
+
+def test_the_race_shadow_tells_own_accesses_from_other_lanes():
+    from firscope.model import Region
+    from firscope.sanitize import Hazard, RaceShadow
+    r = Region("buf", 100, 4)
+    sh = RaceShadow()
+    sh.begin([r])
+    a = lambda *idx: np.array([100 + i for i in idx])  # noqa: E731
+    lanes = lambda *ls: np.array(ls)  # noqa: E731
+    assert sh.access(r, a(0, 1), lanes(0, 1), pc=1, store=True) == []  # each its own
+    assert sh.access(r, a(0, 1), lanes(0, 1), pc=2, store=False) == []  # reads its own
+    assert sh.access(r, a(0), lanes(0), pc=3, store=True) == []  # writes its own again
+    # lanes 2 and 3 read element 0 (lane 0 wrote it at pc 3): read after write, partner pc 3
+    (h,) = sh.access(r, a(0, 0), lanes(2, 3), pc=4, store=False)
+    assert h[:5] == (Hazard.RAW, 0, 3, 2, 100) and h[5] == 2
+    # lane 3 writes element 0: lane 0 wrote it, lanes 0 and 2 read it (3 read it too)
+    found = {x[0]: x for x in sh.access(r, a(0), lanes(3), pc=5, store=True)}
+    assert set(found) == {Hazard.WAW, Hazard.WAR}
+    assert found[Hazard.WAW][1:4] == (0, 3, 3) and found[Hazard.WAR][1] in (0, 2)
+    # two lanes storing to one element in one instruction
+    (h,) = sh.access(r, a(2, 2, 3), lanes(1, 2, 3), pc=6, store=True)
+    assert h[:4] == (Hazard.WAW, 1, 6, 2)
+    sh.begin([r])  # a new dispatch forgets everything
+    assert sh.access(r, a(0, 2), lanes(5, 6), pc=1, store=False) == []
