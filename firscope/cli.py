@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import _thread
 import argparse
-import contextlib
 import difflib
 import math
 import os
@@ -26,9 +25,10 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "ui", "diff", "dap", "serve")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
+SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
 ENGINES = ("compiled", "interp")
 
 
@@ -60,6 +60,20 @@ def text_arg(text: str) -> str:
     if bad is not None:
         raise argparse.ArgumentTypeError(bad)
     return text
+
+
+SANITIZER_TOOLS = ("race", "init", "mem")
+
+
+def tools_arg(text: str) -> tuple[str, ...]:
+    """--tools: a comma-separated subset of race, init, mem."""
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one of race, init, mem")
+    for name in names:
+        if name not in SANITIZER_TOOLS:
+            raise argparse.ArgumentTypeError(f"unknown tool {name!r} (race, init, mem)")
+    return names
 
 
 def path_arg(text: str) -> str:
@@ -172,9 +186,39 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compare the profiled run with this dump (the report's divergence "
                          "section)")
     _engine_arg(pr)
+    pr.add_argument("--sanitize", action="store_true",
+                    help="also run the kernel sanitizer on the same tokens and list its "
+                         "findings in the report")
 
+    _sanitize_parser(sub)
     _diff_parser(sub)
 
+    _editor_parsers(sub)
+    return p
+
+
+def _sanitize_parser(sub) -> None:
+    sa = sub.add_parser(
+        "sanitize", help="find races, uninitialized reads and out-of-bounds accesses in the "
+                         "model's kernels (exit 1 if any)",
+        description="Run the model with every lane's every memory access checked: racecheck "
+                    "(two lanes touch one element and one writes: a GPU runs lanes in any "
+                    "order), initcheck (a read of memory nothing has written since the load) "
+                    "and memcheck (an access outside its region is reported and skipped, "
+                    "loads read 0, the run goes on). Kernels the lane analysis proves "
+                    "race-free are not instrumented for races. Ends with 'ERROR SUMMARY: N "
+                    "errors'; exit status 1 when N > 0 or a fault no tool covers ended the "
+                    "run.")
+    _model_arg(sa)
+    _input_args(sa, required=False, steps=SANITIZE_STEPS)
+    sa.add_argument("--tools", type=tools_arg, default=SANITIZER_TOOLS, metavar="LIST",
+                    help="which checks, comma-separated: race, init, mem (default: all)")
+    sa.add_argument("--json", action="store_true",
+                    help="print the report as JSON (for CI) instead of text")
+    _engine_arg(sa)
+
+
+def _editor_parsers(sub) -> None:
     dp = sub.add_parser("dap", help="Debug Adapter Protocol server for editors (stdio)")
     dp.add_argument("--port", type=int, default=None, metavar="N",
                     help="listen on 127.0.0.1:N for one client after another instead")
@@ -185,7 +229,6 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    return p
 
 
 def _diff_parser(sub) -> None:
@@ -344,77 +387,11 @@ def _run_input(args):
 
 
 def cmd_check(args) -> int:
+    from .runtime.describe import describe_model
     from .runtime.opening import open_model
     print(describe_model(open_model(args.model, fir_f32=args.fir_f32, group=args.group,
                                     q4_path=args.q4_path)))
     return 0
-
-
-def describe_model(model) -> str:
-    """``firscope check``'s summary: symbols, buffers, weights, kernels and nodes."""
-    lines = [f"{model.path}: model '{model.family}', {'f32' if model.fir_f32 else 'q4'} "
-             f"linears (group {model.group}), {model.layers} layers, "
-             f"loaded in {model.timings.get('total', 0):.2f} s"]
-    lines += ["", "symbols:", *_symbol_lines(model), "", "buffers:", *_buffer_lines(model),
-              "", "weights:", *_weight_lines(model), "", "kernels:", *_kernel_lines(model)]
-    ext = sum(1 for n in model.nodes if n.kind == "ext")
-    lines += ["", f"nodes: {len(model.nodes)} ({len(model.nodes) - ext} micro, {ext} ext)"]
-    # One display line per entry: names from the model and config files are escaped in it.
-    return "\n".join(printable(line) for line in lines)
-
-
-def _symbol_lines(model) -> list[str]:
-    syms = model.symbols
-    width = max(len(k) for k in syms) if syms else 0
-    lines = []
-    for k, v in syms.items():
-        shown = str(v.numerator) if getattr(v, "denominator", None) == 1 else f"{float(v):g}"
-        lines.append(f"  {k:<{width}} = {shown}")
-    return lines
-
-
-def _buffer_lines(model) -> list[str]:
-    lines = []
-    total_buf = 0
-    for b in model.buffers.values():
-        inst = model.layers if b.per_layer else 1
-        nbytes = b.size * inst * 4
-        total_buf += nbytes
-        flags = " ".join(f for f in ("per_layer" if b.per_layer else "",
-                                     f"input:{b.input_key}" if b.input_key else "",
-                                     f"output:{b.output_key}" if b.output_key else "") if f)
-        lines.append(f"  {b.name:<14} f32 {b.size:>10}{f' x{inst}' if inst > 1 else '':>5}"
-                     f"  {nbytes:>12,} B  {flags}")
-    lines.append(f"  arena: {model.arena.size:,} f32 elements = {model.arena.nbytes:,} bytes "
-                 f"(buffers {total_buf:,} B, f32 weights {model.arena.nbytes - total_buf:,} B)")
-    return lines
-
-
-def _weight_lines(model) -> list[str]:
-    groups: dict[str, list] = {}
-    for w in model.weights.values():
-        groups.setdefault(w.decl, []).append(w)
-    lines = []
-    total_w = 0
-    for decl, entries in groups.items():
-        w = entries[0]
-        nbytes = sum(e.nbytes for e in entries)
-        total_w += nbytes
-        inst = f"x{len(entries)}" if len(entries) > 1 else ""
-        lines.append(f"  {decl:<8} {w.dtype:<4} {str(list(w.shape)):<14}{inst:>5}  "
-                     f"{nbytes:>12,} B  {w.stored:<12} "
-                     f"{w.tensor if len(entries) == 1 else w.tensor + ' ...'}")
-    lines.append(f"  total: {total_w:,} bytes")
-    return lines
-
-
-def _kernel_lines(model) -> list[str]:
-    lines = []
-    for k in model.kernels.values():
-        uses = sum(1 for n in model.nodes if n.kind == "micro" and n.target == k.name)
-        lines.append(f"  {k.name:<16} {len(k.ops):>4} instructions  in={k.n_in} out={k.n_out}  "
-                     f"line {k.syntax.loc.line}  used by {uses} nodes")
-    return lines
 
 
 def cmd_run(args) -> int:
@@ -433,6 +410,7 @@ def cmd_run(args) -> int:
     ids, tok = list(opened.ids), opened.tokenizer
     machine = Machine(opened.model, engine=args.engine,
                       budget=args.budget if args.budget is not None else DEFAULT_BUDGET)
+    from .runtime.interrupt import ctrl_c_stops, stop_between_nodes
     stop_between_nodes(machine)
     t = time.perf_counter()
     from .compare.command import dump_recording
@@ -453,66 +431,6 @@ def cmd_run(args) -> int:
     print(f"[{steps} steps in {dt:.2f} s, {steps / dt if dt else 0:.1f} steps/s, engine "
           f"{args.engine}]", file=sys.stderr)
     return 0
-
-
-def stop_between_nodes(machine) -> None:
-    """Check the machine's stop flag before every node: kernels poll it while they run,
-    but short kernels and ext ops never do, so a run of them would not stop."""
-    def check(m, node):
-        if m.stop_flag.is_set():
-            raise Interrupted(f"stopped by the user before node {node.full_name} "
-                              f"(line {node.loc.line})", node.loc)
-    machine.hooks.before_node.append(check)
-
-
-@contextlib.contextmanager
-def ctrl_c_stops(stop_flag: threading.Event):
-    """While this runs, ctrl+c sets the machine's stop flag instead of raising at once.
-
-    The interpreter and compiled kernels poll the flag, so the run ends with an
-    Interrupted error naming the kernel, node and line it was in (exit 130).
-    Python runs signal handlers only between bytecodes, which a compiled
-    kernel never reaches, so a helper thread also sets the flag from the
-    signal wakeup fd. A second ctrl+c raises KeyboardInterrupt as usual.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    presses = 0
-
-    def on_sigint(signum, frame):
-        nonlocal presses
-        presses += 1
-        if presses > 1:
-            raise KeyboardInterrupt
-        stop_flag.set()
-
-    r, w = os.pipe()
-    os.set_blocking(w, False)
-
-    def watch():
-        while True:
-            try:
-                data = os.read(r, 64)
-            except OSError:
-                return
-            if not data:  # write end closed: the run is over
-                return
-            if signal.SIGINT in data:
-                stop_flag.set()
-
-    old_handler = signal.signal(signal.SIGINT, on_sigint)
-    old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-    watcher = threading.Thread(target=watch, name="firscope-ctrl-c", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        signal.set_wakeup_fd(old_fd)
-        signal.signal(signal.SIGINT, old_handler)
-        os.close(w)
-        watcher.join(timeout=1.0)
-        os.close(r)
 
 
 def cmd_ui(args) -> int:
@@ -536,7 +454,7 @@ def cmd_debug(args) -> int:
 def cmd_profile(args) -> int:
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
-                       against=args.against)
+                       against=args.against, sanitize=args.sanitize)
 
 
 def cmd_diff(args) -> int:
@@ -561,5 +479,13 @@ def cmd_serve(args) -> int:
     return serve(args)
 
 
+def cmd_sanitize(args) -> int:
+    from .sanitize import parse_tools
+    from .sanitize.runner import run_sanitize
+    return run_sanitize(_run_input(args), n=args.n, engine=args.engine,
+                        tools=parse_tools(",".join(args.tools)), as_json=args.json)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
-            "profile": cmd_profile, "diff": cmd_diff, "dap": cmd_dap, "serve": cmd_serve}
+            "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
+            "serve": cmd_serve}

@@ -119,7 +119,7 @@ def quick(*args, **kw):
 
 @pytest.mark.parametrize("word,hint", [("chek", "did you mean check?"),
                                        ("prfile", "did you mean profile?"),
-                                       ("bogus", "commands: check, run, debug, profile, ui")])
+                                       ("bogus", "commands: check, run, debug, profile, sanitize, ui")])
 def test_a_word_that_is_no_command_and_no_file_is_a_usage_error(word, hint, tmp_path):
     p = fs(word, cwd=tmp_path)  # on the base commit this opened the full-screen UI
     assert p.returncode == 2, p.stderr
@@ -160,7 +160,8 @@ def test_help_states_the_default_of_n_and_explains_engine():
             defaults[name] = acts["n"].default
         if name not in ("check", "dap"):  # dap takes its engine from the launch request
             assert acts["engine"].help and "interp" in acts["engine"].help, name
-    assert defaults == {"ui": 12, "run": 16, "debug": 16, "profile": 16, "serve": 12}
+    assert defaults == {"ui": 12, "run": 16, "debug": 16, "profile": 16, "serve": 12,
+                        "sanitize": 4}
     p = quick("run", "--help")
     assert p.returncode == 0 and "tokens to generate (default 16)" in p.stdout
     assert "how micro-kernels run" in quick("debug", "--help").stdout

@@ -155,7 +155,7 @@ def test_stop_flag_interrupts_the_interpreter_cooperatively(make_model):
     assert "kernel 'g2.add' at node embeddings" in str(e.value)
     assert e.value.loc.line in (line_of(RUNAWAY, "forbegin 20"), line_of(RUNAWAY, "forend"))
     # `firscope run` also stops before the next node (ext ops and short kernels do not poll)
-    from firscope.cli import stop_between_nodes
+    from firscope.runtime.interrupt import stop_between_nodes
     stop_between_nodes(m)
     m.reset()
     with pytest.raises(Interrupted, match="before node token"):

@@ -7,12 +7,14 @@ Locations:
   ``156`` / ``gpt2.fir:156``  the kernel instruction on that line of the model file
   ``token 5``              the start of decode step 5
   ``nan``                  the first node or instruction that writes NaN or Inf
+  ``race``                 an access that meets another lane's on one element (one writes)
+  ``uninit``               a read of memory nothing has written since the model was loaded
 A location may be followed by ``if CONDITION``.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -141,6 +143,25 @@ class InstructionCheck(Breakpoint):
 
     def observer(self, session, node):
         return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SanitizerCatchpoint(InstructionCheck):
+    """``break race`` / ``break uninit``: before the instruction the sanitizer objects to,
+    focused on the second lane involved. The tracker (debug/sanitizing) keeps what the
+    checks know between stops, and the findings so far."""
+
+    kind: str  # "race" or "uninit", as typed after break
+    tracker: object = field(compare=False, repr=False)
+
+    def wants(self, session, node) -> bool:
+        return self.tracker.wants(session, node)
+
+    def observer(self, session, node):
+        return self.tracker.observer(session, node)
+
+    def findings(self) -> list:
+        return self.tracker.findings()
 
 
 @dataclass(frozen=True)
@@ -295,14 +316,22 @@ def split_condition(text: str) -> tuple[str, DebugExpr | None]:
     return loc, DebugExpr(cond)
 
 
+SANITIZER_SPECS = {"race": "race (two lanes on one element, one writing)",
+                   "uninit": "uninit (a read of memory nothing has written)"}
+
+
 def parse_location(model: Model, text: str) -> Breakpoint:
     """Turn a location into a breakpoint template (number 0); FirError if it names nothing."""
     text = text.strip()
     if not text:
         raise FirError("a breakpoint needs a location: NODE, NODE@LAYER, KERNEL:LINE, LINE, "
-                       "token N or nan")
+                       "token N, nan, race or uninit")
     if text == "nan":
         return NanCatchpoint(spec="nan (NaN or Inf written)")
+    if text in SANITIZER_SPECS:
+        from .sanitizing import tracker_for
+        return SanitizerCatchpoint(spec=SANITIZER_SPECS[text], kind=text,
+                                   tracker=tracker_for(text, model))
     if text.startswith("token"):
         rest = text[5:].strip()
         if not _digits(rest):

@@ -85,11 +85,17 @@ class CommandInterpreter:
         self.checkpoints = Checkpoints()
         start = session.here()
         self.last: Snapshot = capture(session, start, self.where_line())
-        self.table: list[Command] = [
+        self.table: list[Command] = self._commands()
+        self.by_name = {n: c for c in self.table for n in c.names}
+
+    def _commands(self) -> list[Command]:
+        """The command table: names, usage, help, handler, and whether it resumes."""
+        return [
             Command(("break", "b"), "break LOCATION [if COND]",
                     "breakpoint at a node (attention, attention@3), kernel line "
-                    "(g2.attn_decode:156), token N, nan, or diverge [RTOL [ATOL] | ulp N] "
-                    "(with --against)", self.c_break),
+                    "(g2.attn_decode:156), token N, nan, race (lanes racing on an element), "
+                    "uninit (a read of unwritten memory) or diverge [RTOL [ATOL] | ulp N] (with "
+                    "--against)", self.c_break),
             Command(("tbreak",), "tbreak LOCATION [if COND]", "one-shot breakpoint",
                     self.c_tbreak),
             Command(("watch",), "watch BUFFER[a:b] [if COND]",
@@ -151,7 +157,6 @@ class CommandInterpreter:
             Command(("help", "h"), "help", "this list", self.c_help),
             Command(("quit", "q"), "quit", "leave the debugger", self.c_quit),
         ]
-        self.by_name = {n: c for c in self.table for n in c.names}
 
     # -- entry points ------------------------------------------------------------------
     def command_for(self, line: str) -> Command | None:

@@ -291,6 +291,7 @@ class ProfileData:
     comparison: QuantComparison | None = None
     quant_note: str | None = None  # why there are no quantization numbers
     divergence: Divergence | None = None  # against a dump, when one was given
+    sanitizer: dict | None = None  # `profile --sanitize`: the sanitizer's JSON report
 
     @classmethod
     def for_model(cls, model: Model, **meta) -> "ProfileData":

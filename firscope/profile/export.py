@@ -263,6 +263,7 @@ def report_dict(data: ProfileData) -> dict:
         "quant": quant_section(data),
         "attention": attention_section(data),
         "divergence": divergence_section(data),
+        "sanitizer": data.sanitizer,  # None: the profile ran without --sanitize
     }
 
 

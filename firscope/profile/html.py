@@ -92,13 +92,16 @@ def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = 
              "<a href='#instructions'>Instructions</a><a href='#quant'>Quantization</a>"
              "<a href='#attention'>Attention</a>"
              + ("<a href='#divergence'>Divergence</a>" if report.get("divergence") else "")
-             + "<a href='#files'>Files</a></nav>"]
+             + ("<a href='#sanitizer'>Sanitizer</a>" if report.get("sanitizer") is not None
+                else "") + "<a href='#files'>Files</a></nav>"]
     parts.append(_summary(report))
     parts.append(_divergence(report))
     parts.append(_time(report, figs))
     parts.append(_instructions(report, figs))
     parts.append(_quant(report, figs))
     parts.append(_attention(report, figs))
+    if report.get("sanitizer") is not None:
+        parts.append(_sanitizer(report["sanitizer"]))
     parts.append(_files(files))
     parts.append("</body></html>\n")
     return "\n".join(parts)
@@ -320,6 +323,29 @@ def _attention(report: dict, figs) -> str:
     out.append(img(figs.get("attention"), "attention per layer and head"))
     out.append("<p>Nodes: " + ", ".join(f"<code>{esc(s['full_name'])}</code>" for s in sites)
                + "</p>")
+    return "".join(out)
+
+
+def _sanitizer(san: dict) -> str:
+    """``profile --sanitize``: every finding, and which kernels the lane analysis proved."""
+    n = san["errors"]
+    out = [f"<h2 id='sanitizer'>Sanitizer</h2><p>Tools {esc(', '.join(san['tools']))}: "
+           f"<b>ERROR SUMMARY: {num(n)} error{'s' if n != 1 else ''}</b> "
+           f"({num(san['dispatches'])} dispatches, {num(san['instrumented'])} instrumented).</p>"]
+    if san["findings"]:
+        rows = [[esc(f["tool"]), esc(f["kind"]), esc(f["kernel"] or "(ext node)"), esc(f["node"]),
+                 num(f["step"]), esc(", ".join(str(x) for x in f["lines"])),
+                 esc(", ".join(str(x) for x in f["lanes"])),
+                 esc(f"{f['region']}[{f['index']}]"), num(f["count"]), esc(f["confirmed"])]
+                for f in san["findings"]]
+        out.append(table(["tool", "kind", "kernel", "node", "step", "lines", "lanes", "element",
+                          "accesses", "lane orders"], rows, {0, 1, 2, 3, 5, 6, 7, 9}))
+    rows = [[esc(k["kernel"]), esc(k["race"]), esc(k["memory"]), num(k["nodes"]),
+             esc(k["reason"])] for k in san["kernels"]]
+    out.append("<h3>Kernels</h3><p>race <i>proven</i>: the lane analysis shows no two lanes "
+               "share a written element, so racecheck does not instrument it.</p>"
+               + table(["kernel", "race", "bounds", "nodes", "why checked at run time"], rows,
+                       {0, 1, 2, 4}))
     return "".join(out)
 
 

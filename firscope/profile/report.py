@@ -25,7 +25,7 @@ from ..runtime import Model
 from ..runtime.opening import RunInput, check_output_folder, check_steps, write_into_folder
 from ..text import printable
 from . import figures as F
-from .collect import Profiler, make_machine, run_instrumented
+from .collect import Profiler, make_machine, preserved_state, run_instrumented
 from .data import ProfileData
 from .export import csv_tables, dumps, report_dict, trace_json
 from .html import render_html
@@ -170,10 +170,25 @@ def write_report(data: ProfileData, out_dir, *, progress: Progress | None = None
     return files
 
 
+def add_sanitizer(data: ProfileData, model: Model, *, engine: str = "compiled",
+                  progress: Progress | None = None) -> None:
+    """Run the kernel sanitizer on the profile's prompt and generation length; keep its report.
+    The model's buffers are put back afterwards (a session may share them)."""
+    from ..sanitize import sanitize_run
+    progress = progress or Silent()
+    progress.phase("sanitizer run")
+    with preserved_state(model):
+        report, _ = sanitize_run(model, list(data.prompt), len(data.generated), engine=engine)
+    data.sanitizer = report.to_json()
+    progress.end()
+
+
 def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "compiled",
-                out: str | Path, against: str | Path | None = None) -> int:
+                out: str | Path, against: str | Path | None = None,
+                sanitize: bool = False) -> int:
     """``firscope profile``: the CLI glue (argument parsing lives in cli.py). ``against``: a
-    dump the profiled run is compared with (the report's divergence section)."""
+    dump the profiled run is compared with (the report's divergence section); ``sanitize``:
+    also run the kernel sanitizer on the same tokens."""
     check_steps(n)
     # A folder we cannot write is reported before minutes of profiling, not after.
     out = check_output_folder(out)
@@ -189,9 +204,15 @@ def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "comp
         data.divergence = compare_with_dump(opened.model, against, list(data.fed),
                                             engine=engine)
         progress.end()
+    if sanitize:
+        add_sanitizer(data, opened.model, engine=engine, progress=progress)
     files = write_report(data, out, progress=progress)
     print(f"wrote {printable(files['report.html'])}")
     for name in sorted(files):
         if name != "report.html":
             print(f"      {printable(files[name])}")
+    if data.sanitizer is not None:
+        n_err = data.sanitizer["errors"]
+        print(f"sanitizer: ERROR SUMMARY: {n_err} error{'s' if n_err != 1 else ''} "
+              "(listed in the report)")
     return 0

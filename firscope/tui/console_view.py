@@ -39,7 +39,7 @@ def completion_words(ci, model) -> list[str]:
     names = set(ci.by_name) | set(model.buffers) | {w.decl for w in model.weights.values()}
     names |= {n.full_name for n in model.nodes} | {n.name for n in model.nodes}
     names |= {"registers", "breakpoints", "watch", "lanes", "node", "patches", "display",
-              "checkpoints", "nan", "token", "--all", "--weight"}
+              "checkpoints", "nan", "race", "uninit", "token", "--all", "--weight"}
     return sorted(names)
 
 

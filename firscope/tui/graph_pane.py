@@ -15,7 +15,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from .diff_view import SEVERITY_STYLE
-from .state import StopView
+from .state import FINDING_MARK, StopView
 
 TIME_WIDTH = 7  # "999.9ms" / " 187µs"
 
@@ -59,7 +59,8 @@ def node_rows(model, view: StopView, width: int,
         last_layer = node.layer
         time = fmt_time(times.get(node.index))
         indent = "  " if node.layer is not None else ""
-        room = width - 2 - len(indent) - (len(time) + 1 if time else 0)
+        flagged = view.findings.node_marked(node)  # the sanitizer found something here
+        room = width - 2 - len(indent) - (len(time) + 1 if time else 0) - (2 if flagged else 0)
         name = node.name if len(node.name) <= room else node.name[: max(room - 1, 1)] + "…"
         t = Text(no_wrap=True, overflow="crop")
         t.append(view.marks.node_marked(node), style="red bold")
@@ -70,6 +71,8 @@ def node_rows(model, view: StopView, width: int,
         if sev is not None and node.index != current:  # against a dump: coloured by severity
             style = f"{style} {SEVERITY_STYLE[sev]}".strip()
         t.append(indent + name, style=style)
+        if flagged:
+            t.append(" " + FINDING_MARK, style="bold magenta")
         if time:
             t.append(" " * max(width - t.cell_len - len(time), 1) + time, style="dim")
         rows.append((str(node.index), t, False))

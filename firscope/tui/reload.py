@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..debug.breakpoints import (LineBreakpoint, NanCatchpoint, NodeBreakpoint, TokenBreakpoint,
-                                 Watchpoint)
+from ..debug.breakpoints import (LineBreakpoint, NanCatchpoint, NodeBreakpoint,
+                                 SanitizerCatchpoint, TokenBreakpoint, Watchpoint)
 from ..errors import FirError
 
 
@@ -51,6 +51,8 @@ def _carry_break(model, bp) -> CarriedBreak | None:
         return CarriedBreak(f"watch {bp.spec}{cond}", bp.enabled, bp.ignore_count)
     if isinstance(bp, NanCatchpoint):
         return CarriedBreak(f"{verb} nan{cond}", bp.enabled, bp.ignore_count)
+    if isinstance(bp, SanitizerCatchpoint):  # break race / break uninit (findings start over)
+        return CarriedBreak(f"{verb} {bp.kind}{cond}", bp.enabled, bp.ignore_count)
     if isinstance(bp, LineBreakpoint):
         span = kernel_span(model, bp.kernel)
         start = span[0] if span else bp.line

@@ -18,7 +18,7 @@ from textual.widgets.option_list import Option
 
 from ..text import printable
 from .heat import ramp
-from .state import StopView
+from .state import FINDING_MARK, StopView
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,18 @@ def _fit(body: str, indent: int, room: int) -> str:
     return text
 
 
+def _gutter(line: int, breakpoint: bool, flagged: bool, mark: str) -> Text:
+    """Breakpoint (or sanitizer finding) mark, pc mark, line number."""
+    t = Text(no_wrap=True, overflow="crop")
+    if breakpoint:
+        t.append("●", style="red bold")
+    else:  # a line a sanitizer finding involves
+        t.append(FINDING_MARK if flagged else " ", style="magenta bold")
+    t.append(mark, style="yellow bold")
+    t.append(f"{line:4d} ", style="magenta bold" if flagged else "dim")
+    return t
+
+
 def source_rows(model, view: StopView, node_index: int, width: int) -> SourceView:
     """The kernel of node ``node_index`` as the source pane shows it at this stop."""
     node = model.nodes[node_index]
@@ -83,11 +95,8 @@ def source_rows(model, view: StopView, node_index: int, width: int) -> SourceVie
     show_counts = bool(top) and 8 + 7 + widest <= width  # counts give way to whole lines
     rows = []
     for ln, body in bodies.items():
-        t = Text(no_wrap=True, overflow="crop")
-        t.append("●" if ln in bps else " ", style="red bold")
-        mark = "▶" if ln == pc_line else ("▷" if ln == next_line else " ")
-        t.append(mark, style="yellow bold")
-        t.append(f"{ln:4d} ", style="dim")
+        t = _gutter(ln, ln in bps, view.findings.line_marked(node.target, ln),
+                    "▶" if ln == pc_line else ("▷" if ln == next_line else " "))
         if show_counts:
             cell, style = _count_cell(per_line.get(ln), top)
             t.append(cell, style=style)

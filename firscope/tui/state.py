@@ -18,13 +18,14 @@ from typing import Mapping
 
 import numpy as np
 
-from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint
+from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint, SanitizerCatchpoint
 from ..debug.snapshot import Snapshot
 from ..errors import FirError
 from ..model import Ref
 from ..text import printable
 
 NEXT_INPUTS = ""  # the Buffers tab's default: the next node's inputs
+FINDING_MARK = "!"  # after a node's name, and in the source gutter: a sanitizer finding
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,39 @@ class Marks:
         if node.kind == "micro" and node.target in self.kernels:
             return "○"
         return " "
+
+
+@dataclass(frozen=True)
+class FindingMarks:
+    """Sanitizer findings (``break race``/``break uninit``) as the graph pane and the source
+    gutter mark them: the node instances they happened in, the .fir lines involved."""
+
+    nodes: frozenset = frozenset()  # node indices
+    lines: Mapping[str, frozenset] = field(default_factory=lambda: MappingProxyType({}))
+    texts: tuple[str, ...] = ()  # one headline per finding
+
+    def node_marked(self, node) -> bool:
+        return node.index in self.nodes
+
+    def line_marked(self, kernel: str, line: int) -> bool:
+        return line in self.lines.get(kernel, ())
+
+
+def findings_of(session) -> FindingMarks:
+    nodes: set[int] = set()
+    lines: dict[str, set] = {}
+    texts = []
+    for bp in session.breakpoints:
+        if not isinstance(bp, SanitizerCatchpoint):
+            continue
+        for f in bp.findings():
+            nodes.update(f.node_indices or (f.node_index,))
+            if f.kernel is not None:
+                lines.setdefault(f.kernel, set()).update(f.lines)
+            texts.append(f.headline())
+    return FindingMarks(frozenset(nodes), MappingProxyType({k: frozenset(v)
+                                                            for k, v in lines.items()}),
+                        tuple(texts))
 
 
 @dataclass(frozen=True)
@@ -97,6 +131,7 @@ class StopView:
     lens: LensPeek | None
     patched: int  # active patches (set): the header says the run is patched
     diff: DiffPeek | None = None  # against a dump (--against)
+    findings: FindingMarks = FindingMarks()  # what break race / break uninit found so far
 
     @property
     def node_index(self) -> int | None:
@@ -209,7 +244,8 @@ def build_view(session, ci, tokenizer, recorder, wants: Wants) -> StopView:
         attention=MappingProxyType(dict(recorder.maps)) if recorder is not None else
         MappingProxyType({}),
         lens=peek_lens(session, tokenizer) if wants.lens else None,
-        patched=len(session.patches), diff=peek_diff(session))
+        patched=len(session.patches), diff=peek_diff(session),
+        findings=findings_of(session))
 
 
 def peek_diff(session) -> DiffPeek | None:

@@ -219,17 +219,35 @@ def _index_plan(d, addr):
 
 
 def _checked_indices(d, op, addr, u):
-    """Region indices of the active lanes (all lanes: lanes is None), bounds-checked."""
+    """Region indices and lanes (None: every lane) of the active lanes' accesses that go
+    ahead, bounds-checked, and the lanes skipped as out of bounds (memcheck; else None)."""
     idx = u.astype(np.int64)
     if addr.offset:
         idx += addr.offset
     if d.full:
-        d.check_bounds(op, addr, idx, None)
-        return idx, None
+        return d.check_bounds(op, addr, idx, None)
     lanes = np.flatnonzero(d.mask)
-    idx = idx[lanes]
-    d.check_bounds(op, addr, idx, lanes)
-    return idx, lanes
+    return d.check_bounds(op, addr, idx[lanes], lanes)
+
+
+def lane_addresses(d, op) -> tuple[np.ndarray, np.ndarray]:
+    """(arena addresses, lanes) of the accesses the load or store ``op`` is about to make
+    in the active lanes, without the out-of-bounds ones (they fault, or memcheck skips
+    them). For observers that look before the instruction runs (vm/interp.Observer)."""
+    mem = op.spec.mem
+    addr = op.args[mem.address]
+    u = d.Ur[op.args[mem.index]]
+    if d.full:
+        lanes, idx = np.arange(d.lanes), u.astype(np.int64)
+    else:
+        lanes = np.flatnonzero(d.mask)
+        idx = u[lanes].astype(np.int64)
+    if addr.offset:
+        idx += addr.offset
+    if idx.size and (idx.min() < 0 or idx.max() >= addr.extent):
+        ok = (idx >= 0) & (idx < addr.extent)
+        lanes, idx = lanes[ok], idx[ok]
+    return addr.base + idx, lanes
 
 
 def load(d, op):
@@ -240,11 +258,13 @@ def load(d, op):
     view, limit, need = _index_plan(d, addr)
 
     def general():
-        idx, lanes = _checked_indices(d, op, addr, u)
+        idx, lanes, skipped = _checked_indices(d, op, addr, u)
         if lanes is None:
             dst[...] = d.arena[addr.base + idx]
         else:
             dst[lanes] = d.arena[addr.base + idx]
+        if skipped is not None:  # memcheck: a lane whose access was skipped reads 0
+            dst[skipped] = ZERO
 
     def run():
         if d.full and view is not None and u.max() < limit and (not need or u.min() >= need):
@@ -262,7 +282,7 @@ def store(d, op):
     view, limit, need = _index_plan(d, addr)
 
     def general():
-        idx, lanes = _checked_indices(d, op, addr, u)
+        idx, lanes, _ = _checked_indices(d, op, addr, u)
         d.store(addr.base + idx, src if lanes is None else src[lanes])
 
     def run():

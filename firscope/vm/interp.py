@@ -90,6 +90,10 @@ class Dispatch:
         self.lane_steps = 0  # sum of active lanes over executed instructions
         self._counts = [0] * len(self.ops)  # executions per pc (a list: cheap to bump)
         self.store_hook = store_hook  # called (dispatch, addresses, values) before each store
+        # None: an access outside its region faults. The sanitizer's memcheck sets a
+        # recorder, called (dispatch, op, address, indices, lanes) with the bad accesses,
+        # which are then skipped (a skipped load reads 0) and the dispatch goes on.
+        self.memcheck = None
         # Per-op closures with their register rows looked up once. R and U are
         # only ever written in place (restore() too), so the row views stay valid.
         self.Rr = list(self.R)
@@ -247,16 +251,25 @@ class Dispatch:
         self.set_mask(frame.saved_mask)
         return None
 
-    def check_bounds(self, op: Op, addr: Address, idx: np.ndarray, lanes) -> None:
+    def check_bounds(self, op: Op, addr: Address, idx: np.ndarray, lanes):
+        """(indices, lanes, skipped lanes) of an access whose region indices are ``idx``
+        in ``lanes`` (None: every lane). An index outside the region is a fault; with a
+        ``memcheck`` recorder set it is reported to it instead and that lane's access is
+        skipped (then lanes is an array and skipped names the lanes left out)."""
         if idx.size == 0:
-            return
+            return idx, lanes, None
         lo, hi = idx.min(), idx.max()
         if lo >= 0 and hi < addr.extent:
-            return
-        bad = np.flatnonzero((idx < 0) | (idx >= addr.extent))[0]
-        lane = int(bad if lanes is None else lanes[bad])
-        index = int(idx[bad])
-        self.fault(op, lane, bounds_message(op, addr, index), address=addr.base + index)
+            return idx, lanes, None
+        bad = (idx < 0) | (idx >= addr.extent)
+        if self.memcheck is None:
+            first = np.flatnonzero(bad)[0]
+            lane = int(first if lanes is None else lanes[first])
+            index = int(idx[first])
+            self.fault(op, lane, bounds_message(op, addr, index), address=addr.base + index)
+        every = np.arange(self.lanes) if lanes is None else lanes
+        self.memcheck(self, op, addr, idx[bad], every[bad])
+        return idx[~bad], every[~bad], every[bad]
 
     def store(self, where: np.ndarray, values: np.ndarray) -> None:
         if self.store_hook is not None:

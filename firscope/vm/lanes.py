@@ -108,7 +108,8 @@ class Analysis:
     def __init__(self, program):
         self.p = program
         self.ops = program.ops
-        self.sites: list[tuple] = []  # (region, Aff | None, is a store)
+        # (region, Aff | None of the index plus offset, is a store, the address offset)
+        self.sites: list[tuple] = []
         self._fresh = 0
         # What the walk that records accesses found out about each op it reached: whether
         # every time it proved the op cannot fault (see infallible_steps), and the trip
@@ -275,7 +276,8 @@ def access(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
     if record:
         addr = op.args[mem.address]
         v = st.U[op.args[mem.index]]
-        an.sites.append((addr.region, None if v is None else v.shift(addr.offset), mem.stores))
+        an.sites.append((addr.region, None if v is None else v.shift(addr.offset), mem.stores,
+                         addr.offset))
         an.prove(op, _inside(v, addr.offset, addr.extent, an.p.threads))
     return unknown_results(an, op, st, record)
 
@@ -318,38 +320,95 @@ def analyse(program) -> Analysis:
     return an
 
 
+def _sites_by_region(an: Analysis) -> dict[int, list]:
+    by_region: dict[int, list] = {}
+    for site in an.sites:
+        by_region.setdefault(site[0].base, []).append(site)
+    return by_region
+
+
+def region_slicing(sites: list, threads: int) -> tuple[Slicing | None, str]:
+    """The slicing of one written region from all its access sites, or (None, reason)."""
+    region = sites[0][0]
+    if any(aff is None for _, aff, _, _ in sites):
+        return None, f"cannot tell which lane each access to {region.name} belongs to"
+    lanes = {aff.lane for _, aff, _, _ in sites}
+    if len(lanes) != 1 or next(iter(lanes)) <= 0:
+        return None, (f"lanes are not offset by one common stride in {region.name} "
+                      f"(lane coefficients {sorted(lanes)})")
+    stride = next(iter(lanes))
+    g = 0
+    for _, aff, _, _ in sites:
+        for _, k in aff.syms:
+            g = math.gcd(g, k)
+    modulus = g if g >= threads * stride else 0
+    # The bounded part of each access must stay inside one lane's slice.
+    for _, aff, _, _ in sites:
+        if aff.lo < 0 or aff.hi >= stride:
+            span = f"{aff.lo}" if aff.lo == aff.hi else f"{aff.lo}..{aff.hi}"
+            return None, (f"an access to {region.name} reaches lane * {stride} + {span}, "
+                          f"outside the lane's own {stride} element{'s' if stride > 1 else ''}")
+    return Slicing(stride, modulus), ""
+
+
 def lane_partition(program, an: Analysis | None = None) -> tuple[dict[int, Slicing] | None, str]:
     """Slicing per written region base, or (None, reason) when lanes may share memory."""
     if program.threads <= 1:
         return {}, ""
     an = an or analyse(program)
-    by_region: dict[int, list] = {}
-    for region, aff, store in an.sites:
-        by_region.setdefault(region.base, []).append((region, aff, store))
     out: dict[int, Slicing] = {}
-    for base, sites in by_region.items():
-        if not any(st for _, _, st in sites):
+    for base, sites in _sites_by_region(an).items():
+        if not any(st for _, _, st, _ in sites):
             continue
-        region = sites[0][0]
-        if any(aff is None for _, aff, _ in sites):
-            return None, f"cannot tell which lane each access to {region.name} belongs to"
-        lanes = {aff.lane for _, aff, _ in sites}
-        if len(lanes) != 1 or next(iter(lanes)) <= 0:
-            return None, (f"lanes are not offset by one common stride in {region.name} "
-                          f"(lane coefficients {sorted(lanes)})")
-        stride = next(iter(lanes))
-        g = 0
-        for _, aff, _ in sites:
-            for _, k in aff.syms:
-                g = math.gcd(g, k)
-        modulus = g if g >= program.threads * stride else 0
-        # The bounded part of each access must stay inside one lane's slice.
-        for _, aff, _ in sites:
-            if aff.lo < 0 or aff.hi >= stride:
-                return None, (f"an access to {region.name} reaches {aff.hi - aff.lo + 1} "
-                              f"elements around lane * {stride}: wider than one lane's slice")
-        out[base] = Slicing(stride, modulus)
+        slicing, why = region_slicing(sites, program.threads)
+        if slicing is None:
+            return None, why
+        out[base] = slicing
     return out, ""
+
+
+def disjoint_regions(program, an: Analysis | None = None) -> dict[int, str]:
+    """Each written region's base -> '' when lanes provably never share an element of it
+    (no run-time check needed), else the reason they might.
+
+    A slicing alone is not a proof: the compiled engine checks it at run time. It is
+    one when every access to the region lands in its lane's slice whatever the unknown
+    symbols are: an access without symbols is ``lane * L + c`` with c in 0..L-1 exactly
+    when its index register cannot wrap around 2^32; an access with symbols keeps
+    ``index mod M = lane * L + c`` only when the modulus M divides 2^32, the period of
+    the wrap (a power of two), since the index is known only modulo 2^32."""
+    if program.threads <= 1:
+        return {}
+    an = an or analyse(program)
+    out: dict[int, str] = {}
+    for base, sites in _sites_by_region(an).items():
+        if not any(st for _, _, st, _ in sites):
+            continue
+        slicing, why = region_slicing(sites, program.threads)
+        if slicing is not None:
+            why = _unproven_site(sites, slicing, program.threads)
+        out[base] = why
+    return out
+
+
+def _unproven_site(sites: list, sl: Slicing, threads: int) -> str:
+    """Why some access to a sliced region may leave its lane's slice at run time, or ''."""
+    region = sites[0][0]
+    m = sl.modulus
+    for _, aff, _, offset in sites:
+        if not aff.syms:
+            u = aff.shift(-offset)  # the index register's value
+            if u.lo >= 0 and u.hi + u.lane * max(threads - 1, 0) < 1 << 32:
+                continue
+            return f"an index into {region.name} may wrap around 2^32"
+        if not m:
+            return (f"an index into {region.name} moves with a value known only at run time "
+                    "(a loop count or a value loaded from memory) in steps smaller than "
+                    f"{threads} lanes x {sl.stride}")
+        if (1 << 32) % m:
+            return (f"the rows of {region.name} ({m} elements) do not divide 2^32, the period "
+                    "of index wrap-around")
+    return ""
 
 
 def infallible_steps(an: Analysis, fault_pcs) -> int | None:
