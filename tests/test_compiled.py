@@ -557,15 +557,36 @@ def test_quantize_equals_numpy_reference(shape, group):
 
 
 def test_parallel_lanes_give_the_same_bits(random_model):
-    """The opt-in prange path (lanes over threads) is the same code, run in parallel."""
+    """Lanes over threads (ranges of lanes on model/threads' pool) are the same code."""
     model_p, model_i = load_model(random_model), load_model(random_model)
     mp = Machine(model_p, engine="compiled")
-    mp.kernel_runner = CompiledRunner(model_p, parallel=True)
+    mp.kernel_runner = CompiledRunner(model_p, parallel=2)
     mi = Machine(model_i, engine="interp")
     for tok in (9, 8, 7):
         assert same_bits(mp.step(tok).logits, mi.step(tok).logits)
     attn = next(n for n in model_p.nodes if n.target == "g2.attn_decode")
     assert mp.kernel_runner.plan(attn).gen.parallel
+    # attention ran on two threads in every layer, every step; nothing else did
+    assert mp.kernel_runner.split_dispatches == 3 * model_p.layers
+
+
+def test_parallel_true_spreads_only_long_dispatches(random_model, monkeypatch):
+    """parallel=True (a Machine's runner) splits a kernel with loops only once a dispatch
+    of it took PARALLEL_MIN_SECONDS, on numba's current thread count."""
+    import firscope.vm.compiled as C
+    model = load_model(random_model)
+    runner = CompiledRunner(model, parallel=True)
+    attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    arena = model.arena.copy()
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 0  # a tiny model: far below the threshold
+    monkeypatch.setattr(C, "PARALLEL_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(C, "matvec_threads", lambda: 2)
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 1
+    monkeypatch.setattr(C, "matvec_threads", lambda: 1)  # adapt() chose one thread
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 1
 
 
 def test_lanes_leaving_their_slice_at_run_time_are_caught(fault_model):

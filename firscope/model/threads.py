@@ -6,12 +6,29 @@ pool instead (:func:`run_split`): each range of lanes is one call of the same
 compiled, ``nogil`` function, so running lanes on two threads costs no second
 compile (a ``prange`` version of every generated kernel took longer to
 compile than the kernel itself).
+
+How many: :func:`adapt` (called once per decoded token) uses one thread per
+core that other processes leave free (rounded: a process using more than
+half a core takes one away), at most numba's (``NUMBA_NUM_THREADS``, one per
+core by default) and at least one. Measured on the 2-core machines (see
+benchmarks/decode.py ``--threads``): with the other core free, two threads
+make a decode step faster; with it taken, OpenMP's workers wait at every
+parallel region for a thread the scheduler has parked, and a row product ran
+up to five times slower than on one thread. ``FIRSCOPE_THREADS=N`` fixes the
+count instead (what the benchmarks use to measure each way).
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
+import time
 from typing import Callable, Sequence
+
+# Rounding of the free cores: other processes using more than this much of a core take
+# that core away from the kernels.
+BUSY_CORES = 0.5
+SAMPLE_SECONDS = 0.5  # how often adapt() looks at the machine again
 
 _JOBS: queue.SimpleQueue = queue.SimpleQueue()
 _WORKERS: list[threading.Thread] = []
@@ -65,3 +82,68 @@ def run_split(calls: Sequence[tuple[Callable, tuple]]) -> list:
             raise value
         out.append(value)
     return out
+
+
+# --- how many threads -----------------------------------------------------------------
+def _machine_cpu() -> tuple[float, float, float] | None:
+    """(wall, busy CPU seconds of the whole machine, CPU seconds of this process), or
+    None where /proc/stat does not exist."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    return time.monotonic(), busy, time.process_time()
+
+
+class _Watch:
+    last: tuple[float, float, float] | None = None
+    others: float = 0.0  # cores other processes used over the last interval
+
+
+_WATCH = _Watch()
+
+
+def fixed_threads() -> int | None:
+    """FIRSCOPE_THREADS, when set to a whole number >= 1."""
+    v = os.environ.get("FIRSCOPE_THREADS", "")
+    return int(v) if v.isdigit() and int(v) >= 1 else None
+
+
+def others_busy() -> float:
+    """Cores other processes kept busy since the previous look (at most every
+    SAMPLE_SECONDS; the first look returns 0)."""
+    now = _machine_cpu()
+    if now is None:
+        return 0.0
+    last = _WATCH.last
+    if last is None:
+        _WATCH.last = now
+        return 0.0
+    wall = now[0] - last[0]
+    if wall >= SAMPLE_SECONDS:
+        _WATCH.others = max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / wall)
+        _WATCH.last = now
+    return _WATCH.others
+
+
+def adapt() -> int:
+    """Set numba's thread count for the calling thread (the one that runs the kernels)
+    to what the machine can give now; return it."""
+    from ..jitcache import prepare_numba
+    prepare_numba()
+    import numba
+    most = numba.config.NUMBA_NUM_THREADS
+    fixed = fixed_threads()
+    if fixed is not None:
+        n = min(fixed, most)
+    elif most <= 1:
+        n = 1
+    else:
+        free = (os.cpu_count() or 1) - others_busy()
+        n = max(1, min(most, int(free + BUSY_CORES)))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+    return n

@@ -75,6 +75,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -196,9 +197,9 @@ JOURNAL_START = 4096
 JOURNAL_GROWTH = 8
 COPY_WRITTEN = -1  # _Plan.journal: copy the written regions instead of journaling
 # Lanes are spread over threads only for kernels with loops (vm/codegen: Generated.parallel)
-# and only when each thread gets at least this many lanes' worth of instructions: handing a
-# range to a worker costs tens of microseconds.
-PARALLEL_MIN_STEPS = 20_000
+# whose previous dispatch took at least this long on one thread: handing a range of lanes
+# to a worker costs tens of microseconds.
+PARALLEL_MIN_SECONDS = 100e-6
 
 
 @dataclass
@@ -216,6 +217,8 @@ class _Plan:
     infallible: int | None = None
     saved: np.ndarray | None = field(default=None, repr=False)  # the copy, in COPY_WRITTEN
     drivers: dict = field(default_factory=dict, repr=False)  # name -> compiled driver
+    work: float = 0.0  # seconds the last dispatch took, times the threads it ran on
+    one_range: list = field(default_factory=list, repr=False)  # [(0, threads)]
 
     @property
     def written_size(self) -> int:
@@ -265,7 +268,8 @@ class CompiledRunner:
     and interprets that node from then on (:attr:`fallbacks` says why).
 
     ``parallel``: spread the lanes of kernels with loops over this many threads
-    (True: numba's thread count; 1 or False: the calling thread only).
+    (1 or False: the calling thread only; True: numba's current thread count, which
+    model/threads.adapt sets, for dispatches that took long enough to gain from it).
     """
 
     def __init__(self, model, *, stop: threading.Event | None = None,
@@ -293,6 +297,8 @@ class CompiledRunner:
         self._jaddr = np.zeros(0, dtype=np.int64)
         self._jval = np.zeros(0, dtype=np.float32)
         self._jn: list[tuple[int, int]] = []  # (first entry, end) of each range's segment
+        self._usable_arena: np.ndarray | None = None
+        self.split_dispatches = 0  # dispatches whose lanes ran on more than one thread
 
     # -- planning and compiling ---------------------------------------------------------
     def plan(self, node) -> _Plan:
@@ -320,7 +326,8 @@ class CompiledRunner:
             need = max((a.base + a.extent for a in addrs.values()), default=0)
             written, journal = _journal_plan(program)
             plan = _Plan(program, gen, "", bases, slicing=slicing, need=need, written=written,
-                         journal=journal, infallible=infallible_steps(an, gen.fault_pcs))
+                         journal=journal, infallible=infallible_steps(an, gen.fault_pcs),
+                         one_range=[(0, program.threads)])
         self._plans[node.index] = plan
         return plan
 
@@ -359,50 +366,74 @@ class CompiledRunner:
         stop = stop if stop is not None else self.stop
         if stop is not None and stop.is_set():
             raise Interrupted(f"stopped by the user before node {node.full_name}", node.loc)
-        if (plan.gen is None or arena.dtype != np.float32 or arena.ndim != 1
-                or not arena.flags.c_contiguous or not arena.flags.writeable
-                or arena.size < plan.need):
+        if plan.gen is None or not self._usable(arena, plan):
             Dispatch(plan.program, arena).run(budget, stop=stop)
             return
         limit = UNLIMITED if budget is None else max(int(budget), 0)
+        t = time.perf_counter()
         if plan.infallible is not None and plan.infallible <= min(limit, POLL):
-            self._run_plain(plan, arena)
-            return
-        while not self._dispatch(plan, node, arena, limit, budget, stop):
-            pass  # the journal was full: the dispatch was undone, the journal has grown
+            ranges = self._run_plain(plan, arena)
+        else:
+            ranges = self._dispatch(plan, node, arena, limit, budget, stop)
+            while ranges is None:  # the journal was full: undone, the journal has grown
+                ranges = self._dispatch(plan, node, arena, limit, budget, stop)
+        plan.work = (time.perf_counter() - t) * ranges
 
-    def _ranges(self, plan: _Plan, steps: int | None) -> list[tuple[int, int]]:
-        """Lane ranges [l0, l1), one per thread the dispatch runs on."""
+    def _usable(self, arena: np.ndarray, plan: _Plan) -> bool:
+        """Whether the compiled code can run on ``arena`` (1-D contiguous writable f32,
+        large enough); the last arena that passed is remembered (a Machine passes the
+        same one for every node)."""
+        if arena is not self._usable_arena:
+            if (arena.dtype != np.float32 or arena.ndim != 1 or not arena.flags.c_contiguous
+                    or not arena.flags.writeable):
+                return False
+            self._usable_arena = arena
+        return arena.size >= plan.need
+
+    def _ranges(self, plan: _Plan) -> list[tuple[int, int]]:
+        """Lane ranges [l0, l1), one per thread the dispatch runs on. Only kernels with
+        loops run on more than one; with ``parallel=True`` only those whose previous
+        dispatch took long enough to pay for handing ranges to other threads
+        (PARALLEL_MIN_SECONDS of one thread's work), on numba's current thread count."""
         n = plan.program.threads
-        threads = 1
-        if self.parallel and plan.gen.parallel and n >= 2:
-            want = matvec_threads() if self.parallel is True else int(self.parallel)
-            work = n * (steps if steps is not None else PARALLEL_MIN_STEPS)
-            threads = max(1, min(want, n, work // PARALLEL_MIN_STEPS))
+        if not (self.parallel and plan.gen.parallel and n >= 2):
+            return plan.one_range
+        if self.parallel is True:
+            if plan.work < PARALLEL_MIN_SECONDS:
+                return plan.one_range
+            threads = min(matvec_threads(), n)
+        else:
+            threads = min(int(self.parallel), n)
+        if threads <= 1:
+            return plan.one_range
+        self.split_dispatches += 1
         return [(n * k // threads, n * (k + 1) // threads) for k in range(threads)]
 
-    def _run_plain(self, plan: _Plan, arena: np.ndarray) -> None:
-        """A node that cannot stop early: the plain driver, nothing to undo."""
-        fn = plan.driver("run_plain")
+    def _run_plain(self, plan: _Plan, arena: np.ndarray) -> int:
+        """A node that cannot stop early: the plain driver, nothing to undo. Returns how
+        many ranges of lanes ran at once."""
+        fn = plan.drivers.get("run_plain") or plan.driver("run_plain")
         g = plan.gen
-        ranges = self._ranges(plan, plan.infallible)
+        ranges = self._ranges(plan)
         if len(ranges) == 1:
-            status = [fn(arena, plan.bases, g.kf, g.ki, 0, plan.program.threads)]
+            status = fn(arena, plan.bases, g.kf, g.ki, 0, plan.program.threads)
         else:
-            status = run_split([(fn, (arena, plan.bases, g.kf, g.ki, a, b)) for a, b in ranges])
-        if min(status) < 0:  # the analysis was wrong: never trust it again
+            status = min(run_split([(fn, (arena, plan.bases, g.kf, g.ki, a, b))
+                                    for a, b in ranges]))
+        if status < 0:  # the analysis was wrong: never trust it again
             plan.infallible = None
             program = plan.program
             raise FirError(f"internal error: kernel '{program.name}' at node {program.node} "
                            "stopped early although no lane could; the arena may hold part "
                            "of its stores (please report)")
+        return len(ranges)
 
-    def _dispatch(self, plan: _Plan, node, arena, limit: int, budget, stop) -> bool:
-        """Run the checked driver once: True when the node has run, False when the
-        dispatch was undone to be run again with a larger journal."""
+    def _dispatch(self, plan: _Plan, node, arena, limit: int, budget, stop) -> int | None:
+        """Run the checked driver once: how many ranges of lanes ran at once when the node
+        has run, None when the dispatch was undone to be run again with a larger journal."""
         fn = plan.driver("run_lanes")
         program = plan.program
-        ranges = self._ranges(plan, None)
+        ranges = self._ranges(plan)
         jend = self._journal_room(plan, len(ranges))
         if jend < 0:
             plan.save_written(arena)
@@ -417,24 +448,23 @@ class CompiledRunner:
             self._frec = np.zeros(program.threads, dtype=np.float32)
         g = plan.gen
         seg = jend // len(ranges) if jend >= 0 else -1
-        calls = []
-        for k, (a, b) in enumerate(ranges):
-            start, end = (k * seg, k * seg + seg) if seg >= 0 else (0, -1)
-            calls.append((fn, (arena, plan.bases, g.kf, g.ki, a, b, limit, ctl, self._rec,
-                               self._frec, cell, self._jaddr, self._jval, start, end)))
-        ends = [calls[0][0](*calls[0][1])] if len(calls) == 1 else run_split(calls)
-        self._jn = [(c[1][13], e) for c, e in zip(calls, ends)]
+        starts = [k * seg if seg >= 0 else 0 for k in range(len(ranges))]
+        calls = [(fn, (arena, plan.bases, g.kf, g.ki, a, b, limit, ctl, self._rec, self._frec,
+                       cell, self._jaddr, self._jval, start, start + seg if seg >= 0 else -1))
+                 for (a, b), start in zip(ranges, starts)]
+        ends = [fn(*calls[0][1])] if len(calls) == 1 else run_split(calls)
+        self._jn = list(zip(starts, ends))
         if not (ctl[C_FAULTED] or ctl[C_ABORT]):
-            return True
+            return len(ranges)
         self._undo(plan, arena, jend)
         by_code = self._records(program)
         if F_JOURNAL in by_code:
             self._grow_journal(plan)
-            return False
+            return None
         if F_OWNER in by_code:
             self._fall_back(plan, node, min(by_code[F_OWNER], key=self._order(plan)))
             Dispatch(program, arena).run(budget, stop=stop)
-            return True
+            return 1
         raise self._error(plan, by_code, budget)
 
     # -- the journal -------------------------------------------------------------------------
