@@ -47,18 +47,6 @@ def warm() -> None:
     k["par"].compile("void(float32[:, ::1], float32[::1], float32[::1], int64)")
 
 
-def warm_in_background() -> threading.Thread:
-    """:func:`warm` in a daemon thread (the loader starts it before reading weights)."""
-    def run():
-        try:
-            warm()
-        except Exception:  # noqa: BLE001 - a failed warm-up shows again, clearly, on real use
-            pass
-    t = threading.Thread(target=run, name="firscope-gemv-warmup", daemon=True)
-    t.start()
-    return t
-
-
 def f32_matvec(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """``out[...] = w @ x`` for f32 ``w`` [rows, cols]; ``out`` may overlap ``x``."""
     if (BACKEND["f32"] != "numba" or w.dtype != np.float32 or not w.flags.c_contiguous

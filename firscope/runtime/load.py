@@ -28,7 +28,7 @@ from ..model.q4 import DEFAULT_GROUP
 from ..model.ref import Ref
 from ..model.weights import WeightEntry
 from ..vm.assembler import KernelCode
-from .gemv import warm_in_background
+from .gemv import warm as warm_gemv
 from .plan import PlanNode, assemble_kernels, check_lane_memory, unroll_plan
 
 
@@ -99,9 +99,9 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
 
     ``q4_path="dequant"`` keeps an f32 copy of every q4 matrix and multiplies by it (the
     comparison path); the default multiplies by the packed int4 codes."""
-    warm_in_background()  # the f32 product's kernels load while the weights are read
     parts = load_parts(path, fir_f32=fir_f32, group=group, progress=progress,
                        memory_limit=memory_limit, q4_path=q4_path)
+    warm_gemv()  # the f32 head's kernels, loaded now rather than in the first step
     t_plan = time.perf_counter()
     kernels = assemble_kernels(parts.fir, parts.buffers, parts.weight_decls)
     nodes = unroll_plan(parts, kernels)
