@@ -53,6 +53,7 @@ def fake_machine(monkeypatch, others_cores: float, cpus: int = 2):
     monkeypatch.setattr(T, "_machine_cpu", sample)
     monkeypatch.setattr(T, "_WATCH", T._Watch())
     monkeypatch.setattr(T.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(T.os, "getloadavg", lambda: (others_cores, 0.0, 0.0))
     monkeypatch.delenv("FIRSCOPE_THREADS", raising=False)
 
 
@@ -64,9 +65,25 @@ def test_adapt_takes_the_cores_other_processes_leave(monkeypatch, others, cpus, 
     monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 2)
     before = numba.get_num_threads()
     try:
-        T.adapt()  # the first look only starts the clock
-        assert T.adapt() == want
+        assert T.adapt() == want  # the first look: the load average
+        assert T.adapt() == want  # then /proc/stat over the interval
         assert numba.get_num_threads() == want
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_the_first_look_trusts_the_load_average_then_the_interval(monkeypatch):
+    """A short run (16 tokens in a quarter second) must not run on two threads of a busy
+    machine because no interval has passed yet; a load average that overstates (our own
+    start-up) is corrected by the first interval."""
+    import numba
+    fake_machine(monkeypatch, 0.1)
+    monkeypatch.setattr(T.os, "getloadavg", lambda: (1.9, 0.0, 0.0))
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 2)
+    before = numba.get_num_threads()
+    try:
+        assert T.adapt() == 1
+        assert T.adapt() == 2
     finally:
         numba.set_num_threads(before)
 
@@ -78,12 +95,10 @@ def test_firscope_threads_fixes_the_count(monkeypatch):
     monkeypatch.setenv("FIRSCOPE_THREADS", "2")
     before = numba.get_num_threads()
     try:
-        T.adapt()
         assert T.adapt() == 2  # busy machine, but fixed
         monkeypatch.setenv("FIRSCOPE_THREADS", "7")
         assert T.adapt() == 2  # never more than numba has
         monkeypatch.setenv("FIRSCOPE_THREADS", "no")
-        T.adapt()  # not a number: adaptive again (its first look starts the clock)
-        assert T.adapt() == 1
+        assert T.adapt() == 1  # not a number: adaptive again
     finally:
         numba.set_num_threads(before)

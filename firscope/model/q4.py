@@ -211,6 +211,15 @@ def warm_kernels(matvec: bool = True) -> threading.Thread:
     return t
 
 
+def _matrix(w: np.ndarray, group: int, what: str) -> np.ndarray:
+    """``w`` as a C-contiguous f32 matrix, after checking the arguments."""
+    if w.ndim != 2:
+        raise ValueError(f"{what} expects a 2-D matrix")
+    if group < 1:
+        raise ValueError("group must be positive")
+    return np.ascontiguousarray(w, dtype=np.float32)
+
+
 def _empty_q4(rows: int, cols: int, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ng = -(-cols // group)
     packed = np.empty((rows, (ng * group + 1) // 2), dtype=np.uint8)
@@ -226,11 +235,7 @@ def quantize(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
     :func:`quantize_numpy` keeps as the reference it must equal bit for bit). A matrix
     holding NaN or Inf gets the NumPy formulation's result.
     """
-    if w.ndim != 2:
-        raise ValueError("quantize expects a 2-D matrix")
-    if group < 1:
-        raise ValueError("group must be positive")
-    w = np.ascontiguousarray(w, dtype=np.float32)
+    w = _matrix(w, group, "quantize")
     rows, cols = w.shape
     if cols == 0 or rows == 0:
         return quantize_numpy(w, group)
@@ -253,11 +258,7 @@ def quantize_conv1d(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
     copy (the loader's path: the checkpoint's layout in, [out, in] codes out); equal to
     it bit for bit. Raises :class:`Q4NonFiniteError` for NaN or Inf, and
     :class:`Q4RangeError` like :func:`quantize`."""
-    if w.ndim != 2:
-        raise ValueError("quantize_conv1d expects a 2-D matrix")
-    if group < 1:
-        raise ValueError("group must be positive")
-    w = np.ascontiguousarray(w, dtype=np.float32)
+    w = _matrix(w, group, "quantize_conv1d")
     cols, rows = w.shape
     if cols == 0 or rows == 0:
         return quantize(w.T, group)

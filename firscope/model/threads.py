@@ -10,7 +10,9 @@ compile than the kernel itself).
 How many: :func:`adapt` (called once per decoded token) uses one thread per
 core that other processes leave free (rounded: a process using more than
 half a core takes one away), at most numba's (``NUMBA_NUM_THREADS``, one per
-core by default) and at least one. Measured on the 2-core machines (see
+core by default) and at least one. It looks at /proc/stat every
+:data:`SAMPLE_SECONDS` (the very first look, with no interval yet, takes the
+1-minute load average). Measured on the 2-core machines (see
 benchmarks/decode.py ``--threads``): with the other core free, two threads
 make a decode step faster; with it taken, OpenMP's workers wait at every
 parallel region for a thread the scheduler has parked, and a row product ran
@@ -114,14 +116,19 @@ def fixed_threads() -> int | None:
 
 def others_busy() -> float:
     """Cores other processes kept busy since the previous look (at most every
-    SAMPLE_SECONDS; the first look returns 0)."""
+    SAMPLE_SECONDS). The first look has no interval yet: it takes the 1-minute load
+    average (capped at the cores), which this process's own short past barely moves."""
     now = _machine_cpu()
     if now is None:
         return 0.0
     last = _WATCH.last
     if last is None:
         _WATCH.last = now
-        return 0.0
+        try:
+            _WATCH.others = min(os.getloadavg()[0], float(os.cpu_count() or 1))
+        except OSError:
+            _WATCH.others = 0.0
+        return _WATCH.others
     wall = now[0] - last[0]
     if wall >= SAMPLE_SECONDS:
         _WATCH.others = max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / wall)
