@@ -1,7 +1,8 @@
 """Decode speed of firscope against HF transformers, a NumPy GPT-2 and llama.cpp.
 
     python benchmarks/decode.py [--quick] [--steps N] [--rounds R] [--threads T]
-                                [--engines a,b,...] [--breakdown]
+                                [--engines a,b,...] [--breakdown] [--llama-lib DIR]
+                                [--firscope-threads adaptive|fixed] [--omp-wait auto|active|passive]
 
 Makes (once) a randomly initialised GPT-2 with GPT-2 small's shapes with HF
 transformers in ~/.cache/firscope-bench (outside the repo), copies the
@@ -10,9 +11,19 @@ writes it as GGUF quantized to Q4_0 / Q4_1 with an f32 head
 (benchmarks/llama_peer.py). Then, for each of R rounds, it runs every engine
 in its own fresh process (the order rotates from round to round), and each
 process loads its model, warms up with one step, resets, and times N decode
-steps one token at a time (positions 0..N-1, a KV cache, 2 threads each by
-default). Engines that share a process slow each other down (OpenMP and
-OpenBLAS threads spin after a call), hence one process per measurement.
+steps one token at a time (positions 0..N-1, a KV cache, at most 2 threads
+each by default). Engines that share a process slow each other down (OpenMP
+and OpenBLAS threads spin after a call), hence one process per measurement.
+
+firscope runs as a user gets it: its kernels use the cores other processes
+leave free, chosen per step (model/threads.adapt), and OpenMP's wait policy
+chosen by the load average at start (jitcache.choose_omp_wait); the table
+says which thread counts and policy each measurement ran with.
+``--firscope-threads fixed`` and ``--omp-wait active|passive`` pin them, to
+measure each way. llama.cpp runs from ``llama_cpp`` when it imports; the
+shared wheel was built for a CPU with AMX and dies with SIGILL on these
+machines, so ``--llama-lib DIR`` points it at a libllama.so built here
+(benchmarks/llama_peer.py says how).
 
 Printed per engine: the median over rounds of each round's median ms/token
 (and the range of the round medians), the load time and the resident memory
@@ -218,19 +229,29 @@ def child(args) -> int:
     reset()
     load1 = os.getloadavg()[0]
     a = cpu_snapshot()
-    times, logits = [], None
+    times, logits, used = [], None, []
     for tok in tokens:
         t = time.perf_counter()
         logits = step(tok)
         times.append(time.perf_counter() - t)
+        used.append(threads_in_use(args.child))
     b = cpu_snapshot()
     np.save(args.logits, np.asarray(logits, dtype=np.float32))
     print(json.dumps({"engine": args.child, "times": times, "load_s": load_s,
                       "rss_start": rss0, "rss_load": rss_load, "rss_end": rss_bytes(),
                       "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "loadavg": [load1, os.getloadavg()[0]], "others_cpu": others_cpu(a, b),
-                      "own_cpu": (b[2] - a[2]) / (b[0] - a[0])}))
+                      "own_cpu": (b[2] - a[2]) / (b[0] - a[0]), "threads_used": used,
+                      "omp_wait": os.environ.get("OMP_WAIT_POLICY", "default")}))
     return 0
+
+
+def threads_in_use(engine: str) -> int | None:
+    """The threads firscope's kernels ran the last step on (model/threads.adapt chooses)."""
+    if engine not in FIRSCOPE:
+        return None
+    import numba
+    return numba.get_num_threads()
 
 
 # --- where firscope's time goes (a child of its own) -----------------------------------------
@@ -261,10 +282,25 @@ def breakdown_child(args) -> int:
 
 
 # --- the parent: rounds of fresh processes ------------------------------------------------------
-def run_child(engine: str, folder: Path, tokens: list[int], threads: int, out: Path,
-              breakdown: bool = False) -> dict:
+def child_env(engine: str, threads: int, opts) -> dict:
+    """The environment of one engine's process: at most ``threads`` threads everywhere;
+    for firscope, fixed threads (FIRSCOPE_THREADS) or its adaptive default, and OpenMP's
+    wait policy when asked; for llama.cpp, the library to load (--llama-lib)."""
     env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads))
+    env.pop("FIRSCOPE_THREADS", None)
+    if engine in FIRSCOPE and opts.firscope_threads == "fixed":
+        env["FIRSCOPE_THREADS"] = str(threads)
+    if engine in FIRSCOPE and opts.omp_wait != "auto":
+        env["OMP_WAIT_POLICY"] = opts.omp_wait.upper()
+    if engine in LLAMA and opts.llama_lib:
+        env["LLAMA_CPP_LIB_PATH"] = str(Path(opts.llama_lib).resolve())
+    return env
+
+
+def run_child(engine: str, folder: Path, tokens: list[int], threads: int, out: Path,
+              opts, breakdown: bool = False) -> dict:
+    env = child_env(engine, threads, opts)
     cmd = [sys.executable, __file__, "--child", engine, "--folder", str(folder), "--tokens",
            ",".join(map(str, tokens)), "--threads", str(threads), "--logits", str(out)]
     if breakdown:
@@ -296,23 +332,28 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
             "loadavg": max(max(r["loadavg"]) for r in ok),
             "others_cpu": statistics.median(r["others_cpu"] for r in ok),
             "others_cpu_max": max(r["others_cpu"] for r in ok),
+            "threads": sorted({t for r in ok for t in r.get("threads_used", []) if t}),
+            "omp_wait": sorted({r.get("omp_wait", "?") for r in ok}),
         }
     return out
 
 
 def print_table(summary: dict[str, dict]) -> None:
     print(f"\n{'engine':<22} {'ms/token':>9} {'rounds range':>15} {'load s':>7} "
-          f"{'RSS load':>9} {'RSS end':>8} {'load avg':>9} {'others CPU':>11}")
+          f"{'RSS load':>9} {'RSS end':>8} {'load avg':>9} {'others CPU':>11}  threads")
     for name, s in summary.items():
         if "error" in s:
             print(f"{name:<22} failed: {s['error']}")
             continue
         print(f"{name:<22} {s['ms']:>9.2f} {s['round_min']:>7.2f}-{s['round_max']:<7.2f} "
               f"{s['load_s']:>7.2f} {s['rss_load'] / 2**20:>8.0f}M {s['rss_end'] / 2**20:>7.0f}M "
-              f"{s['loadavg']:>9.2f} {s['others_cpu']:>5.2f}/{s['others_cpu_max']:<5.2f}")
+              f"{s['loadavg']:>9.2f} {s['others_cpu']:>5.2f}/{s['others_cpu_max']:<5.2f}"
+              + (f"  {'/'.join(map(str, s['threads']))} (OpenMP wait "
+                 f"{'/'.join(s['omp_wait'])})" if s["threads"] else ""))
     print("(ms/token: median over rounds of each round's median; RSS: VmRSS of the engine's "
           "process after load and after decoding; load avg: the highest 1-min load average seen; "
-          "others CPU: cores used by other processes during the timed steps, median/max)")
+          "others CPU: cores used by other processes during the timed steps, median/max; "
+          "threads: what firscope's kernels ran on, as model/threads.adapt chose per step)")
 
 
 def print_ratios(summary: dict[str, dict]) -> None:
@@ -350,7 +391,14 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true", help="3 rounds of 16 steps")
     ap.add_argument("--steps", type=int, default=None, help="decode steps per process (32)")
     ap.add_argument("--rounds", type=int, default=None, help="fresh processes per engine (5)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="threads per engine, at most")
+    ap.add_argument("--firscope-threads", choices=("adaptive", "fixed"), default="adaptive",
+                    help="firscope: its default (one thread while other processes keep the "
+                         "machine busy) or always --threads (FIRSCOPE_THREADS)")
+    ap.add_argument("--omp-wait", choices=("auto", "active", "passive"), default="auto",
+                    help="firscope: OpenMP's wait policy (auto: firscope chooses by load)")
+    ap.add_argument("--llama-lib", help="folder of a libllama.so built for this CPU "
+                    "(LLAMA_CPP_LIB_PATH; the shared wheel's needs AMX)")
     ap.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
     ap.add_argument("--breakdown", action="store_true", help="firscope time per node kind")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "firscope-bench"))
@@ -381,7 +429,8 @@ def main() -> int:
             llama_peer.prepare(folder)
     tokens = [int(t) for t in np.random.default_rng(0).integers(0, SMALL["vocab_size"], steps)]
     print(f"GPT-2 small shapes (random weights), {steps} decode steps (positions 0..{steps - 1}) "
-          f"per process, {rounds} rounds of fresh processes, {args.threads} threads per engine, "
+          f"per process, {rounds} rounds of fresh processes, at most {args.threads} threads per "
+          f"engine (firscope: {args.firscope_threads}, OpenMP wait {args.omp_wait}), "
           f"{os.cpu_count()} cpus, OPENBLAS_CORETYPE="
           f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; load average at start "
           f"{os.getloadavg()[0]:.2f}")
@@ -391,14 +440,15 @@ def main() -> int:
     for r in range(rounds):
         order = engines[r % len(engines):] + engines[:r % len(engines)]
         for e in order:
-            results[e].append(run_child(e, folder, tokens, args.threads, logits[e]))
+            results[e].append(run_child(e, folder, tokens, args.threads, logits[e], args))
         print(f"round {r + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}", flush=True)
     summary = summarize(results)
     print_table(summary)
     print_ratios(summary)
     compare_logits(logits)
     if args.breakdown:
-        b = run_child("firscope-q4", folder, tokens, args.threads, tmp / "b.npy", breakdown=True)
+        b = run_child("firscope-q4", folder, tokens, args.threads, tmp / "b.npy", args,
+                      breakdown=True)
         if "error" in b:
             print(f"\nbreakdown failed: {b['error']}")
         else:

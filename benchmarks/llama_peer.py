@@ -10,6 +10,21 @@ The GGUF carries a synthetic vocabulary (``t0``, ``t1``, ... and one merge):
 the benchmark feeds token ids with ``Llama.eval``, so the tokenizer plays no
 part in the timing; llama.cpp only needs one entry per id.
 
+A library for these machines: the shared wheel
+(/work/shared/peers/llama_cpp_python-0.3.36-...whl) was built with
+GGML_NATIVE on a CPU with AMX and dies with SIGILL here. Its Python code is
+fine; build the same llama.cpp for this CPU and point the wheel at it
+(``decode.py --llama-lib``, which sets LLAMA_CPP_LIB_PATH)::
+
+    pip download llama_cpp_python==0.3.36 --no-binary :all: --no-deps -d /tmp/sdist
+    tar xzf /tmp/sdist/llama_cpp_python-0.3.36.tar.gz -C /tmp
+    cd /tmp/llama_cpp_python-0.3.36/vendor/llama.cpp
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+        -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF
+    cmake --build build --target llama -j 2     # about 15 minutes on 2 cores
+    python benchmarks/decode.py --llama-lib build/bin
+
 Never a dependency of firscope or its tests; nothing here is imported by them.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ Each model then runs in a fresh process that prints:
   (VmRSS, and the peak so far),
 * ms/token: median of N compiled decode steps after one warm-up step,
 * the debugger: a ``Session`` stepping one whole token (``next_token``) with
-  an unbounded history, its time and the undo log it kept (``history_bytes``,
+  an unbounded history, its time and the undo log it kept (``Session.history.nbytes``,
   what reverse stepping over that token costs in memory),
 
 and the load average and other processes' CPU while it ran (the machine may
@@ -156,7 +156,8 @@ def child(folder: Path, steps: int) -> dict:
             "peak_load": peak_load, "peak_anon": peak_split["RssAnon"],
             "peak_file": peak_split["RssFile"], "ms": statistics.median(times) * 1e3,
             "ms_range": [min(times) * 1e3, max(times) * 1e3], "debug_token_s": debug_s,
-            "history_bytes": session.history_bytes, "history_records": len(session.history),
+            "history_bytes": session.history.nbytes,
+            "history_records": len(session.history.records),
             "peak_end": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "loadavg": [load1, os.getloadavg()[0]], "others_cpu": others_cpu(a, b),
             "q4_bytes": sum(w.nbytes for w in model.weights.values() if w.q4 is not None)}
@@ -229,7 +230,7 @@ def main() -> int:
                   f"peak file-backed RSS (checkpoint pages mapped) {r['peak_file'] / 2**20:.0f} MiB")
     print("(RSS load: VmRSS right after load; peak load: peak RSS during load; peak: over the "
           "whole run (decode and the debugger's token included); "
-          "undo log/token: Session.history_bytes after next_token with an unbounded history)")
+          "undo log/token: Session.history.nbytes after next_token with an unbounded history)")
     return 0
 
 

@@ -146,6 +146,7 @@ def test_runner_works_on_any_arena_copy(random_model):
 
 
 def test_one_compiled_function_serves_every_layer(random_model):
+    from firscope.vm.compiled import _load_module
     model = load_model(random_model)
     runner = CompiledRunner(model)
     runner.warmup()
@@ -153,11 +154,33 @@ def test_one_compiled_function_serves_every_layer(random_model):
     for node in model.nodes:
         if node.kind == "micro":
             shas.setdefault(node.target, set()).add(runner.plan(node).gen.sha)
-    assert len(shas["g2.attn_decode"]) == 1
-    assert len(shas["g2.layernorm"]) == 1
-    # g2.add runs on three sizes (n_embd, 3*n_embd, 4*n_embd) and aliasing patterns
-    assert 1 <= len(shas["g2.add"]) <= 4
-    assert all(runner.plan(n).fn is not None for n in model.nodes if n.kind == "micro")
+    # g2.add runs on three sizes (n_embd, 3*n_embd, 4*n_embd): sizes are arguments
+    assert {k: len(v) for k, v in shas.items()} == {
+        "g2.add": 1, "g2.layernorm": 1, "g2.attn_decode": 1, "g2.gelu_new": 1}
+    for n in model.nodes:  # warmup compiled the driver every node runs
+        if n.kind == "micro":
+            plan = runner.plan(n)
+            driver = "run_plain" if plan.infallible is not None else "run_lanes"
+            assert getattr(_load_module(plan.gen), driver).signatures, n.full_name
+
+
+def test_models_of_every_shape_share_the_compiled_kernels(tmp_path):
+    """The generated source depends on the instructions alone: a model with other widths,
+    heads, positions and vocabulary compiles nothing new (numbers come in as slots)."""
+    a = load_model(SEED_FIR)
+    b = load_model(write_random_gpt2(tmp_path / "b", **RANDOM_SHAPES["rand-odd"]))
+    shas = []
+    for model in (a, b):
+        runner = CompiledRunner(model)
+        shas.append({n.target: runner.plan(n).gen.sha for n in model.nodes if n.kind == "micro"})
+    assert shas[0] == shas[1]
+    assert len(set(shas[0].values())) == 4
+    # ... while the numbers each node binds differ: extents, 1/sqrt(headdim), offsets
+    ra, rb = CompiledRunner(a), CompiledRunner(b)
+    attn = [next(n for n in m.nodes if n.target == "g2.attn_decode") for m in (a, b)]
+    ga, gb = ra.plan(attn[0]).gen, rb.plan(attn[1]).gen
+    assert not np.array_equal(ga.kf, gb.kf) and not np.array_equal(ga.ki, gb.ki)
+    assert np.float32(1 / np.sqrt(32)) in ga.kf and np.float32(1 / np.sqrt(16)) in gb.kf
 
 
 def test_generated_code_comes_from_the_instructions_not_the_name(tmp_path):
@@ -534,15 +557,36 @@ def test_quantize_equals_numpy_reference(shape, group):
 
 
 def test_parallel_lanes_give_the_same_bits(random_model):
-    """The opt-in prange path (lanes over threads) is the same code, run in parallel."""
+    """Lanes over threads (ranges of lanes on model/threads' pool) are the same code."""
     model_p, model_i = load_model(random_model), load_model(random_model)
     mp = Machine(model_p, engine="compiled")
-    mp.kernel_runner = CompiledRunner(model_p, parallel=True)
+    mp.kernel_runner = CompiledRunner(model_p, parallel=2)
     mi = Machine(model_i, engine="interp")
     for tok in (9, 8, 7):
         assert same_bits(mp.step(tok).logits, mi.step(tok).logits)
     attn = next(n for n in model_p.nodes if n.target == "g2.attn_decode")
     assert mp.kernel_runner.plan(attn).gen.parallel
+    # attention ran on two threads in every layer, every step; nothing else did
+    assert mp.kernel_runner.split_dispatches == 3 * model_p.layers
+
+
+def test_parallel_true_spreads_only_long_dispatches(random_model, monkeypatch):
+    """parallel=True (a Machine's runner) splits a kernel with loops only once a dispatch
+    of it took PARALLEL_MIN_SECONDS, on numba's current thread count."""
+    import firscope.vm.compiled as C
+    model = load_model(random_model)
+    runner = CompiledRunner(model, parallel=True)
+    attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    arena = model.arena.copy()
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 0  # a tiny model: far below the threshold
+    monkeypatch.setattr(C, "PARALLEL_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(C, "matvec_threads", lambda: 2)
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 1
+    monkeypatch.setattr(C, "matvec_threads", lambda: 1)  # adapt() chose one thread
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 1
 
 
 def test_lanes_leaving_their_slice_at_run_time_are_caught(fault_model):
@@ -563,3 +607,23 @@ def test_lanes_leaving_their_slice_at_run_time_are_caught(fault_model):
     assert runner.plan(node).gen is None  # from now on interpreted: lockstep's results
     a, b = run_both(model, runner, node, model.arena)
     assert same_bits(a, b)
+
+
+def test_a_lane_stride_beyond_64_bits_runs_on_the_interpreter(tmp_path):
+    """Numbers the compiled code takes as arguments must fit int64: a lane stride of
+    (2^32-1)^2 (two umulk) is refused with a reason, and the node runs on the interpreter
+    (the uint32 index wraps back to the lane id: out0[lane] = in0[lane])."""
+    kernel = ("kernel t.huge in=1 out=1 threads=4 tg=1 tgbytes=16\n"
+              "rtou 0 0\numulk 1 0 4294967295\numulk 1 1 4294967295\n"
+              "uloadf32 2 0 @in0\nustoref32 2 1 @out0\nendkernel\n")
+    text = SEED_FIR.read_text().replace("node token ext", "buf hv f32 4\n" + kernel
+                                        + "node token ext", 1) + "node huge micro t.huge x -> hv\n"
+    model = load_model(write_random_gpt2(tmp_path / "huge", fir_text=text))
+    node = node_named(model, "huge")
+    runner = CompiledRunner(model)
+    randomize_buffers(model, np.random.default_rng(0))
+    a, b = run_both(model, runner, node, model.arena)
+    assert same_bits(a, b)
+    hv, x = model.regions["hv"], model.regions["x"]
+    assert same_bits(b[hv.base: hv.base + 4], b[x.base: x.base + 4])
+    assert "64-bit" in runner.fallbacks["huge"]

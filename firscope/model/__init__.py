@@ -4,6 +4,7 @@ The model layer's phases of loading, each a function from frozen inputs to a
 frozen result (see :mod:`.decls`, :mod:`.layout`, :mod:`.weights`), run in
 order by :func:`load_parts`. Kernels and the unrolled node plan are the
 runtime's: the full entry point is :func:`firscope.runtime.load_model`.
+:mod:`.threads` is the pool that compiled kernels of every layer share.
 """
 from .checkpoint import Checkpoint
 from .config import ConfigFile, read_config

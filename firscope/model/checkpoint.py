@@ -2,7 +2,9 @@
 
 The header is parsed and checked here (size, JSON, offsets, dtype sizes) so
 that a truncated or corrupt file gets an error naming the file and the
-tensor; tensor bytes are memory-mapped, not copied. Pickled checkpoints
+tensor. The loader reads tensor bytes into its own arrays (:meth:`Checkpoint.load`:
+no page of the file stays mapped); viewers map the file (:meth:`Checkpoint.read`,
+zero-copy). Pickled checkpoints
 (``pytorch_model.bin``, ``*.pt``) are refused: unpickling runs code.
 Errors name the file, the tensor and the reason; what a header holds is shown
 only as short, escaped names (:func:`shown`), never as raw text.
@@ -126,12 +128,52 @@ class SafetensorsFile:
                                f"bytes up to {data_start + end} but the file has {size}")
             self.tensors[name] = TensorInfo(name, dtype, shape, path, data_start + begin, want)
 
-    def read(self, name: str) -> np.ndarray:
-        """The tensor as float32 (zero-copy where the file is already f32)."""
+    def _check_float(self, name: str) -> TensorInfo:
         info = self.tensors[name]
         if info.dtype not in _FLOAT_DTYPES:
             raise FirError(f"{self.path}: tensor '{name}' is {info.dtype}; weights must be "
                            "floating point (F32, F16, BF16, F64)")
+        return info
+
+    def load(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The tensor as float32, read into ``out`` (a C-contiguous f32 array of its size;
+        a new one if None) with plain reads, not a mapping: once this returns no page of
+        the file is part of this process (a mapping keeps every page it touched
+        resident until it is unmapped: GPT-2 XL's 6 GB checkpoint was most of the
+        loader's peak). f32 tensors go straight into ``out``; others through one
+        temporary of their own dtype."""
+        info = self._check_float(name)
+        if out is None:
+            out = np.empty(info.shape, dtype=np.float32)
+        count = info.nbytes // _DTYPES[info.dtype][1]
+        if out.dtype != np.float32 or out.size != count or not out.flags.c_contiguous:
+            raise ValueError(f"load: out must be a contiguous f32 array of {info.shape}")
+        raw = out if info.dtype == "F32" else np.empty(info.shape, dtype=_DTYPES[info.dtype][0])
+        view = memoryview(raw.reshape(-1).view(np.uint8))
+        try:
+            with open(self.path, "rb", buffering=0) as f:
+                f.seek(info.start)
+                done = 0
+                while done < info.nbytes:
+                    n = f.readinto(view[done:])
+                    if not n:
+                        raise FirError(f"{self.path}: truncated safetensors file: tensor "
+                                       f"'{shown(name)}' ends after {done} of its "
+                                       f"{info.nbytes} bytes")
+                    done += n
+        except OSError as e:
+            raise FirError(f"{self.path}: cannot read tensor '{shown(name)}': "
+                           f"{e.strerror}") from None
+        if raw is not out:
+            if info.dtype == "BF16":
+                raw = (raw.astype(np.uint32) << 16).view(np.float32)
+            out.reshape(-1)[:] = raw.reshape(-1)
+        return out.reshape(info.shape)
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor as float32 (zero-copy where the file is already f32: a view of the
+        file mapped into memory, for viewers that look at one weight)."""
+        info = self._check_float(name)
         if self._map is None:
             try:
                 self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
@@ -221,3 +263,8 @@ class Checkpoint:
     def read(self, name: str) -> np.ndarray:
         self._ensure_names()
         return self.where[name].read(name)
+
+    def load(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The tensor read into memory of this process (see SafetensorsFile.load)."""
+        self._ensure_names()
+        return self.where[name].load(name, out)

@@ -159,17 +159,15 @@ _KERNELS_LOCK = threading.Lock()
 
 
 def _kernels(kind: str) -> dict:
-    """Compiled kernels by kind: "quant" (quantize/dequantize), "matvec" (packed GEMV).
-
-    numba, nogil (the loader quantizes in threads), cached on disk by
-    :func:`firscope.jitcache.prepare_numba`'s folder.
-    """
+    """Compiled kernels by kind: "quant" (quantize/dequantize), "matvec" (packed GEMV),
+    from :mod:`.q4_kernels` (imported on first use: it imports numba)."""
     got = _KERNELS.get(kind)
     if got is not None:
         return got
     with _KERNELS_LOCK:
         if kind not in _KERNELS:
-            _KERNELS[kind] = _BUILDERS[kind]()
+            from . import q4_kernels as K  # imports numba
+            _KERNELS.update(K.KERNELS)
     return _KERNELS[kind]
 
 
@@ -179,21 +177,33 @@ def matvec_threads() -> int:
     return numba.get_num_threads()
 
 
+# The parallel matvecs' types: compile() loads them from numba's cache without running
+# them, so the warm-up thread starts no OpenMP team of its own (a second team's threads
+# compete with the decoding thread's on a small machine).
+PARALLEL_SIGNATURES = {
+    "q4_par32": "void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], float32[::1], "
+                "float32[::1], float32[::1], int64)",
+}
+
+
 def warm_kernels(matvec: bool = True) -> threading.Thread:
     """Import numba and load (or compile) the kernels in the background, once per process.
 
-    numba loads a kernel from its cache on the first call, so each one is called
-    once on a tiny matrix of the types the loader and the runtime use.
+    numba loads a kernel from its cache on the first call, so each serial one is
+    called once on a tiny matrix of the types the loader and the runtime use; the
+    parallel ones are only compiled (see PARALLEL_SIGNATURES).
     """
     def load():
         try:
             q = quantize(np.arange(64, dtype=np.float32).reshape(2, 32), DEFAULT_GROUP)
+            quantize_conv1d(np.arange(64, dtype=np.float32).reshape(32, 2), DEFAULT_GROUP)
+            count_nonfinite(np.zeros(4, dtype=np.float32))
             q.dequantize()
             if matvec:
-                x = np.ones(32, dtype=np.float32)
-                q.matvec(x, parallel=False)
-                if matvec_threads() > 1:
-                    q.matvec(x, parallel=True)
+                q.matvec(np.ones(32, dtype=np.float32), parallel=False)
+                k = _kernels("matvec")
+                for name, sig in PARALLEL_SIGNATURES.items():
+                    k[name].compile(sig)
         except Exception:  # noqa: BLE001 - a failed warm-up shows again, clearly, on real use
             pass
     t = threading.Thread(target=load, name="firscope-q4-warmup", daemon=True)
@@ -201,160 +211,70 @@ def warm_kernels(matvec: bool = True) -> threading.Thread:
     return t
 
 
-def _build_quant_kernels() -> dict:
-    from ..jitcache import prepare_numba
-    prepare_numba()
-    from numba import njit
-
-    f15 = np.float32(15)
-    one = np.float32(1)
-
-    @njit(cache=True, nogil=True, error_model="numpy")
-    def quantize_rows(w, group, packed, scale, minimum):  # pragma: no cover - compiled
-        rows, cols = w.shape
-        ng = scale.shape[1]
-        for r in range(rows):
-            for g in range(ng):
-                a = g * group
-                b = min(a + group, cols)
-                lo = w[r, a]
-                hi = w[r, a]
-                for c in range(a + 1, b):
-                    v = w[r, c]
-                    if v < lo:
-                        lo = v
-                    if v > hi:
-                        hi = v
-                if b < a + group:  # the padding repeats the row's last element
-                    v = w[r, cols - 1]
-                    lo = min(lo, v)
-                    hi = max(hi, v)
-                sc = (hi - lo) / f15
-                if sc == 0:
-                    sc = one
-                scale[r, g] = sc
-                minimum[r, g] = lo
-                inv = np.float64(sc)
-                for c in range(a, a + group):
-                    v = w[r, c] if c < cols else w[r, cols - 1]
-                    q = np.rint(np.float64(v - lo) / inv)  # f32 difference, f64 quotient
-                    if q < 0:
-                        q = 0.0
-                    elif q > 15:
-                        q = 15.0
-                    k = np.uint8(q)
-                    if c % 2 == 0:
-                        packed[r, c // 2] = k
-                    else:
-                        packed[r, c // 2] |= np.uint8(k << 4)
-
-    @njit(cache=True, nogil=True, error_model="numpy")
-    def dequantize(packed, scale, minimum, group, out):  # pragma: no cover - compiled
-        rows, cols = out.shape
-        for r in range(rows):
-            for g in range(scale.shape[1]):
-                sc = scale[r, g]
-                mn = minimum[r, g]
-                for c in range(g * group, min(g * group + group, cols)):
-                    k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
-                    out[r, c] = np.float32(k) * sc + mn
-
-    return {"dequantize": dequantize, "quantize": quantize_rows}
+def _matrix(w: np.ndarray, group: int, what: str) -> np.ndarray:
+    """``w`` as a C-contiguous f32 matrix, after checking the arguments."""
+    if w.ndim != 2:
+        raise ValueError(f"{what} expects a 2-D matrix")
+    if group < 1:
+        raise ValueError("group must be positive")
+    return np.ascontiguousarray(w, dtype=np.float32)
 
 
-def _build_matvec_kernels() -> dict:
-    """y = dequantize(W) @ x from the packed codes, serial (a row range) or parallel.
-
-    Each weight is dequantized as ``q * scale + min`` (one fused multiply-add) and
-    multiplied by its x; only the order of the f32 sum differs from the reference
-    (fastmath allows reassociation and contraction, never 'no NaN/Inf': NaN and
-    Inf propagate as in BLAS).
-    """
-    from ..jitcache import prepare_numba
-    prepare_numba()
-    from numba import njit, prange
-
-    f16 = np.float32(16)
-    inv16 = np.float32(1 / 16)
-    fast = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
-
-    @njit(**fast)
-    def q4_rows32(packed, scale, minimum, xe, xo, y, r0, r1):  # pragma: no cover - compiled
-        # One flat loop over a row's bytes: the scale index i >> 4 is the same for
-        # 16 consecutive bytes, so LLVM broadcasts it and the loop runs on full
-        # vectors with no per-group reduction. Nibbles are split in float
-        # arithmetic (exact for 0..255): integer ops would widen to int64 here.
-        n = packed.shape[1]
-        for r in range(r0, r1):
-            acc = np.float32(0)
-            for i in range(n):
-                b = np.float32(packed[r, i])
-                hi = np.floor(b * inv16)
-                lo = b - f16 * hi
-                s = scale[r, i >> 4]
-                m = minimum[r, i >> 4]
-                acc += (lo * s + m) * xe[i] + (hi * s + m) * xo[i]
-            y[r] = acc
-
-    @njit(**fast)
-    def q4_rows_any(packed, scale, minimum, group, x, y, r0, r1):  # pragma: no cover
-        cols = x.shape[0]
-        for r in range(r0, r1):
-            acc = np.float32(0)
-            for g in range(scale.shape[1]):
-                s = scale[r, g]
-                m = minimum[r, g]
-                for c in range(g * group, min(g * group + group, cols)):
-                    k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
-                    acc += (np.float32(k) * s + m) * x[c]
-            y[r] = acc
-
-    par = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
-
-    @njit(**par)
-    def q4_par32(packed, scale, minimum, xe, xo, y, chunk):  # pragma: no cover - compiled
-        rows = packed.shape[0]
-        for c in prange((rows + chunk - 1) // chunk):
-            q4_rows32(packed, scale, minimum, xe, xo, y, c * chunk, min(rows, c * chunk + chunk))
-
-    @njit(**par)
-    def q4_par_any(packed, scale, minimum, group, x, y, chunk):  # pragma: no cover
-        rows = packed.shape[0]
-        for c in prange((rows + chunk - 1) // chunk):
-            q4_rows_any(packed, scale, minimum, group, x, y, c * chunk,
-                        min(rows, c * chunk + chunk))
-
-    return {"q4_rows32": q4_rows32, "q4_rows_any": q4_rows_any, "q4_par32": q4_par32,
-            "q4_par_any": q4_par_any}
-
-
-_BUILDERS = {"quant": _build_quant_kernels, "matvec": _build_matvec_kernels}
+def _empty_q4(rows: int, cols: int, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ng = -(-cols // group)
+    packed = np.empty((rows, (ng * group + 1) // 2), dtype=np.uint8)
+    scale = np.empty((rows, ng), dtype=np.float32)
+    minimum = np.empty((rows, ng), dtype=np.float32)
+    return packed, scale, minimum
 
 
 def quantize(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
     """Quantize an f32 ``[rows, cols]`` matrix group-wise along its columns.
 
     One compiled pass per row (about 20x faster than the NumPy formulation, which
-    :func:`quantize_numpy` keeps as the reference it must equal bit for bit).
+    :func:`quantize_numpy` keeps as the reference it must equal bit for bit). A matrix
+    holding NaN or Inf gets the NumPy formulation's result.
     """
-    if w.ndim != 2:
-        raise ValueError("quantize expects a 2-D matrix")
-    if group < 1:
-        raise ValueError("group must be positive")
-    w = np.ascontiguousarray(w, dtype=np.float32)
+    w = _matrix(w, group, "quantize")
     rows, cols = w.shape
-    if cols == 0 or rows == 0 or not np.isfinite(w).all():
+    if cols == 0 or rows == 0:
         return quantize_numpy(w, group)
-    ng = -(-cols // group)
-    padded = ng * group
-    packed = np.empty((rows, (padded + 1) // 2), dtype=np.uint8)
-    if padded % 2:
-        packed[:, -1] = 0
-    scale = np.empty((rows, ng), dtype=np.float32)
-    minimum = np.empty((rows, ng), dtype=np.float32)
-    _kernels("quant")["quantize"](w, group, packed, scale, minimum)
+    packed, scale, minimum = _empty_q4(rows, cols, group)
+    if _kernels("quant")["quantize"](w, group, packed, scale, minimum):
+        return quantize_numpy(w, group)
     _check_range(w, group, scale, minimum)
     return Q4Matrix(rows, cols, group, packed, scale, minimum)
+
+
+class Q4NonFiniteError(ValueError):
+    """The matrix holds NaN or Inf: it has no int4 form."""
+
+
+CONV1D_BLOCK = 32  # output rows gathered per tile: two 64-byte lines of each input row
+
+
+def quantize_conv1d(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
+    """``quantize(w.T)`` for an HF Conv1D weight ``w`` [in, out], without the transposed
+    copy (the loader's path: the checkpoint's layout in, [out, in] codes out); equal to
+    it bit for bit. Raises :class:`Q4NonFiniteError` for NaN or Inf, and
+    :class:`Q4RangeError` like :func:`quantize`."""
+    w = _matrix(w, group, "quantize_conv1d")
+    cols, rows = w.shape
+    if cols == 0 or rows == 0:
+        return quantize(w.T, group)
+    packed, scale, minimum = _empty_q4(rows, cols, group)
+    if _kernels("quant")["quantize_conv1d"](w, group, packed, scale, minimum, CONV1D_BLOCK):
+        raise Q4NonFiniteError("the matrix contains NaN or Inf")
+    _check_range(w.T, group, scale, minimum)
+    return Q4Matrix(rows, cols, group, packed, scale, minimum)
+
+
+def count_nonfinite(a: np.ndarray) -> int:
+    """NaN and Inf values in an f32 array (compiled; no temporary the array's size)."""
+    a = a.reshape(-1)
+    if a.dtype != np.float32 or not a.flags.c_contiguous:
+        return int(a.size - np.count_nonzero(np.isfinite(a)))
+    return int(_kernels("quant")["count_nonfinite"](a))
 
 
 def _check_range(w: np.ndarray, group: int, scale: np.ndarray, minimum: np.ndarray) -> None:

@@ -1,8 +1,11 @@
 """Weights from the checkpoint: finding each instance's tensor, then reading it.
 
 Phases: :func:`find_tensors` (every name and shape checked before any data
-is read) -> :func:`read_weights` (threaded: f32 weights copied into the
-arena, q4 weights transposed to ``[out, in]`` and quantized).
+is read) -> :func:`read_weights` (threaded: f32 weights read straight into
+the arena, q4 weights quantized to ``[out, in]`` codes from the checkpoint's
+``[in, out]`` layout, without a transposed copy). Tensors are read with plain
+reads (:meth:`~firscope.model.checkpoint.Checkpoint.load`), so a tensor's
+bytes leave the process once it is quantized.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import numpy as np
 from ..errors import FirError, Loc
 from .checkpoint import Checkpoint
 from .layout import Region, WeightSlot
-from .q4 import Q4Matrix, Q4RangeError, quantize
+from .q4 import Q4Matrix, Q4NonFiniteError, Q4RangeError, count_nonfinite, quantize_conv1d
 from .ref import Ref
 
 MAX_READ_THREADS = 4
@@ -99,25 +102,25 @@ def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt
     ``dequant`` q4 path each q4 matrix also keeps an f32 copy (the comparison path)."""
     def load_one(slot: WeightSlot) -> WeightEntry | None:
         tensor = tensors[slot.name]
-        data = ckpt.read(tensor)
         q4 = matrix = None
-        if slot.region is not None:
+        if slot.region is not None:  # read straight into the arena
             view = arena[slot.region.base: slot.region.stop]
-            view[:] = data.reshape(-1)
-            finite = np.isfinite(view).all()
+            ckpt.load(tensor, out=view)
+            finite = count_nonfinite(view) == 0
+        elif fir_f32:
+            matrix = np.ascontiguousarray(ckpt.load(tensor).T)  # Conv1D [in, out] -> [out, in]
+            finite = count_nonfinite(matrix) == 0
         else:
-            t = np.ascontiguousarray(data.T)  # Conv1D [in, out] -> [out, in]
-            finite = np.isfinite(t).all()
-            if finite and fir_f32:
-                matrix = t
-            elif finite:
-                try:
-                    q4 = quantize(t, group)
-                except Q4RangeError as e:
-                    raise FirError(f"weight '{slot.name}': tensor '{tensor}' {e} (load it as f32 "
-                                   "with --fir-f32)", slot.decl.loc) from None
-                if q4_path == "dequant":
-                    matrix = q4.dequantize()
+            try:  # quantized from the checkpoint's [in, out] layout: no transposed copy
+                q4 = quantize_conv1d(ckpt.load(tensor), group)
+                finite = True
+            except Q4NonFiniteError:
+                finite = False
+            except Q4RangeError as e:
+                raise FirError(f"weight '{slot.name}': tensor '{tensor}' {e} (load it as f32 "
+                               "with --fir-f32)", slot.decl.loc) from None
+            if finite and q4_path == "dequant":
+                matrix = q4.dequantize()
         d = slot.decl
         entry = WeightEntry(slot.name, d.name, slot.layer, d.dtype, tensor, d.shape, d.loc,
                             slot.region, q4, matrix)

@@ -29,36 +29,22 @@ def _kernels() -> dict:
     if not _KERNELS:
         with _LOCK:
             if not _KERNELS:
-                _KERNELS.update(_build())
+                from . import gemv_kernels  # imports numba
+                _KERNELS.update(gemv_kernels.KERNELS)
     return _KERNELS
 
 
-def _build() -> dict:
-    from ..jitcache import prepare_numba
-    prepare_numba()
-    from numba import njit, prange
-
-    @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
-    def f32_rows(w, x, y, r0, r1):  # pragma: no cover - compiled
-        n = w.shape[1]
-        for r in range(r0, r1):
-            acc = np.float32(0)
-            for i in range(n):
-                acc += w[r, i] * x[i]
-            y[r] = acc
-
-    @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-    def f32_par(w, x, y, chunk):  # pragma: no cover - compiled
-        rows = w.shape[0]
-        for c in prange((rows + chunk - 1) // chunk):
-            f32_rows(w, x, y, c * chunk, min(rows, c * chunk + chunk))
-
-    return {"rows": f32_rows, "par": f32_par}
-
-
 def warm() -> None:
-    """Load (or compile) the kernels now rather than in the first decode step."""
-    _kernels()
+    """Load (or compile) the kernels now rather than in the first decode step: numba
+    loads a kernel from its cache at the first call, so the serial one is called on a
+    tiny matrix and the parallel one compiled for its one signature."""
+    k = _kernels()
+    w = np.ones((2, 2), dtype=np.float32)
+    x = np.ones(2, dtype=np.float32)
+    y = np.empty(2, dtype=np.float32)
+    k["rows"](w, x, y, 0, 2)
+    # loaded, not run: running it here would start an OpenMP team in this thread too
+    k["par"].compile("void(float32[:, ::1], float32[::1], float32[::1], int64)")
 
 
 def f32_matvec(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:

@@ -28,6 +28,7 @@ from ..model.q4 import DEFAULT_GROUP
 from ..model.ref import Ref
 from ..model.weights import WeightEntry
 from ..vm.assembler import KernelCode
+from .gemv import warm as warm_gemv
 from .plan import PlanNode, assemble_kernels, check_lane_memory, unroll_plan
 
 
@@ -100,6 +101,7 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
     comparison path); the default multiplies by the packed int4 codes."""
     parts = load_parts(path, fir_f32=fir_f32, group=group, progress=progress,
                        memory_limit=memory_limit, q4_path=q4_path)
+    warm_gemv()  # the f32 head's kernels, loaded now rather than in the first step
     t_plan = time.perf_counter()
     kernels = assemble_kernels(parts.fir, parts.buffers, parts.weight_decls)
     nodes = unroll_plan(parts, kernels)

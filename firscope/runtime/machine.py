@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError
+from ..model.threads import adapt as adapt_threads
 from ..vm.interp import Dispatch, Observer
 from .extops import EXT_IMPLS
 from .load import Model
@@ -100,7 +101,9 @@ class Machine:
         if self.engine is Engine.COMPILED:
             from ..vm.compiled import CompiledRunner, StopFlag
             self.stop_flag = StopFlag()  # compiled kernels can see this one while they run
-            self.kernel_runner = CompiledRunner(model)
+            # Long dispatches (attention at later positions) spread lanes over the threads
+            # model/threads.adapt leaves this thread.
+            self.kernel_runner = CompiledRunner(model, parallel=True)
         self._buffer_slices = [(r.base, r.base + r.size) for r in model.buffer_regions()]
 
     # -- state ---------------------------------------------------------------
@@ -141,6 +144,7 @@ class Machine:
             del self.history[position:]
         self.check_token(token)
         self.check_room(1)
+        adapt_threads()  # as many threads as the machine can give now (model/threads)
         m = self.model
         self.arena[m.inputs["token"].base] = token
         self.arena[m.inputs["position"].base] = self.position

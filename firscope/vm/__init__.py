@@ -9,6 +9,7 @@ faults    run-time error messages both engines share
 assembler kernel text -> checked code -> a Program bound to one node
 interp    the SIMT step interpreter (the reference)
 compiled  the numba runner; imported on demand (``firscope.vm.compiled``)
+kernel_helpers  the slow paths every generated kernel calls (imports numba; on demand)
 """
 from .assembler import Program, bind, check_kernel, disassemble
 from .interp import Dispatch

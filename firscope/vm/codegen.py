@@ -6,28 +6,47 @@ function that runs a single lane: every op contributes the lines its row's
 ``R1 = R1 + R2``); an opener (``forbegin``: a ``for`` loop over floor(count)
 trips read once on entry, ``ifbegin``: ``if R[c] != 0:``) renders the block's
 header and the generator indents the body under it. Registers are f32 /
-int64 locals, constants are baked in as module-level ``np.float32`` values,
-region bases come in at run time. vm/compiled writes the source to a file,
-imports it and compiles it with numba.
+int64 locals. vm/compiled writes the source to a file, imports it and
+compiles it with numba.
+
+The source depends on the kernel's instructions only, never on a number the
+node binds: float constants, integer constants, address offsets, extents and
+the lane slices' strides come in at run time as slots of three arrays
+(``bases``, ``kf``, ``ki``; :class:`Generated` holds one node's values). So
+one compiled function serves every node, layer and model shape that runs the
+same instructions (the seed's four kernels: four compiles for any GPT-2), and
+a changed model does not recompile.
 
 A lane that faults writes a record (fault code, pc, an argument, the trip
-numbers of the enclosing loops) into its row of ``rec`` and returns; the
-runner rebuilds the interpreter's message from it. Every access to a region
-the lane analysis (vm/lanes) sliced is checked to lie in the accessing lane's
-slice (fault code ``F_OWNER``).
+numbers of the enclosing loops) into its row of ``rec`` through the shared
+helper ``record`` (vm/compiled) and returns; the runner rebuilds the
+interpreter's message from it. Every access to a region the lane analysis
+(vm/lanes) sliced is checked to lie in the accessing lane's slice (fault code
+``F_OWNER``), without a division: ``i mod M`` comes from a float reciprocal
+corrected by one step, exact for every index an arena can hold.
+
+Two drivers run a range of lanes: ``run_lanes`` (every check, the budget, the
+stop flag and the store journal) and ``run_plain`` (the same arithmetic with
+only the checks that keep memory safe: bounds, rtou and loop counts), which
+the runner uses only for a node the lane analysis proved unable to stop early
+(vm/lanes.infallible_steps) under a budget that covers it: there every index
+is a constant offset of the lane id inside the lane's slice, so no check can
+fire; if one ever did (a wrong proof), run_plain returns -1 and the runner
+says so. numba compiles each driver on first use.
 """
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..errors import FirError
 from .faults import bounds_message, loop_count_message, rtou_message
 from .isa import MAX_TRIPS, FrameKind, Operand
 from .lanes import Slicing, lane_partition
 
-GENERATOR_VERSION = 5  # bump when the generated code's meaning changes
+GENERATOR_VERSION = 6  # bump when the generated code's meaning changes
 POLL = 1 << 14  # instructions between looks at the stop flag
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
@@ -37,16 +56,12 @@ F_LOAD, F_STORE, F_RTOU, F_COUNT, F_OWNER, F_BUDGET, F_STOP, F_JOURNAL = 1, 2, 3
 # ctl slots
 C_ABORT, C_EPOCH, C_FAULTED = 0, 1, 2
 REC_FIXED = 4  # epoch, code, pc, arg; then one trip number per enclosing loop
+TRIP_ARGS = 8  # trip numbers passed to record/tick (at most 8 loops enclose an op)
 IND = "    "
-
-
-def _f32_literal(c) -> str:
-    v = float(c)
-    if math.isnan(v):
-        return "np.float32(np.nan)"
-    if math.isinf(v):
-        return "np.float32(np.inf)" if v > 0 else "np.float32(-np.inf)"
-    return f"np.float32({v!r})"
+# What the drivers take, in order (vm/compiled compiles them with these types).
+DRIVER_ARGS = ("arena, bases, kf, ki, l0, l1, budget, ctl, rec, frec, stop, jaddr, jval, j, "
+               "jend")
+PLAIN_ARGS = "arena, bases, kf, ki, l0, l1"
 
 
 @dataclass
@@ -54,18 +69,22 @@ class Generated:
     source: str
     sha: str
     slots: tuple[str, ...]  # address operand names, in bases[] order
-    parallel: bool
+    parallel: bool  # worth spreading lanes over threads (loops, or much work)
     max_loops: int  # nesting depth of loops (trip numbers in a fault record)
     loop_pcs: dict[int, tuple[int, ...]]  # pc -> pcs of enclosing forbegins, outermost first
     fault_pcs: frozenset[int]  # ops whose code can fault (lanes.infallible_steps)
+    kf: np.ndarray  # f32 constants of this node, by slot
+    ki: np.ndarray  # int64 constants of this node (integers, offsets, extents, slices)
 
 
 # --- renderers: the ``render`` fields of the opcode table ---------------------------------
 # Each is (gen, op, ind, loops) -> lines: ``ind`` is the indentation, ``loops`` the pcs of
-# the enclosing forbegins (the trip variables t0, t1, ... of gen.fault's records).
+# the enclosing forbegins (the trip variables t0, t1, ... of gen.fault's records). With
+# ``gen.checked`` false (run_plain) they write the arithmetic and the memory-safety checks
+# alone (no slices, budget or journal), and a check that fires leaves with -1.
 def template(text: str):
     """One statement: ``text`` formatted with the operands (register numbers, constant
-    names, address slots), e.g. ``"R{0} = R{1} + R{2}"``."""
+    slots, address slots), e.g. ``"R{0} = R{1} + R{2}"``."""
     def render(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
         return [ind + text.format(*gen.operand_texts(op))]
     return render
@@ -78,8 +97,8 @@ def nothing(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
 
 def rtou(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
     dst, src = f"U{op.args[0]}", f"R{op.args[1]}"
-    return [f"{ind}if not ({src} >= 0 and {src} < 4294967296.0):",
-            f"{ind}    frec[lane] = {src}",
+    keep = [f"{ind}    frec[lane] = {src}"] if gen.checked else []
+    return [f"{ind}if not ({src} >= 0 and {src} < 4294967296.0):", *keep,
             *gen.fault(ind + IND, F_RTOU, op.pc, "0", loops),
             f"{ind}{dst} = int({src})"]
 
@@ -88,32 +107,63 @@ def access(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
     """A load or store (the row's ``mem``), bounds- and (sliced regions) owner-checked."""
     mem = op.spec.mem
     addr = op.args[mem.address]
-    slot = gen.slot(addr)
+    # Slots are taken in the same order whether or not the checks are written, so the
+    # checked and the plain body name the same numbers alike.
+    slot, owner = gen.slot(addr), gen.owner(addr)
+    # A zero offset (most of them) takes no slot: one value fewer live in the loops.
+    offset = f" + {gen.kslot(addr.offset)}" if addr.offset else ""
     ureg, reg = f"U{op.args[mem.index]}", f"R{op.args[mem.value]}"
-    off = addr.offset
-    out = [f"{ind}i = {ureg} + {off}" if off else f"{ind}i = {ureg}",
-           f"{ind}if i < 0 or i >= {addr.extent}:"]
-    out += gen.fault(ind + IND, F_STORE if mem.stores else F_LOAD, op.pc, "i", loops)
-    sl = gen.slicing.get(addr.region.base)
-    if sl is not None:
-        owner = f"(i % {sl.modulus}) // {sl.stride}" if sl.modulus else f"i // {sl.stride}"
-        out.append(f"{ind}if {owner} != lane:")
-        out += gen.fault(ind + IND, F_OWNER, op.pc, "i", loops)
+    out = [f"{ind}i = {ureg}{offset}",
+           f"{ind}if i < 0 or i >= E{slot}:",
+           *gen.fault(ind + IND, F_STORE if mem.stores else F_LOAD, op.pc, "i", loops)]
+    if owner is not None and gen.checked:
+        out += owner_check(gen, owner, op.pc, ind, loops)
     if mem.stores:
-        out += gen.journal(ind, op.pc, f"B{slot} + i", loops)
-        out.append(f"{ind}arena[B{slot} + i] = {reg}")
+        if gen.checked:
+            out += gen.journal(ind, op.pc, f"B{slot} + i", loops)
+        out.append(f"{ind}arena[np.uint64(B{slot} + i)] = {reg}")
     else:
-        out.append(f"{ind}{reg} = arena[B{slot} + i]")
+        out.append(f"{ind}{reg} = arena[np.uint64(B{slot} + i)]")
     return out
+
+
+def owner_check(gen: "_Gen", r: int, pc: int, ind: str, loops: tuple) -> list[str]:
+    """Index ``i`` (in bounds, so >= 0) must be in this lane's slice of sliced region r:
+    ``(i mod M) div S == lane``, i.e. ``0 <= (i mod M) - lane * S < S``. ``i mod M``
+    without a division (an idiv in attention's inner loops cost it a third of its time):
+    for i below 2^32 the quotient is ``(i * m) >> (32 + s)`` with Granlund and
+    Montgomery's magic number m = ceil(2^(32+s) / M), s = ceil(log2 M) (33 bits, so the
+    product is taken as ``i + ((i * (m - 2^32)) >> 32)`` in uint64: exact), which is
+    what a compiler emits for a constant divisor, with M an argument; larger i use ``%``.
+    (Remembering the row each access last touched, to skip even that, was slower: one
+    more live value per access spills registers in the inner loops.)"""
+    if not gen.modulus[r]:
+        out = [f"{ind}d = i - L{r}"]
+    else:
+        out = [f"{ind}if i < 4294967296:",
+               f"{ind}    u = np.uint64(i)",
+               f"{ind}    d = i - np.int64((u + ((u * ML{r}) >> U32)) >> SS{r}) * M{r} - L{r}",
+               f"{ind}else:",
+               f"{ind}    d = i % M{r} - L{r}"]
+    return out + [f"{ind}if d < 0 or d >= S{r}:", *gen.fault(ind + IND, F_OWNER, pc, "i", loops)]
+
+
+def division_magic(m: int) -> tuple[int, int]:
+    """(m_lo, s) for :func:`owner_check`: s = ceil(log2 M), m_lo = ceil(2^(32+s)/M) - 2^32
+    (in 0..2^32-1), so that floor(i / M) = (i + ((i * m_lo) >> 32)) >> s for 0 <= i < 2^32
+    (Granlund and Montgomery 1994, theorem 4.2, with N = 32)."""
+    s = max(m - 1, 0).bit_length()
+    magic = -(-(1 << (32 + s)) // m)
+    return magic - (1 << 32), s
 
 
 def for_header(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
     """floor(R[c]) trips, the count read once on entry; a non-finite count is a fault."""
     depth = len(loops)
     v, n = f"v{depth}", f"n{depth}"
+    keep = [f"{ind}    frec[lane] = {v}"] if gen.checked else []
     return [f"{ind}{v} = R{op.args[0]}",
-            f"{ind}if not np.isfinite({v}):",
-            f"{ind}    frec[lane] = {v}",
+            f"{ind}if not np.isfinite({v}):", *keep,
             *gen.fault(ind + IND, F_COUNT, op.pc, "0", loops),
             f"{ind}{n} = int(np.floor({v})) if {v} < 4.0e18 else {MAX_TRIPS}",
             f"{ind}for t{depth} in range({n}):"]
@@ -136,49 +186,84 @@ def fault_message(code: int, op, lane: int, arg: int, value) -> tuple[str, int |
 
 # --- the generator -------------------------------------------------------------------------
 class _Gen:
+    """Writes the module of one program. Numbers the node binds go into slots, allocated
+    in the order the instructions use them (never shared by equal values), so that the
+    source depends on the instructions alone."""
+
     def __init__(self, program, slicing: dict[int, Slicing]):
         self.p = program
         self.ops = program.ops
         self.slicing = slicing
-        self.consts: dict[str, str] = {}
-        self.slots: dict[str, int] = {}
+        self.checked = True
+        self._reset_slots()
         self.max_loops = 0
         self.loop_pcs: dict[int, tuple[int, ...]] = {}
         self.fault_pcs: set[int] = set()
 
-    def const(self, c) -> str:
-        lit = _f32_literal(c)
-        if lit not in self.consts:
-            self.consts[lit] = f"C{len(self.consts)}"
-        return self.consts[lit]
+    # -- slots ------------------------------------------------------------------------------
+    def fslot(self, c) -> str:
+        self.fvals.append(np.float32(c))
+        return f"C{len(self.fvals) - 1}"
+
+    def kslot(self, k: int) -> str:
+        self.kvals.append(int(k))
+        return f"K{len(self.kvals) - 1}"
 
     def slot(self, addr) -> int:
-        return self.slots.setdefault(addr.operand, len(self.slots))
+        s = self.slots.get(addr.operand)
+        if s is None:
+            s = self.slots[addr.operand] = len(self.slots)
+            self.extent_slot[s] = int(self.kslot(addr.extent)[1:])
+        return s
+
+    def owner(self, addr) -> int | None:
+        """The sliced-region number of the region ``addr`` names, or None (not sliced)."""
+        base = addr.region.base
+        sl = self.slicing.get(base)
+        if sl is None:
+            return None
+        r = self.owners.get(base)
+        if r is None:
+            r = self.owners[base] = len(self.owners)
+            self.stride_slot.append(int(self.kslot(sl.stride)[1:]))
+            self.modulus_slot.append(int(self.kslot(sl.modulus)[1:]))
+            self.modulus.append(bool(sl.modulus))
+            low, shift = division_magic(sl.modulus) if sl.modulus else (0, 0)
+            self.magic_slot.append((int(self.kslot(low)[1:]), int(self.kslot(shift)[1:])))
+        return r
 
     def operand_texts(self, op) -> list[str]:
-        """Each operand as a template sees it: constant name, address slot or number."""
+        """Each operand as a template sees it: constant slot, address slot or number."""
         out = []
         for kind, a in zip(op.spec.operands, op.args):
             if kind is Operand.F:
-                out.append(self.const(a))
+                out.append(self.fslot(a))
+            elif kind is Operand.K:
+                out.append(self.kslot(a))
             elif kind is Operand.A:
                 out.append(str(self.slot(a)))
             else:
                 out.append(str(int(a)))
         return out
 
+    # -- code pieces --------------------------------------------------------------------------
     def fault(self, ind: str, code: int, pc, arg: str, loops: tuple,
               flag: int = C_FAULTED) -> list[str]:
-        """Record (code, pc, arg, trip numbers) in this lane's row and leave the lane."""
+        """Record (code, pc, arg, trip numbers) in this lane's row and leave the lane. In
+        the plain body (no records) a check that fires leaves the driver with -1."""
+        if not self.checked:
+            return [f"{ind}return -1"]
         if code not in (F_BUDGET, F_STOP, F_JOURNAL):
             self.fault_pcs.add(pc)
-        out = [f"{ind}rec[lane, 1] = {code}", f"{ind}rec[lane, 2] = {pc}",
-               f"{ind}rec[lane, 3] = {arg}"]
-        for i in range(len(loops)):
-            out.append(f"{ind}rec[lane, {REC_FIXED + i}] = t{i} + 1")
-        out += [f"{ind}rec[lane, 0] = ctl[{C_EPOCH}]", f"{ind}ctl[{flag}] = 1",
-                f"{ind}return j"]
-        return out
+        return [f"{ind}return record(rec, ctl, lane, j, {code}, {pc}, {arg}, {flag}, "
+                f"{self.trips(loops)})"]
+
+    @staticmethod
+    def trips(loops: tuple) -> str:
+        """How many loops enclose the op, then the trip variables of each (zero-padded
+        to the helpers' fixed count, vm/kernel_helpers.TRIP_ARGS)."""
+        names = [f"t{i}" for i in range(len(loops))] + ["0"] * (TRIP_ARGS - len(loops))
+        return f"{len(loops)}, {', '.join(names)}"
 
     def journal(self, ind: str, pc: int, where: str, loops: tuple) -> list[str]:
         """Before a store: append (arena address, old value) to the journal at j, so the
@@ -190,84 +275,123 @@ class _Gen:
                 *self.fault(ind + IND * 2, F_JOURNAL, pc, "0", loops, C_ABORT),
                 f"{ind}else:",
                 f"{ind}    jaddr[j] = {where}",
-                f"{ind}    jval[j] = arena[{where}]",
+                f"{ind}    jval[j] = arena[np.uint64({where})]",
                 f"{ind}    j += 1"]
 
     def registers(self, file: str) -> list[int]:
         return sorted({op.args[i] for op in self.ops for i, k in enumerate(op.spec.operands)
                        if k.register_file == file})
 
+    def _reset_slots(self) -> None:
+        self.fvals: list = []  # kf: C{n}
+        self.kvals: list[int] = []  # ki: K{n}
+        self.slots: dict[str, int] = {}  # address operand -> B{s}, E{s} (extent: K slot)
+        self.extent_slot: dict[int, int] = {}
+        # sliced region base -> r: S{r} (stride), L{r} (lane * stride); with a modulus
+        # also M{r} and its division magic ML{r}, SS{r} (see owner_check)
+        self.owners: dict[int, int] = {}
+        self.stride_slot: list[int] = []
+        self.modulus_slot: list[int] = []
+        self.modulus: list[bool] = []
+        self.magic_slot: list[tuple[int, int]] = []
+
     def generate(self) -> Generated:
-        body = self.seq(0, len(self.ops), IND, ())
-        regs_r = sorted(set(self.registers("R")) | {0})
-        regs_u = self.registers("U")
+        self._reset_slots()
+        checked = self.seq(0, len(self.ops), IND, ())
+        fvals, kvals = self.fvals, self.kvals
+        self._reset_slots()
+        self.checked = False
+        plain = self.seq(0, len(self.ops), IND * 2, ())
+        self.checked = True
+        assert len(self.fvals) == len(fvals) and self.kvals == kvals  # the same numbering
+        big = next((k for k in kvals if not -(1 << 62) <= k < 1 << 62), None)
+        if big is not None:  # a lane stride from products of large constants
+            raise ValueError(f"a number of the kernel ({big}) does not fit the compiled "
+                             "code's 64-bit arithmetic")
+        source = "\n".join(self.module(checked, plain))
+        sha = hashlib.sha256(source.encode()).hexdigest()[:24]
+        slots = tuple(sorted(self.slots, key=self.slots.get))
         p = self.p
         has_loops = any(op.spec.opens is FrameKind.FOR for op in self.ops)
         parallel = p.threads >= 2 and (has_loops or p.threads * len(self.ops) >= 200_000)
-        head = [f"# Generated by firscope.vm.codegen (generator {GENERATOR_VERSION}) from kernel "
-                f"'{p.name}' ({len(self.ops)} ops); do not edit.",
+        return Generated(source, sha, slots, parallel, self.max_loops, self.loop_pcs,
+                         frozenset(self.fault_pcs), np.array(fvals, dtype=np.float32),
+                         np.array(kvals, dtype=np.int64))
+
+    def module(self, checked: list[str], plain: list[str]) -> list[str]:
+        regs_r = sorted(set(self.registers("R")) | {0})
+        regs_u = self.registers("U")
+        # Every number of the node, unpacked once per dispatch into scalars (kept in
+        # registers across lanes). No NRT: nothing here allocates, and its reference
+        # counting of the array arguments on every early return cost more than the
+        # kernels themselves.
+        unpack = [f"    B{i} = bases[{i}]" for i in range(len(self.slots))]
+        unpack += [f"    C{i} = kf[{i}]" for i in range(len(self.fvals))]
+        unpack += [f"    K{i} = ki[{i}]" for i in range(len(self.kvals))]
+        unpack += [f"    E{s} = K{k}" for s, k in self.extent_slot.items()]
+        for r in range(len(self.owners)):
+            unpack.append(f"    S{r} = K{self.stride_slot[r]}")
+            if self.modulus[r]:
+                low, shift = self.magic_slot[r]
+                unpack += [f"    M{r} = K{self.modulus_slot[r]}",
+                           f"    ML{r} = np.uint64(K{low})",
+                           f"    SS{r} = np.uint64(K{shift})"]
+        names = [f"B{i}" for i in range(len(self.slots))]
+        names += [f"C{i}" for i in range(len(self.fvals))]
+        names += [f"K{i}" for i in range(len(self.kvals))]
+        names += [f"E{s}" for s in self.extent_slot]
+        for r in range(len(self.owners)):
+            names += [f"S{r}"] + ([f"M{r}", f"ML{r}", f"SS{r}"] if self.modulus[r] else [])
+        # Handed to lane_fn as one tuple: a call with more than 30 arguments compiles to
+        # a *args call, which numba cannot inline.
+        packed = f"({', '.join(names)},)" if names else "()"
+        unpacked = [f"    {', '.join(names)}, = vals"] if names else []
+        init = ["R0 = np.float32(lane)", *[f"R{r} = ZERO" for r in regs_r if r != 0],
+                *[f"U{u} = 0" for u in regs_u]]
+        head = [f"# Generated by firscope.vm.codegen (generator {GENERATOR_VERSION}) from "
+                f"{len(self.ops)} instructions; do not edit.",
                 "import numpy as np",
-                "from numba import njit, prange",
-                "from firscope.vm.compiled import poll",
+                "from numba import njit",
+                "from firscope.vm.compiled import record, tick",
                 "",
                 "ONE = np.float32(1.0)",
                 "ZERO = np.float32(0.0)",
-                "M32 = 0xFFFFFFFF"]
-        head += [f"{name} = {lit}" for lit, name in self.consts.items()]
-        # Region bases are scalar arguments (kept in registers across lanes); no
-        # NRT: nothing here allocates, and its reference counting of the array
-        # arguments on every early return cost more than the kernels themselves.
-        bnames = [f"B{i}" for i in range(len(self.slots))]
-        blist = "".join(f"{b}, " for b in bnames)
+                "M32 = 0xFFFFFFFF",
+                "U32 = np.uint64(32)"]
+        lane_fn = ["", "",
+                   f"@njit({_JIT})",
+                   "def lane_fn(lane, arena, vals, budget, ctl, rec, frec, stop, jaddr, jval, "
+                   "j, jend):",
+                   *unpacked,
+                   *[f"    {line}" for line in init],
+                   *[f"    L{r} = lane * S{r}" for r in range(len(self.owners))],
+                   "    cnt = 0",
+                   f"    lim = budget if budget < {POLL} else {POLL}",
+                   *checked,
+                   "    return j"]
         # The journal (jaddr, jval from j up to jend) is threaded through the lanes: one
-        # after the other they fill one journal in store order; in parallel each lane
-        # has its own segment (lanes store only to their own slices, so the order in
-        # which the runner undoes different lanes' entries does not matter).
-        fn = ["", "",
-              f"@njit({_JIT}, inline='always')",
-              f"def lane_fn(lane, arena, {blist}budget, ctl, rec, frec, stop, jaddr, jval, j, "
-              "jend):"]
-        fn.append("    R0 = np.float32(lane)")
-        fn += [f"    R{r} = ZERO" for r in regs_r if r != 0]
-        fn += [f"    U{u} = 0" for u in regs_u]
-        fn += ["    cnt = 0", f"    lim = budget if budget < {POLL} else {POLL}"]
-        fn += body
-        fn.append("    return j")
-        args = ("arena, bases, threads, budget, ctl, rec, frec, stop, jaddr, jval, jn, jend, "
-                "written, saved")
-        common = "budget, ctl, rec, frec, stop, jaddr, jval"
-        # Without a journal (jend < 0) the runner wants the written regions saved instead.
-        save = ["    k = 0",
-                "    for w in range(written.shape[0]):",
-                "        for a in range(written[w, 0], written[w, 1]):",
-                "            saved[k] = arena[a]",
-                "            k += 1"]
-        entry = ["", "",
-                 f"@njit({_JIT})",
-                 f"def run_serial({args}):",
-                 *[f"    {b} = bases[{i}]" for i, b in enumerate(bnames)],
-                 *save,
-                 "    j = 0",
-                 "    for lane in range(threads):",
-                 f"        j = lane_fn(lane, arena, {blist}{common}, j, jend)",
-                 "    jn[0] = j",
-                 "", "",
-                 f"@njit({_JIT}, parallel=True)",
-                 f"def run_parallel({args}):",
-                 *[f"    {b} = bases[{i}]" for i, b in enumerate(bnames)],
-                 *save,
-                 "    seg = jend // threads if jend >= 0 else -1",
-                 "    for lane in prange(threads):",
-                 "        ln = np.int64(lane)",
-                 "        start = ln * seg if seg >= 0 else 0",
-                 "        end = start + seg if seg >= 0 else -1",
-                 f"        jn[ln] = lane_fn(ln, arena, {blist}{common}, start, end)",
-                 ""]
-        source = "\n".join(head + fn + entry)
-        sha = hashlib.sha256(source.encode()).hexdigest()[:24]
-        slots = tuple(sorted(self.slots, key=self.slots.get))
-        return Generated(source, sha, slots, parallel, self.max_loops, self.loop_pcs,
-                         frozenset(self.fault_pcs))
+        # after the other they fill one journal in store order; a range of lanes run on
+        # another thread has a segment of its own (lanes store only to their own slices,
+        # so the order in which the runner undoes different ranges does not matter).
+        drivers = ["", "",
+                   f"@njit({_JIT})",
+                   f"def run_lanes({DRIVER_ARGS}):",
+                   *unpack,
+                   f"    vals = {packed}",
+                   "    for lane in range(l0, l1):",
+                   "        j = lane_fn(lane, arena, vals, budget, ctl, rec, frec, stop, jaddr, "
+                   "jval, j, jend)",
+                   "    return j",
+                   "", "",
+                   f"@njit({_JIT})",
+                   f"def run_plain({PLAIN_ARGS}):",
+                   *unpack,
+                   "    for lane in range(l0, l1):",
+                   *[f"        {line}" for line in init],
+                   *plain,
+                   "    return 0",
+                   ""]
+        return head + lane_fn + drivers
 
     # A block is a run of ops that always execute together; its size is
     # charged to the lane's instruction count before it runs.
@@ -278,7 +402,8 @@ class _Gen:
 
         def flush():
             if block:
-                out.extend(self.block_check(block, ind, loops))
+                if self.checked:
+                    out.extend(self.block_check(block, ind, loops))
                 out.extend(stmts)
                 block.clear()
                 stmts.clear()
@@ -306,22 +431,18 @@ class _Gen:
         return out
 
     def block_check(self, block: list[int], ind: str, loops: tuple) -> list[str]:
+        """Charge the block's ops to the lane's count; past ``lim`` the helper ``tick``
+        looks at the budget (the interpreter would stop before the (budget+1)-th
+        instruction, this block's op number budget - cnt: blocks are consecutive pcs),
+        the stop flag and the dispatch's abort flag, and says how far the lane may go
+        before it looks again (-1: leave, the record is written)."""
         n = len(block)
-        first = block[0]
-        i2 = ind + IND
-        i3 = i2 + IND
-        # Over budget: the interpreter would stop before the (budget+1)-th instruction,
-        # which is this block's op number budget - cnt (blocks are consecutive pcs).
-        out = [f"{ind}if cnt + {n} > lim:",
-               f"{i2}if cnt + {n} > budget:",
-               *self.fault(i3, F_BUDGET, f"{first} + (budget - cnt)", "0", loops, C_ABORT),
-               f"{i2}if poll(stop) != 0:",
-               *self.fault(i3, F_STOP, first, "0", loops, C_ABORT),
-               f"{i2}if poll(ctl) != 0:",  # ctl[0]: another lane aborted the dispatch
-               f"{i3}return j",
-               f"{i2}lim = budget if budget - cnt < {POLL} else cnt + {POLL}",
-               f"{ind}cnt += {n}"]
-        return out
+        return [f"{ind}if cnt + {n} > lim:",
+                f"{ind}    lim = tick(cnt, {n}, budget, stop, ctl, rec, lane, j, {block[0]}, "
+                f"{self.trips(loops)})",
+                f"{ind}    if lim < 0:",
+                f"{ind}        return j",
+                f"{ind}cnt += {n}"]
 
 
 def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:

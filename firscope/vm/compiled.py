@@ -1,16 +1,19 @@
 """Compiled micro-kernels: the runner of the per-lane code vm/codegen writes.
 
 For each bound :class:`Program`, vm/codegen writes one Python function that
-runs a single lane, from the opcode table's renderers. This module writes
-that source to ``$XDG_CACHE_HOME/firscope/kernels/k<sha>.py`` (a temp
-dir if that is not writable), imports it, and JIT-compiles it with numba with
-``cache=True``, so a second process loads machine code from disk. The sha is
-of the generated source, which depends on the kernel's instructions and
-everything in ``Program.constants_key()`` plus which operands alias a
-written region; so one compiled function serves every node and layer with
-the same constants (GPT-2: six functions for 122 micro nodes). Kernels are
+runs a single lane, from the opcode table's renderers, and two drivers that
+run a range of lanes. This module writes that source to
+``$XDG_CACHE_HOME/firscope/kernels/k<sha>.py`` (a temp dir if that is not
+writable), imports it, and JIT-compiles it with numba with ``cache=True``, so
+a second process loads machine code from disk. The sha is of the generated
+source, which depends on the kernel's instructions only (and on which
+operands alias a written region): every number a node binds (constants,
+offsets, extents, lane slices) is an argument. So one compiled function
+serves every node, layer and model shape running the same instructions
+(GPT-2 of any size: four functions for its micro nodes). Drivers are
 compiled once per process, on first use or all at once by
-:meth:`CompiledRunner.warmup`.
+:meth:`CompiledRunner.warmup`; the slow paths every kernel shares (fault
+records, budget and stop checks) are compiled once, in vm/kernel_helpers.
 
 Semantics are the step interpreter's, checked bit for bit by
 tests/test_compiled.py: f32 arithmetic (np.float32 constants, the shared
@@ -33,17 +36,17 @@ again with a larger one (tests/test_lane_conflict.py). Journaling costs a
 compare, a load and two stores per store, so the runner avoids it where it
 can: a kernel the lane analysis proves unable to stop early (every index in
 bounds in every lane, constant loop counts: vm/lanes.infallible_steps) runs
-without one when the budget covers its longest lane (the seed's adds, gelu
-and layernorm), and a kernel that stores into every element it can write
-has those regions copied instead (benchmarks/kernels.py measures the rest).
+on the plain driver (no budget, journal or slice checks) when the budget
+covers its longest lane (the seed's adds, gelu and layernorm), and a kernel
+that stores into every element it can write has those regions copied
+instead (benchmarks/kernels.py measures the rest).
 
 Limits, on purpose:
 
-* Lanes run one after the other (or, with ``CompiledRunner(parallel=True)``,
-  spread over threads with numba ``prange`` for kernels with loops; off by
-  default because on a 2-core machine the OpenMP workers' spinning starves
-  the BLAS threads of the ext ops, costing far more than it gains); the
-  interpreter runs them in lockstep. The two agree when lanes do
+* Lanes run one after the other (or, with ``CompiledRunner(parallel=N)``,
+  in N ranges on N threads for kernels with loops and enough work: the same
+  compiled driver called per range through model/threads, each range with
+  its own segment of the journal); the interpreter runs them in lockstep. The two agree when lanes do
   not communicate through memory within a dispatch. Rule (vm/lanes): every
   region a kernel stores to must split into per-lane slices. Kernels where
   no such split is found run on the interpreter (:attr:`CompiledRunner.fallbacks`
@@ -72,6 +75,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -80,9 +84,12 @@ import numpy as np
 
 from ..errors import FirError, Interrupted
 from ..jitcache import cache_dir, prepare_numba
+from ..model.q4 import matvec_threads
+from ..model.threads import run_split
 from .assembler import Address, Program
-from .codegen import (POLL, C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
-                      F_RTOU, F_STOP, F_STORE, REC_FIXED, Generated, fault_message, generate)
+from .codegen import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
+                      F_RTOU, F_STOP, F_STORE, POLL, REC_FIXED, Generated, fault_message,
+                      generate)
 from .faults import budget_error, fault_error
 from .interp import Dispatch
 from .isa import FrameKind
@@ -125,41 +132,22 @@ class StopFlag(threading.Event):
 
 
 # --- numba support used by the generated modules ---------------------------------
-def _make_poll():
-    prepare_numba()
-    from numba.core import types
-    from numba.extending import intrinsic
-
-    @intrinsic
-    def poll(typingctx, cell):
-        """cell[0], re-read from memory every time (another thread may set it)."""
-        sig = types.int64(cell)
-
-        def codegen(context, builder, signature, args):
-            ary = context.make_array(signature.args[0])(context, builder, args[0])
-            return builder.load_atomic(ary.data, "monotonic", 8)
-        return sig, codegen
-    return poll
-
-
-_POLL_FN = None
-
-
 def __getattr__(name):  # lazy: importing numba costs time, only the compiled path needs it
-    global _POLL_FN
-    if name == "poll":
-        if _POLL_FN is None:
-            _POLL_FN = _make_poll()
-        return _POLL_FN
+    if name in ("poll", "record", "tick"):
+        from . import kernel_helpers
+        return getattr(kernel_helpers, name)
     raise AttributeError(name)
 
 
 # --- loading generated modules ------------------------------------------------------
 _MODULES: dict[str, object] = {}
-_MODULES_LOCK = threading.Lock()
-_SIG = ("void(float32[::1], int64[::1], int64, int64, int64[::1], int64[:, ::1], "
-        "float32[::1], int64[::1], int64[::1], float32[::1], int64[::1], int64, int64[:, ::1], "
-        "float32[::1])")
+_MODULES_LOCK = threading.RLock()
+_SIGS = {
+    "run_lanes": ("int64(float32[::1], int64[::1], float32[::1], int64[::1], int64, int64, "
+                  "int64, int64[::1], int64[:, ::1], float32[::1], int64[::1], int64[::1], "
+                  "float32[::1], int64, int64)"),
+    "run_plain": "int64(float32[::1], int64[::1], float32[::1], int64[::1], int64, int64)",
+}
 
 
 def kernel_dir() -> Path:
@@ -188,6 +176,17 @@ def _load_module(gen: Generated):
         return mod
 
 
+def compiled_driver(gen: Generated, name: str) -> Callable:
+    """The module's ``run_lanes`` or ``run_plain``, compiled (or loaded from numba's cache)
+    for the one signature the runner calls it with."""
+    fn = getattr(_load_module(gen), name)
+    if not fn.signatures:
+        with _MODULES_LOCK:
+            if not fn.signatures:
+                fn.compile(_SIGS[name])
+    return fn
+
+
 # --- the runner -------------------------------------------------------------------------
 # A kernel's store journal starts with room for one store per store instruction and lane
 # (at least JOURNAL_START entries) and grows by JOURNAL_GROWTH when a dispatch fills it;
@@ -197,8 +196,10 @@ def _load_module(gen: Generated):
 JOURNAL_START = 4096
 JOURNAL_GROWTH = 8
 COPY_WRITTEN = -1  # _Plan.journal: copy the written regions instead of journaling
-_NO_REGIONS = np.zeros((0, 2), dtype=np.int64)
-_NO_COPY = np.zeros(0, dtype=np.float32)
+# Lanes are spread over threads only for kernels with loops (vm/codegen: Generated.parallel)
+# whose previous dispatch took at least this long on one thread: handing a range of lanes
+# to a worker costs tens of microseconds.
+PARALLEL_MIN_SECONDS = 100e-6
 
 
 @dataclass
@@ -209,28 +210,34 @@ class _Plan:
     bases: np.ndarray | None = None
     slicing: dict = field(default_factory=dict)
     need: int = 0  # arena elements the kernel's regions span
-    fn: Callable | None = field(default=None, repr=False)
     written: tuple[tuple[int, int], ...] = ()  # (start, stop) of every region it may store to
     journal: int = 0  # journal entries for one dispatch, or COPY_WRITTEN
     # Instructions a lane executes at most when no lane can fault (None: one may), so that
     # a dispatch under a budget of at least this many cannot stop early: nothing to undo.
     infallible: int | None = None
     saved: np.ndarray | None = field(default=None, repr=False)  # the copy, in COPY_WRITTEN
-    regions: np.ndarray | None = field(default=None, repr=False)  # written, as [n, 2] int64
+    drivers: dict = field(default_factory=dict, repr=False)  # name -> compiled driver
+    work: float = 0.0  # seconds the last dispatch took, times the threads it ran on
+    one_range: list = field(default_factory=list, repr=False)  # [(0, threads)]
 
     @property
     def written_size(self) -> int:
         return sum(b - a for a, b in self.written)
 
-    def copy_args(self) -> tuple[np.ndarray, np.ndarray]:
-        """(written, saved) for the generated code: the regions it copies before the lanes
-        run, and where to (when the plan does not journal)."""
-        if self.journal != COPY_WRITTEN:
-            return _NO_REGIONS, _NO_COPY
+    def save_written(self, arena: np.ndarray) -> None:
+        """Copy the regions a store can touch (COPY_WRITTEN plans), before the lanes run."""
         if self.saved is None:
             self.saved = np.empty(self.written_size, dtype=np.float32)
-            self.regions = np.array(self.written, dtype=np.int64).reshape(-1, 2)
-        return self.regions, self.saved
+        k = 0
+        for a, b in self.written:
+            self.saved[k: k + b - a] = arena[a:b]
+            k += b - a
+
+    def driver(self, name: str) -> Callable:
+        fn = self.drivers.get(name)
+        if fn is None:
+            fn = self.drivers[name] = compiled_driver(self.gen, name)
+        return fn
 
 
 def _journal_plan(program: Program) -> tuple[tuple[tuple[int, int], ...], int]:
@@ -259,21 +266,23 @@ class CompiledRunner:
     node again with a larger one). When lanes stray into each other's slices
     the runner undoes the dispatch, runs it on the interpreter (the reference)
     and interprets that node from then on (:attr:`fallbacks` says why).
+
+    ``parallel``: spread the lanes of kernels with loops over this many threads
+    (1 or False: the calling thread only; True: numba's current thread count, which
+    model/threads.adapt sets, for dispatches that took long enough to gain from it).
     """
 
-    def __init__(self, model, *, stop: threading.Event | None = None, parallel: bool = False):
+    def __init__(self, model, *, stop: threading.Event | None = None,
+                 parallel: bool | int = False):
         self.model = model
         self.stop = stop
-        # Lanes over threads (numba prange) only on request: on a small machine the
-        # OpenMP workers spin after each kernel and starve BLAS's threads in the
-        # ext ops that follow, which costs far more than the kernels gain.
+        # Lanes over threads only on request (see Machine for the default).
         self.parallel = parallel
         self._plans: dict[int, _Plan] = {}
         self.fallbacks: dict[str, str] = {}  # kernel@node -> why it is interpreted
         self._ctl = np.zeros(4, dtype=np.int64)
         self._epoch = 0
         self._no_stop = np.zeros(1, dtype=np.int64)
-        self._lock = threading.Lock()
         max_threads, max_loops = 1, 0
         for node in model.nodes:
             if node.kind == "micro":
@@ -284,10 +293,12 @@ class CompiledRunner:
         self._rec = np.zeros((max_threads, REC_FIXED + max(max_loops, 1)), dtype=np.int64)
         self._frec = np.zeros(max_threads, dtype=np.float32)
         # The store journal, shared by all plans (each uses its first plan.journal entries),
-        # and where each lane's part of it ends.
+        # and where each range of lanes' part of it ends (self._jn[k]: range k).
         self._jaddr = np.zeros(0, dtype=np.int64)
         self._jval = np.zeros(0, dtype=np.float32)
-        self._jn = np.zeros(max_threads, dtype=np.int64)
+        self._jn: list[tuple[int, int]] = []  # (first entry, end) of each range's segment
+        self._usable_arena: np.ndarray | None = None
+        self.split_dispatches = 0  # dispatches whose lanes ran on more than one thread
 
     # -- planning and compiling ---------------------------------------------------------
     def plan(self, node) -> _Plan:
@@ -299,32 +310,26 @@ class CompiledRunner:
         if not why:
             an = analyse(program)
             slicing, why = lane_partition(program, an)
-        if slicing is None:
+        gen = None
+        if slicing is not None:
+            try:
+                gen = generate(program, slicing)
+            except ValueError as e:
+                why = str(e)
+        if gen is None:
             plan = _Plan(program, None, why)
             self.fallbacks[node.full_name] = why
         else:
-            gen = generate(program, slicing)
             addrs = {a.operand: a for op in program.ops for a in op.args
                      if isinstance(a, Address)}
             bases = np.array([addrs[s].base for s in gen.slots] or [0], dtype=np.int64)
             need = max((a.base + a.extent for a in addrs.values()), default=0)
             written, journal = _journal_plan(program)
             plan = _Plan(program, gen, "", bases, slicing=slicing, need=need, written=written,
-                         journal=journal, infallible=infallible_steps(an, gen.fault_pcs))
+                         journal=journal, infallible=infallible_steps(an, gen.fault_pcs),
+                         one_range=[(0, program.threads)])
         self._plans[node.index] = plan
         return plan
-
-    def _compile(self, plan: _Plan) -> Callable:
-        if plan.fn is None:
-            mod = _load_module(plan.gen)
-            fn = mod.run_parallel if self._parallel(plan) else mod.run_serial
-            if not fn.signatures:
-                fn.compile(_SIG)
-            plan.fn = fn
-        return plan.fn
-
-    def _parallel(self, plan: _Plan) -> bool:
-        return self.parallel and plan.gen.parallel
 
     def kernels(self) -> list[_Plan]:
         """One plan per distinct generated kernel of the model (what warmup compiles)."""
@@ -333,48 +338,105 @@ class CompiledRunner:
             if node.kind == "micro":
                 p = self.plan(node)
                 if p.gen is not None:
-                    seen.setdefault(p.gen.sha + str(p.gen.parallel), p)
+                    seen.setdefault(p.gen.sha, p)
         return list(seen.values())
 
     def warmup(self, progress: Callable[[str, float], None] | None = None) -> None:
-        """Generate and compile every kernel now (e.g. in a UI worker thread)."""
-        todo = self.kernels()
-        for i, p in enumerate(todo):
+        """Generate and compile every kernel now (e.g. in a UI worker thread): the driver
+        each node will use (run_plain for nodes that cannot stop early, else run_lanes),
+        loaded from numba's cache when an earlier process compiled it."""
+        todo: dict[tuple[str, str], _Plan] = {}
+        for node in self.model.nodes:
+            if node.kind == "micro":
+                p = self.plan(node)
+                if p.gen is not None:
+                    name = "run_plain" if p.infallible is not None else "run_lanes"
+                    todo.setdefault((p.gen.sha, name), p)
+        for i, ((_, name), p) in enumerate(todo.items()):
             if progress:
                 progress(f"compiling {p.program.name}", i / max(len(todo), 1))
-            self._compile(p)
-        # Share the compiled function with every node using the same source.
-        by_sha = {p.gen.sha + str(p.gen.parallel): p.fn for p in todo}
-        for p in self._plans.values():
-            if p.gen is not None and p.fn is None:
-                p.fn = by_sha.get(p.gen.sha + str(p.gen.parallel))
+            p.driver(name)
         if progress:
             progress("compiled", 1.0)
 
     # -- running ---------------------------------------------------------------------------
     def run(self, node, arena: np.ndarray, budget: int | None = None,
             stop: threading.Event | None = None) -> None:
-        plan = self.plan(node)
+        plan = self._plans.get(node.index) or self.plan(node)
         stop = stop if stop is not None else self.stop
         if stop is not None and stop.is_set():
             raise Interrupted(f"stopped by the user before node {node.full_name}", node.loc)
-        if (plan.gen is None or arena.dtype != np.float32 or arena.ndim != 1
-                or not arena.flags.c_contiguous or not arena.flags.writeable
-                or arena.size < plan.need):
+        if plan.gen is None or not self._usable(arena, plan):
             Dispatch(plan.program, arena).run(budget, stop=stop)
             return
-        while not self._dispatch(plan, node, arena, budget, stop):
-            pass  # the journal was full: the dispatch was undone, the journal has grown
-
-    def _dispatch(self, plan: _Plan, node, arena, budget, stop) -> bool:
-        """Run the compiled kernel once: True when the node has run, False when the
-        dispatch was undone to be run again with a larger journal."""
-        fn = plan.fn or self._compile(plan)
-        program = plan.program
         limit = UNLIMITED if budget is None else max(int(budget), 0)
-        undo = plan.infallible is None or plan.infallible > min(limit, POLL)
-        jend = self._journal_room(plan) if undo else -1
-        written, saved = plan.copy_args() if undo else (_NO_REGIONS, _NO_COPY)
+        t = time.perf_counter()
+        if plan.infallible is not None and plan.infallible <= min(limit, POLL):
+            ranges = self._run_plain(plan, arena)
+        else:
+            ranges = self._dispatch(plan, node, arena, limit, budget, stop)
+            while ranges is None:  # the journal was full: undone, the journal has grown
+                ranges = self._dispatch(plan, node, arena, limit, budget, stop)
+        plan.work = (time.perf_counter() - t) * ranges
+
+    def _usable(self, arena: np.ndarray, plan: _Plan) -> bool:
+        """Whether the compiled code can run on ``arena`` (1-D contiguous writable f32,
+        large enough); the last arena that passed is remembered (a Machine passes the
+        same one for every node)."""
+        if arena is not self._usable_arena:
+            if (arena.dtype != np.float32 or arena.ndim != 1 or not arena.flags.c_contiguous
+                    or not arena.flags.writeable):
+                return False
+            self._usable_arena = arena
+        return arena.size >= plan.need
+
+    def _ranges(self, plan: _Plan) -> list[tuple[int, int]]:
+        """Lane ranges [l0, l1), one per thread the dispatch runs on. Only kernels with
+        loops run on more than one; with ``parallel=True`` only those whose previous
+        dispatch took long enough to pay for handing ranges to other threads
+        (PARALLEL_MIN_SECONDS of one thread's work), on numba's current thread count."""
+        n = plan.program.threads
+        if not (self.parallel and plan.gen.parallel and n >= 2):
+            return plan.one_range
+        if self.parallel is True:
+            if plan.work < PARALLEL_MIN_SECONDS:
+                return plan.one_range
+            threads = min(matvec_threads(), n)
+        else:
+            threads = min(int(self.parallel), n)
+        if threads <= 1:
+            return plan.one_range
+        self.split_dispatches += 1
+        return [(n * k // threads, n * (k + 1) // threads) for k in range(threads)]
+
+    def _run_plain(self, plan: _Plan, arena: np.ndarray) -> int:
+        """A node that cannot stop early: the plain driver, nothing to undo. Returns how
+        many ranges of lanes ran at once."""
+        fn = plan.drivers.get("run_plain") or plan.driver("run_plain")
+        g = plan.gen
+        ranges = self._ranges(plan)
+        if len(ranges) == 1:
+            status = fn(arena, plan.bases, g.kf, g.ki, 0, plan.program.threads)
+        else:
+            status = min(run_split([(fn, (arena, plan.bases, g.kf, g.ki, a, b))
+                                    for a, b in ranges]))
+        if status < 0:  # the analysis was wrong: never trust it again
+            plan.infallible = None
+            program = plan.program
+            raise FirError(f"internal error: kernel '{program.name}' at node {program.node} "
+                           "stopped early although no lane could; the arena may hold part "
+                           "of its stores (please report)")
+        return len(ranges)
+
+    def _dispatch(self, plan: _Plan, node, arena, limit: int, budget, stop) -> int | None:
+        """Run the checked driver once: how many ranges of lanes ran at once when the node
+        has run, None when the dispatch was undone to be run again with a larger journal."""
+        fn = plan.driver("run_lanes")
+        program = plan.program
+        ranges = self._ranges(plan)
+        jend = self._journal_room(plan, len(ranges))
+        if jend < 0:
+            plan.save_written(arena)
         ctl = self._ctl
         self._epoch += 1
         ctl[C_ABORT] = 0
@@ -384,37 +446,34 @@ class CompiledRunner:
         if program.threads > self._rec.shape[0]:  # a node from outside the model
             self._rec = np.zeros((program.threads, self._rec.shape[1]), dtype=np.int64)
             self._frec = np.zeros(program.threads, dtype=np.float32)
-            self._jn = np.zeros(program.threads, dtype=np.int64)
-        fn(arena, plan.bases, program.threads, limit, ctl, self._rec, self._frec, cell,
-           self._jaddr, self._jval, self._jn, jend, written, saved)
+        g = plan.gen
+        seg = jend // len(ranges) if jend >= 0 else -1
+        starts = [k * seg if seg >= 0 else 0 for k in range(len(ranges))]
+        calls = [(fn, (arena, plan.bases, g.kf, g.ki, a, b, limit, ctl, self._rec, self._frec,
+                       cell, self._jaddr, self._jval, start, start + seg if seg >= 0 else -1))
+                 for (a, b), start in zip(ranges, starts)]
+        ends = [fn(*calls[0][1])] if len(calls) == 1 else run_split(calls)
+        self._jn = list(zip(starts, ends))
         if not (ctl[C_FAULTED] or ctl[C_ABORT]):
-            return True
-        if not undo:  # the analysis was wrong: nothing to undo with, never trust it again
-            plan.infallible = None
-            raise FirError(f"internal error: kernel '{program.name}' at node {program.node} "
-                           "stopped early although no lane could; the arena may hold part "
-                           "of its stores (please report)")
+            return len(ranges)
         self._undo(plan, arena, jend)
         by_code = self._records(program)
         if F_JOURNAL in by_code:
             self._grow_journal(plan)
-            return False
+            return None
         if F_OWNER in by_code:
             self._fall_back(plan, node, min(by_code[F_OWNER], key=self._order(plan)))
             Dispatch(program, arena).run(budget, stop=stop)
-            return True
+            return 1
         raise self._error(plan, by_code, budget)
 
     # -- the journal -------------------------------------------------------------------------
-    def _journal_room(self, plan: _Plan) -> int:
-        """jend for the generated code: the plan's journal entries (at least one per lane
-        when lanes run in parallel, each in its own segment), or -1 for no journal."""
+    def _journal_room(self, plan: _Plan, ranges: int) -> int:
+        """jend for the generated code: the plan's journal entries (at least one per range
+        of lanes, each range in its own segment), or -1 for no journal (a copy)."""
         if plan.journal == COPY_WRITTEN:
             return -1
-        room = plan.journal
-        if self._parallel(plan):
-            threads = max(plan.program.threads, 1)
-            room = max(room // threads, 1) * threads
+        room = max(plan.journal // ranges, 1) * ranges
         if room > self._jaddr.size:
             self._jaddr = np.zeros(room, dtype=np.int64)
             self._jval = np.zeros(room, dtype=np.float32)
@@ -426,18 +485,13 @@ class CompiledRunner:
 
     def _undo(self, plan: _Plan, arena, jend: int) -> None:
         """Put back what the dispatch stored: the arena is as before it."""
-        if jend < 0:  # the generated code saved the written regions
+        if jend < 0:  # the regions were saved before the lanes ran
             k = 0
             for a, b in plan.written:
                 arena[a:b] = plan.saved[k: k + b - a]
                 k += b - a
             return
-        if self._parallel(plan):
-            seg = jend // plan.program.threads  # >= 1: see _journal_room
-            k = np.arange(jend)
-            used = k[k < self._jn[k // seg]]
-        else:
-            used = np.arange(self._jn[0])
+        used = np.concatenate([np.arange(a, e) for a, e in self._jn])
         # A lane may have stored to one address several times: its first entry holds the
         # value from before the dispatch (different lanes never share an address).
         where, first = np.unique(self._jaddr[used], return_index=True)

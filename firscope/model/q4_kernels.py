@@ -1,0 +1,200 @@
+"""The q4 kernels (numba): quantize, dequantize, and the packed-code matvec.
+
+Imported on first use by :func:`firscope.model.q4._kernels` (importing this
+module imports numba). Every kernel is a module-level function: numba's
+on-disk cache misses, in every new process, for a function that calls
+another one through a closure, which is how these were written before (the
+parallel matvec and the quantizer recompiled at each start, 0.5-1 s each).
+
+Quantizing: loops index slices from 0, because numba adds negative-index
+wrap-around code to any index it cannot prove non-negative, and that kept the
+loops from vectorizing (twice as slow).
+
+The matvec, y = dequantize(W) @ x from the packed codes, serial (a row range)
+or parallel: each weight is dequantized as ``q * scale + min`` (one fused
+multiply-add) and multiplied by its x; only the order of the f32 sum differs
+from the reference (fastmath allows reassociation and contraction, never 'no
+NaN/Inf': NaN and Inf propagate as in BLAS).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..jitcache import prepare_numba
+
+prepare_numba()
+
+from numba import njit, prange  # noqa: E402 - after prepare_numba, which sets the cache folder
+
+f15 = np.float32(15)
+one = np.float32(1)
+fmax = np.float32(np.finfo(np.float32).max)
+f16 = np.float32(16)
+inv16 = np.float32(1 / 16)
+opts = dict(cache=True, nogil=True, error_model="numpy")
+fast = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+par = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
+
+
+@njit(**opts)
+def quantize_row(v, group, codes, pk, scale, minimum):  # pragma: no cover - compiled
+    """One row, ``v`` already padded to ngroups * group with its last element: scale
+    and min per group, codes (uint8, one spare 0 at the end) and their packing."""
+    for g in range(scale.shape[0]):
+        seg = v[g * group: g * group + group]
+        out = codes[g * group: g * group + group]
+        lo = seg[0]
+        hi = seg[0]
+        for c in range(1, seg.shape[0]):
+            x = seg[c]
+            if x < lo:
+                lo = x
+            if x > hi:
+                hi = x
+        sc = (hi - lo) / f15
+        if sc == 0:
+            sc = one
+        scale[g] = sc
+        minimum[g] = lo
+        inv = np.float64(sc)
+        for c in range(seg.shape[0]):
+            q = np.rint(np.float64(seg[c] - lo) / inv)  # f32 difference, f64 quotient
+            out[c] = np.uint8(min(max(q, 0.0), 15.0))
+    for i in range(pk.shape[0]):
+        pk[i] = codes[2 * i] | (codes[2 * i + 1] << 4)
+
+
+@njit(**opts)
+def gather(src, out):  # pragma: no cover - compiled
+    """out[:] = src[:] (1-D f32); returns how many are NaN or Inf."""
+    bad = 0
+    for c in range(src.shape[0]):
+        x = src[c]
+        out[c] = x
+        if not abs(x) <= fmax:
+            bad += 1
+    return bad
+
+
+@njit(**opts)
+def quantize_rows(w, group, packed, scale, minimum):  # pragma: no cover - compiled
+    """[out, in] matrix, row by row; returns the number of non-finite weights (then
+    nothing is meaningful)."""
+    cols = w.shape[1]
+    padded = scale.shape[1] * group
+    v = np.empty(padded, dtype=np.float32)
+    codes = np.zeros(padded + 1, dtype=np.uint8)
+    bad = 0
+    for r in range(w.shape[0]):
+        bad += gather(w[r], v[:cols])
+        v[cols:] = w[r, cols - 1]  # the padding repeats the row's last element
+        quantize_row(v, group, codes, packed[r], scale[r], minimum[r])
+    return bad
+
+
+@njit(**opts)
+def quantize_conv1d(w, group, packed, scale, minimum, block):  # pragma: no cover
+    """The same for the transpose of an HF Conv1D weight ``w`` [in, out], read as it
+    lies in the checkpoint: ``block`` output rows at a time are gathered into a tile
+    (one cache line of each input row serves them all), so no transposed copy of
+    the matrix is ever made."""
+    cols, rows = w.shape
+    padded = scale.shape[1] * group
+    # Rows one cache line longer than needed: rows of 2^k (or 3 * 2^k) bytes made the
+    # gather's stores alias each other in the cache and cost twice the time.
+    tile = np.empty((block, padded + 16), dtype=np.float32)
+    codes = np.zeros(padded + 1, dtype=np.uint8)
+    bad = 0
+    for r0 in range(0, rows, block):
+        nb = min(block, rows - r0)
+        for c in range(cols):
+            src = w[c, r0: r0 + nb]
+            for k in range(src.shape[0]):
+                x = src[k]
+                tile[k, c] = x
+                if not abs(x) <= fmax:
+                    bad += 1
+        for k in range(nb):
+            row = tile[k, :padded]
+            row[cols:] = row[cols - 1]
+            quantize_row(row, group, codes, packed[r0 + k], scale[r0 + k],
+                         minimum[r0 + k])
+    return bad
+
+
+@njit(**opts)
+def count_nonfinite(a):  # pragma: no cover - compiled
+    """Non-finite values of a 1-D f32 array (no temporary, unlike np.isfinite)."""
+    bad = 0
+    for i in range(a.shape[0]):
+        if not abs(a[i]) <= fmax:
+            bad += 1
+    return bad
+
+
+@njit(**opts)
+def dequantize(packed, scale, minimum, group, out):  # pragma: no cover - compiled
+    rows, cols = out.shape
+    for r in range(rows):
+        for g in range(scale.shape[1]):
+            sc = scale[r, g]
+            mn = minimum[r, g]
+            for c in range(g * group, min(g * group + group, cols)):
+                k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
+                out[r, c] = np.float32(k) * sc + mn
+
+
+@njit(**fast)
+def q4_rows32(packed, scale, minimum, xe, xo, y, r0, r1):  # pragma: no cover - compiled
+    # One flat loop over a row's bytes: the scale index i >> 4 is the same for
+    # 16 consecutive bytes, so LLVM broadcasts it and the loop runs on full
+    # vectors with no per-group reduction. Nibbles are split in float
+    # arithmetic (exact for 0..255): integer ops would widen to int64 here.
+    n = packed.shape[1]
+    for r in range(r0, r1):
+        acc = np.float32(0)
+        for i in range(n):
+            b = np.float32(packed[r, i])
+            hi = np.floor(b * inv16)
+            lo = b - f16 * hi
+            s = scale[r, i >> 4]
+            m = minimum[r, i >> 4]
+            acc += (lo * s + m) * xe[i] + (hi * s + m) * xo[i]
+        y[r] = acc
+
+
+@njit(**fast)
+def q4_rows_any(packed, scale, minimum, group, x, y, r0, r1):  # pragma: no cover
+    cols = x.shape[0]
+    for r in range(r0, r1):
+        acc = np.float32(0)
+        for g in range(scale.shape[1]):
+            s = scale[r, g]
+            m = minimum[r, g]
+            for c in range(g * group, min(g * group + group, cols)):
+                k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
+                acc += (np.float32(k) * s + m) * x[c]
+        y[r] = acc
+
+
+@njit(**par)
+def q4_par32(packed, scale, minimum, xe, xo, y, chunk):  # pragma: no cover - compiled
+    rows = packed.shape[0]
+    for c in prange((rows + chunk - 1) // chunk):
+        q4_rows32(packed, scale, minimum, xe, xo, y, c * chunk, min(rows, c * chunk + chunk))
+
+
+@njit(**par)
+def q4_par_any(packed, scale, minimum, group, x, y, chunk):  # pragma: no cover
+    rows = packed.shape[0]
+    for c in prange((rows + chunk - 1) // chunk):
+        q4_rows_any(packed, scale, minimum, group, x, y, c * chunk,
+                    min(rows, c * chunk + chunk))
+
+
+KERNELS = {
+    "quant": {"dequantize": dequantize, "quantize": quantize_rows,
+              "quantize_conv1d": quantize_conv1d, "count_nonfinite": count_nonfinite},
+    "matvec": {"q4_rows32": q4_rows32, "q4_rows_any": q4_rows_any, "q4_par32": q4_par32,
+               "q4_par_any": q4_par_any},
+}

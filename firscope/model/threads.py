@@ -1,0 +1,156 @@
+"""Threads for compiled kernels: how many to use, and a pool that runs ranges of work.
+
+The q4 and f32 matrix-vector products spread rows over numba's threads
+(``prange``); the compiled micro-kernels spread lanes over this module's
+pool instead (:func:`run_split`): each range of lanes is one call of the same
+compiled, ``nogil`` function, so running lanes on two threads costs no second
+compile (a ``prange`` version of every generated kernel took longer to
+compile than the kernel itself).
+
+How many: :func:`adapt` (called once per decoded token) uses one thread per
+core that other processes leave free (rounded: a process using more than
+half a core takes one away), at most numba's (``NUMBA_NUM_THREADS``, one per
+core by default) and at least one. It looks at /proc/stat every
+:data:`SAMPLE_SECONDS` (the very first look, with no interval yet, takes the
+1-minute load average). Measured on the 2-core machines (see
+benchmarks/decode.py ``--threads``): with the other core free, two threads
+make a decode step faster; with it taken, OpenMP's workers wait at every
+parallel region for a thread the scheduler has parked, and a row product ran
+up to five times slower than on one thread. ``FIRSCOPE_THREADS=N`` fixes the
+count instead (what the benchmarks use to measure each way).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import Callable, Sequence
+
+# Rounding of the free cores: other processes using more than this much of a core take
+# that core away from the kernels.
+BUSY_CORES = 0.5
+SAMPLE_SECONDS = 0.5  # how often adapt() looks at the machine again
+
+_JOBS: queue.SimpleQueue = queue.SimpleQueue()
+_WORKERS: list[threading.Thread] = []
+_LOCK = threading.Lock()
+
+
+def _work() -> None:
+    while True:
+        fn, args, box, done = _JOBS.get()
+        try:
+            box.append((True, fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, who re-raises it
+            box.append((False, e))
+        done.release()
+
+
+def _ensure_workers(n: int) -> None:
+    if len(_WORKERS) >= n:
+        return
+    with _LOCK:
+        while len(_WORKERS) < n:
+            t = threading.Thread(target=_work, name=f"firscope-worker-{len(_WORKERS)}",
+                                 daemon=True)
+            t.start()
+            _WORKERS.append(t)
+
+
+def run_split(calls: Sequence[tuple[Callable, tuple]]) -> list:
+    """Run ``fn(*args)`` for every (fn, args): the first on the calling thread, each other
+    one on a worker thread, all at once; return their results in order. The functions
+    should release the GIL (numba ``nogil``), or nothing runs in parallel. If any raises,
+    the first exception is raised once every call has ended (they may share memory)."""
+    if len(calls) <= 1:
+        return [fn(*args) for fn, args in calls]
+    _ensure_workers(len(calls) - 1)
+    done = threading.Semaphore(0)
+    boxes: list[list] = [[] for _ in calls]
+    for (fn, args), box in zip(calls[1:], boxes[1:]):
+        _JOBS.put((fn, args, box, done))
+    try:
+        fn, args = calls[0]
+        boxes[0].append((True, fn(*args)))
+    except BaseException as e:  # noqa: BLE001 - re-raised below, after the others end
+        boxes[0].append((False, e))
+    for _ in range(len(calls) - 1):
+        done.acquire()
+    out = []
+    for box in boxes:
+        ok, value = box[0]
+        if not ok:
+            raise value
+        out.append(value)
+    return out
+
+
+# --- how many threads -----------------------------------------------------------------
+def _machine_cpu() -> tuple[float, float, float] | None:
+    """(wall, busy CPU seconds of the whole machine, CPU seconds of this process), or
+    None where /proc/stat does not exist."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    return time.monotonic(), busy, time.process_time()
+
+
+class _Watch:
+    last: tuple[float, float, float] | None = None
+    others: float = 0.0  # cores other processes used over the last interval
+
+
+_WATCH = _Watch()
+
+
+def fixed_threads() -> int | None:
+    """FIRSCOPE_THREADS, when set to a whole number >= 1."""
+    v = os.environ.get("FIRSCOPE_THREADS", "")
+    return int(v) if v.isdigit() and int(v) >= 1 else None
+
+
+def others_busy() -> float:
+    """Cores other processes kept busy since the previous look (at most every
+    SAMPLE_SECONDS). The first look has no interval yet: it takes the 1-minute load
+    average (capped at the cores), which this process's own short past barely moves."""
+    now = _machine_cpu()
+    if now is None:
+        return 0.0
+    last = _WATCH.last
+    if last is None:
+        _WATCH.last = now
+        try:
+            _WATCH.others = min(os.getloadavg()[0], float(os.cpu_count() or 1))
+        except OSError:
+            _WATCH.others = 0.0
+        return _WATCH.others
+    wall = now[0] - last[0]
+    if wall >= SAMPLE_SECONDS:
+        _WATCH.others = max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / wall)
+        _WATCH.last = now
+    return _WATCH.others
+
+
+def adapt() -> int:
+    """Set numba's thread count for the calling thread (the one that runs the kernels)
+    to what the machine can give now; return it."""
+    from ..jitcache import prepare_numba
+    prepare_numba()
+    import numba
+    most = numba.config.NUMBA_NUM_THREADS
+    fixed = fixed_threads()
+    if fixed is not None:
+        n = min(fixed, most)
+    elif most <= 1:
+        n = 1
+    else:
+        free = (os.cpu_count() or 1) - others_busy()
+        n = max(1, min(most, int(free + BUSY_CORES)))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+    return n

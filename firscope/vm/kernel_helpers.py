@@ -1,0 +1,75 @@
+"""numba helpers every generated kernel calls (imported by vm/compiled on first use).
+
+``record`` writes a lane's fault record and ``tick`` looks at the budget and
+the stop flag: the slow paths of every kernel, shared so that a kernel's own
+code stays small (numba's compile time grows with it). Each is compiled for
+exactly one signature (constant arguments would otherwise give a
+specialization per value: sixty compiles of ``record`` for one kernel) and
+cached on disk. Trip numbers of the enclosing loops are passed as eight
+arguments (at most :data:`~firscope.vm.compiled.MAX_COMPILED_NESTING` loops
+enclose an op), unused ones 0.
+"""
+from __future__ import annotations
+
+from ..jitcache import prepare_numba
+from .codegen import C_ABORT, C_EPOCH, F_BUDGET, F_STOP, POLL, REC_FIXED, TRIP_ARGS
+
+prepare_numba()
+
+from numba import njit  # noqa: E402 - after prepare_numba, which sets numba's cache folder
+from numba.core import types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
+
+
+
+@intrinsic
+def poll(typingctx, cell):
+    """cell[0], re-read from memory every time (another thread may set it)."""
+    sig = types.int64(cell)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.load_atomic(ary.data, "monotonic", 8)
+    return sig, codegen
+
+
+_I = "int64"
+_TRIPS = ", ".join([_I] * TRIP_ARGS)
+_OPTS = dict(cache=True, nogil=True, _nrt=False, error_model="numpy")
+
+
+@njit(f"{_I}(int64[:, ::1], int64[::1], {_I}, {_I}, {_I}, {_I}, {_I}, {_I}, {_I}, {_TRIPS})",
+      **_OPTS)
+def record(rec, ctl, lane, j, code, pc, arg, flag, depth, t0, t1, t2, t3, t4, t5, t6,
+           t7):  # pragma: no cover - compiled
+    """Write a lane's fault record (code, pc, arg, trip numbers of the ``depth`` enclosing
+    loops) and raise the dispatch's ``flag``; returns j (the journal position)."""
+    rec[lane, 1] = code
+    rec[lane, 2] = pc
+    rec[lane, 3] = arg
+    trips = (t0, t1, t2, t3, t4, t5, t6, t7)
+    for k in range(depth):
+        rec[lane, REC_FIXED + k] = trips[k] + 1
+    rec[lane, 0] = ctl[C_EPOCH]
+    ctl[flag] = 1
+    return j
+
+
+@njit(f"{_I}({_I}, {_I}, {_I}, int64[::1], int64[::1], int64[:, ::1], {_I}, {_I}, {_I}, {_I}, "
+      f"{_TRIPS})", **_OPTS)
+def tick(cnt, n, budget, stop, ctl, rec, lane, j, first, depth, t0, t1, t2, t3, t4, t5, t6,
+         t7):  # pragma: no cover - compiled
+    """A lane is about to run the n ops from pc ``first`` past its look-again mark: -1 if it
+    must leave (over budget or stopped: recorded; or another lane aborted the dispatch),
+    else its next mark."""
+    if cnt + n > budget:
+        record(rec, ctl, lane, j, F_BUDGET, first + (budget - cnt), 0, C_ABORT, depth,
+               t0, t1, t2, t3, t4, t5, t6, t7)
+        return -1
+    if poll(stop) != 0:
+        record(rec, ctl, lane, j, F_STOP, first, 0, C_ABORT, depth, t0, t1, t2, t3, t4, t5,
+               t6, t7)
+        return -1
+    if poll(ctl) != 0:  # ctl[0]: another lane aborted the dispatch
+        return -1
+    return budget if budget - cnt < POLL else cnt + POLL
