@@ -88,6 +88,41 @@ def test_the_first_look_trusts_the_load_average_then_the_interval(monkeypatch):
         numba.set_num_threads(before)
 
 
+@pytest.mark.parametrize("others,loadavg,want", [(0.1, 1.9, 2), (1.9, 0.0, 1)])
+def test_the_first_look_measures_the_load_time_interval(monkeypatch, others, loadavg, want):
+    """Started as loading starts (begin_watch), the first token's look rests on what other
+    processes did meanwhile, not on the load average, which lags by a minute: a benchmark's
+    previous process, just ended, must not cost the next one its second thread (and a busy
+    machine with a low load average still gets one thread)."""
+    import numba
+    fake_machine(monkeypatch, others)
+    monkeypatch.setattr(T.os, "getloadavg", lambda: (loadavg, 0.0, 0.0))
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 2)
+    before = numba.get_num_threads()
+    try:
+        T.begin_watch()
+        assert T.adapt() == want
+        assert T._WATCH.measured
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_a_first_look_too_soon_after_begin_watch_takes_the_load_average(monkeypatch):
+    import numba
+    fake_machine(monkeypatch, 0.1)
+    ticks = iter([(100.0, 0.0, 0.0), (100.05, 0.1, 0.05)])  # 50 ms: under FIRST_SECONDS
+    monkeypatch.setattr(T, "_machine_cpu", lambda: next(ticks))
+    monkeypatch.setattr(T.os, "getloadavg", lambda: (1.9, 0.0, 0.0))
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 2)
+    before = numba.get_num_threads()
+    try:
+        T.begin_watch()
+        assert T.adapt() == 1
+        assert not T._WATCH.measured
+    finally:
+        numba.set_num_threads(before)
+
+
 def test_firscope_threads_fixes_the_count(monkeypatch):
     import numba
     fake_machine(monkeypatch, 1.9)

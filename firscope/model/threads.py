@@ -11,8 +11,12 @@ How many: :func:`adapt` (called once per decoded token) uses one thread per
 core that other processes leave free (rounded: a process using more than
 half a core takes one away), at most numba's (``NUMBA_NUM_THREADS``, one per
 core by default) and at least one. It looks at /proc/stat every
-:data:`SAMPLE_SECONDS` (the very first look, with no interval yet, takes the
-1-minute load average). Measured on the 2-core machines (see
+:data:`SAMPLE_SECONDS`. The first interval starts when loading starts
+(:func:`begin_watch`, called by runtime/load), so the first token already
+knows what other processes did while the model loaded; only a look with no
+interval of at least :data:`FIRST_SECONDS` behind it takes the 1-minute load
+average, which lags by a minute (right after another heavy process ends, it
+still says the machine is busy). Measured on the 2-core machines (see
 benchmarks/decode.py ``--threads``): with the other core free, two threads
 make a decode step faster; with it taken, OpenMP's workers wait at every
 parallel region for a thread the scheduler has parked, and a row product ran
@@ -31,6 +35,7 @@ from typing import Callable, Sequence
 # that core away from the kernels.
 BUSY_CORES = 0.5
 SAMPLE_SECONDS = 0.5  # how often adapt() looks at the machine again
+FIRST_SECONDS = 0.1  # the shortest interval the first measurement may rest on
 
 _JOBS: queue.SimpleQueue = queue.SimpleQueue()
 _WORKERS: list[threading.Thread] = []
@@ -103,9 +108,24 @@ def _machine_cpu() -> tuple[float, float, float] | None:
 class _Watch:
     last: tuple[float, float, float] | None = None
     others: float = 0.0  # cores other processes used over the last interval
+    measured: bool = False  # an interval has been measured (before: the load average)
 
 
 _WATCH = _Watch()
+
+
+def begin_watch() -> None:
+    """Start the first interval now, unless one has started (runtime/load calls this as
+    loading begins: loading GPT-2 small takes most of a second, enough to measure)."""
+    if _WATCH.last is None:
+        _WATCH.last = _machine_cpu()
+
+
+def _load_average() -> float:
+    try:
+        return min(os.getloadavg()[0], float(os.cpu_count() or 1))
+    except OSError:
+        return 0.0
 
 
 def fixed_threads() -> int | None:
@@ -116,23 +136,23 @@ def fixed_threads() -> int | None:
 
 def others_busy() -> float:
     """Cores other processes kept busy since the previous look (at most every
-    SAMPLE_SECONDS). The first look has no interval yet: it takes the 1-minute load
-    average (capped at the cores), which this process's own short past barely moves."""
+    SAMPLE_SECONDS). With no interval of FIRST_SECONDS behind it yet, the first look
+    takes the 1-minute load average (capped at the cores)."""
     now = _machine_cpu()
     if now is None:
         return 0.0
     last = _WATCH.last
     if last is None:
         _WATCH.last = now
-        try:
-            _WATCH.others = min(os.getloadavg()[0], float(os.cpu_count() or 1))
-        except OSError:
-            _WATCH.others = 0.0
+        _WATCH.others = _load_average()
         return _WATCH.others
     wall = now[0] - last[0]
-    if wall >= SAMPLE_SECONDS:
+    if wall >= (SAMPLE_SECONDS if _WATCH.measured else FIRST_SECONDS):
         _WATCH.others = max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / wall)
         _WATCH.last = now
+        _WATCH.measured = True
+    elif not _WATCH.measured:
+        _WATCH.others = _load_average()
     return _WATCH.others
 
 

@@ -26,6 +26,7 @@ from ..model.layout import Region
 from ..model.loader import ModelParts, Progress, load_parts
 from ..model.q4 import DEFAULT_GROUP
 from ..model.ref import Ref
+from ..model.threads import begin_watch
 from ..model.weights import WeightEntry
 from ..vm.assembler import KernelCode
 from .gemv import warm as warm_gemv
@@ -99,6 +100,7 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
 
     ``q4_path="dequant"`` keeps an f32 copy of every q4 matrix and multiplies by it (the
     comparison path); the default multiplies by the packed int4 codes."""
+    begin_watch()  # what other processes do while this loads decides the first token's threads
     parts = load_parts(path, fir_f32=fir_f32, group=group, progress=progress,
                        memory_limit=memory_limit, q4_path=q4_path)
     warm_gemv()  # the f32 head's kernels, loaded now rather than in the first step
