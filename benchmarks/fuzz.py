@@ -50,6 +50,8 @@ from conftest import SEED_FIR, write_random_gpt2  # noqa: E402
 from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
+# Categories whose cases are not models (their "decoded" outcome means something else).
+NOT_MODELS = ("expr", "script", "reverse", "cli")
 CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "store": 6, "tokens": 6, "bytes": 4,
               "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6, "cli": 6,
               "overlap": 3}
@@ -199,8 +201,6 @@ def main() -> int:
                 outcome, detail, shown = expr_case(rng)
             elif cat in ("script", "reverse"):
                 outcome, detail, shown = debugger_case(cat, base_model, rng)
-
-
             elif cat == "cli":
                 outcome, detail, shown = cli_case(rng, base / "gpt2.fir", cli_folder, cli_script)
             else:
@@ -277,10 +277,7 @@ def main() -> int:
             slowest = (dt, f"{cat} case {n}")
         counts[outcome] += 1
         per_cat[cat][outcome] += 1
-        if outcome == F.DECODED and cat not in ("expr", "script", "reverse"):
-
-
-        if outcome == F.DECODED and cat not in ("expr", "cli"):
+        if outcome == F.DECODED and cat not in NOT_MODELS:
             counts["ran" if detail is None else "run_error"] += 1
         if outcome in (F.ESCAPE, F.UNLOCATED):
             escapes.append((n, cat, outcome, detail, shown))
@@ -294,10 +291,7 @@ def main() -> int:
                   f"{time.perf_counter() - t_start:.0f} s", file=sys.stderr, flush=True)
 
     total = args.count
-    loaded = sum(per_cat[c][F.DECODED] for c in cats if c not in ("expr", "script", "reverse"))
-
-
-    loaded = sum(per_cat[c][F.DECODED] for c in cats if c not in ("expr", "cli"))
+    loaded = sum(per_cat[c][F.DECODED] for c in cats if c not in NOT_MODELS)
     firerr = counts[F.FIRERROR]
     escaped = counts[F.ESCAPE] + counts[F.UNLOCATED]
     print(f"seed {args.seed}: tried {total} cases in {time.perf_counter() - t_start:.0f} s "
@@ -309,11 +303,8 @@ def main() -> int:
           f"{counts[F.UNLOCATED]} FirErrors without a position or file name)")
     for c in cats:
         pc = per_cat[c]
-        label = {"expr": "evaluated", "script": "identical", "reverse": "identical"}.get(
-            c, "loaded")
-
-
-        label = {"expr": "evaluated", "cli": "exit 0"}.get(c, "loaded")
+        label = {"expr": "evaluated", "script": "identical", "reverse": "identical",
+                 "cli": "exit 0"}.get(c, "loaded")
         print(f"    {c:<7} {sum(pc.values()):>6} tried  {pc[F.DECODED]:>6} {label}  "
               f"{pc[F.FIRERROR]:>6} FirError  {pc[F.ESCAPE] + pc[F.UNLOCATED]:>4} escaped")
     for n, cat, outcome, detail, shown in escapes[: args.show]:
