@@ -135,7 +135,10 @@ class DebugExpr:
                 if isinstance(n, ast.Name) and id(n) not in funcs}
 
     def evaluate(self, resolve: Callable[[str, int | None], object]):
-        with np.errstate(all="ignore"):
+        # NumPy's floating-point errors and its Python warnings ("Mean of empty slice"):
+        # the value (nan, inf) says it; nothing goes to stderr past the session's output.
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             return self._eval(self.tree, resolve)
 
     def _eval(self, node, resolve):
