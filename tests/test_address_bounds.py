@@ -20,6 +20,7 @@ from firscope.errors import FirError
 from firscope.runtime import load_model
 from firscope.vm import compiled as C
 from firscope.vm.interp import Dispatch
+from model_util import line_of
 
 # g2.add reads in1 through @in1 + OFFSET; bound to 32-element buffers in the model below.
 ADD = """kernel g2.add in=2 out=1 size=in0,in1,out0 threads=out0.size tg=1 tgbytes=16
@@ -36,10 +37,6 @@ def with_offset(tmp_path, offset: str):
     text = SEED_FIR.read_text().replace("uloadf32 2 0 @in1\n", f"uloadf32 2 0 @in1{offset}\n", 1)
     return write_random_gpt2(tmp_path / "m", n_layer=1, n_embd=32, n_head=4, n_positions=8,
                              vocab=64, fir_text=text), text
-
-
-def line_of(text: str, needle: str) -> int:
-    return next(i for i, line in enumerate(text.split("\n"), 1) if needle in line)
 
 
 @pytest.mark.parametrize("offset", ["+100000000000000000000000", "+9223372036854775808",

@@ -30,6 +30,7 @@ from firscope.runtime import load_model
 from firscope.model.decls import MAX_PLAN_INSTRUCTIONS
 from firscope.runtime import Machine
 from conftest import REPO, SEED_FIR
+from model_util import line_of, load_err
 
 SEED = SEED_FIR.read_text()
 PACKAGE = REPO / "firscope"
@@ -45,17 +46,6 @@ forend
 rtou 0 0
 uloadf32 1 0 @in0
 uloadf32 2 0 @in1""", 1)
-
-
-def line_of(text, needle):
-    """The 1-based line of ``needle`` as an editor numbers lines (at \n only)."""
-    return next(i + 1 for i, line in enumerate(text.split("\n")) if needle in line)
-
-
-def load_err(path, **kw) -> FirError:
-    with pytest.raises(FirError) as e:
-        load_model(path, **kw)
-    return e.value
 
 
 def with_fir(make_model, text, name="m", **kw) -> Path:

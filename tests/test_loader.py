@@ -7,22 +7,13 @@ import pytest
 from firscope.errors import FirError, FirFault
 from firscope.runtime import Machine, load_model
 from conftest import SEED_FIR
+from model_util import line_of, load_err
 
 SEED = SEED_FIR.read_text()
 
 
 def with_fir(make_model, text, name="m", **kw):
     return make_model(name, fir_text=text, **kw)
-
-
-def load_err(path, **kw):
-    with pytest.raises(FirError) as e:
-        load_model(path, **kw)
-    return e.value
-
-
-def line_of(text, needle):
-    return next(i + 1 for i, l in enumerate(text.splitlines()) if needle in l)
 
 
 def test_loads_seed_and_lays_out_arena(random_model):

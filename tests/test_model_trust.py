@@ -10,35 +10,17 @@ on the commit before the fix.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from firscope.errors import FirError
 from firscope.model.tokens import load_tokenizer
 from firscope.runtime import load_model
-from conftest import REPO, SEED_FIR
+from conftest import SEED_FIR
+from model_util import firscope, line_of, load_err
 
 SEED = SEED_FIR.read_text()
 SECRET = "hunter2-do-not-print"
-
-
-def load_err(path, **kw) -> FirError:
-    with pytest.raises(FirError) as e:
-        load_model(path, **kw)
-    return e.value
-
-
-def line_of(text: str, needle: str, start: int = 0) -> int:
-    return next(i + 1 for i, line in enumerate(text.split("\n")) if i >= start and needle in line)
-
-
-def firscope(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "firscope", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env={**os.environ, **(env or {})})
 
 
 # -- 10.5: a model file cannot make firscope print a file --------------------------------

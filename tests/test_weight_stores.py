@@ -7,36 +7,15 @@ weight, is refused at load, at the store, naming the node and the weight.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fuzzing as F
-from firscope.errors import FirError
-from firscope.runtime import load_model
-from conftest import REPO, SEED_FIR, write_random_gpt2
+from conftest import SEED_FIR, write_random_gpt2
+from model_util import firscope, line_of, load_err
 
 SEED = SEED_FIR.read_text()
-
-
-def load_err(path, **kw) -> FirError:
-    with pytest.raises(FirError) as e:
-        load_model(path, **kw)
-    return e.value
-
-
-def line_of(text: str, needle: str, start: int = 0) -> int:
-    return next(i + 1 for i, line in enumerate(text.split("\n")) if i >= start and needle in line)
-
-
-def firscope(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "firscope", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env={**os.environ, **(env or {})})
 
 
 # -- 10.3: kernels cannot store into weights -------------------------------------------
