@@ -48,6 +48,9 @@ async def commands(app, pilot, *lines):
         await settle(app, pilot)
 
 
+PNG_FONT = "DejaVu Sans Mono"  # the PNGs' font (the SVGs name Fira Code)
+
+
 async def shoot(name, size, script, path=SAMPLE, engine="compiled"):
     app = FirscopeApp(path, prompt_text="def main(", n=12, engine=engine)
     async with app.run_test(size=size) as pilot:
@@ -58,7 +61,11 @@ async def shoot(name, size, script, path=SAMPLE, engine="compiled"):
         app.save_screenshot(str(svg))
     try:
         import cairosvg
-        cairosvg.svg2png(url=str(svg), write_to=str(HERE / f"{name}.png"),
+        # Fira Code is fetched from the web by a browser; cairosvg would fall back to a
+        # proportional font (columns drift): render with a monospace font this machine has.
+        text = svg.read_text(encoding="utf-8").replace(
+            "font-family: Fira Code, monospace;", f"font-family: {PNG_FONT}, monospace;")
+        cairosvg.svg2png(bytestring=text.encode("utf-8"), write_to=str(HERE / f"{name}.png"),
                          output_width=size[0] * 14)
     except ImportError:
         pass
