@@ -36,6 +36,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -55,6 +56,11 @@ NOT_MODELS = ("expr", "script", "reverse", "cli")
 CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "store": 6, "tokens": 6, "bytes": 4,
               "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6, "cli": 6,
               "overlap": 3}
+
+
+class StrayWarning(Exception):
+    """A Python warning (NumPy's 'Mean of empty slice', 'overflow encountered') that a
+    case let through to stderr: output the user did not ask for, outside the session's."""
 
 
 class Hang(BaseException):
@@ -196,6 +202,9 @@ def main() -> int:
         shown = ""
         t = time.perf_counter()
         signal.alarm(args.timeout)
+        heard = warnings.catch_warnings(record=True)
+        said = heard.__enter__()  # a warning that would reach stderr is an escape
+        warnings.simplefilter("always")
         try:
             if cat == "expr":
                 outcome, detail, shown = expr_case(rng)
@@ -272,6 +281,13 @@ def main() -> int:
             outcome, detail = F.ESCAPE, Hang(f"no answer within {args.timeout} s")
         finally:
             signal.alarm(0)
+            heard.__exit__(None, None, None)
+        stray = [w for w in said if issubclass(w.category, (RuntimeWarning, UserWarning))]
+        if stray and outcome not in (F.ESCAPE, F.UNLOCATED):
+            w = stray[0]
+            outcome, detail = F.ESCAPE, StrayWarning(
+                f"{w.category.__name__} on stderr: {w.message} ({Path(w.filename).name}:"
+                f"{w.lineno})")
         dt = time.perf_counter() - t
         if dt > slowest[0]:
             slowest = (dt, f"{cat} case {n}")
