@@ -17,7 +17,8 @@ and OpenBLAS threads spin after a call), hence one process per measurement.
 
 firscope runs as a user gets it: its kernels use the cores other processes
 leave free, chosen per step (model/threads.adapt), and OpenMP's wait policy
-chosen by the load average at start (jitcache.choose_omp_wait); the table
+chosen at start from the load average and the tasks running then
+(jitcache.choose_omp_wait); the table
 says which thread counts and policy each measurement ran with.
 ``--firscope-threads fixed`` and ``--omp-wait active|passive`` pin them, to
 measure each way. llama.cpp runs from ``llama_cpp`` when it imports; the

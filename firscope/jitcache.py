@@ -60,13 +60,28 @@ def cache_dir(name: str) -> Path:
         return folder
 
 
+def running_now() -> int | None:
+    """Tasks of the whole machine runnable at this instant (/proc/loadavg's fourth field,
+    this process included), or None where it cannot be read."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def choose_omp_wait() -> None:
-    """Before OpenMP loads (it reads these once): on a machine other processes keep busy
-    (1-minute load average above cores - 0.5), OpenMP's threads sleep at once when they
-    wait (OMP_WAIT_POLICY=PASSIVE) instead of spinning for milliseconds. Spinning makes
-    back-to-back parallel regions fast on an idle machine, but with a core taken by
-    another process the spinning thread holds the core its partner needs, and every
-    region waits a scheduler time slice (8 ms per row product measured, against 0.1 ms).
+    """Before OpenMP loads (it reads these once): on a machine other processes keep busy,
+    OpenMP's threads sleep at once when they wait (OMP_WAIT_POLICY=PASSIVE) instead of
+    spinning for milliseconds. Spinning makes back-to-back parallel regions fast on an
+    idle machine, but with a core taken by another process the spinning thread holds the
+    core its partner needs, and every region waits a scheduler time slice (8 ms per row
+    product measured, against 0.1 ms).
+
+    Busy means both: the 1-minute load average is above cores - 0.5, and other tasks are
+    runnable now. The load average alone lags by a minute: right after a heavy process
+    (a benchmark's previous engine) ends it still says busy, and a process that started
+    then ran with PASSIVE on an idle machine (f32 decode rounds 12-22 ms instead of 17).
     Left alone when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return
@@ -74,7 +89,10 @@ def choose_omp_wait() -> None:
         load = os.getloadavg()[0]
     except OSError:
         return
-    if load > (os.cpu_count() or 1) - 0.5:
+    cores = os.cpu_count() or 1
+    now = running_now()
+    others_now = cores if now is None else now - 1  # without this process
+    if load > cores - 0.5 and others_now >= 1:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 

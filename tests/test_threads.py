@@ -137,3 +137,26 @@ def test_firscope_threads_fixes_the_count(monkeypatch):
         assert T.adapt() == 1  # not a number: adaptive again
     finally:
         numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("loadavg,running,want", [
+    (1.9, 1, None),  # the load average lags: only this process runs now -> keep spinning
+    (1.9, 2, "PASSIVE"),  # busy for a minute and another task runs now
+    (0.3, 3, None),  # a burst that just started: the thread count adapts instead
+    (1.9, None, "PASSIVE"),  # no /proc/loadavg: the load average decides, as before
+])
+def test_openmp_sleeps_only_when_the_machine_is_busy_now(monkeypatch, loadavg, running, want):
+    from firscope import jitcache
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.setattr(jitcache.os, "getloadavg", lambda: (loadavg, 0.0, 0.0))
+    monkeypatch.setattr(jitcache.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(jitcache, "running_now", lambda: running)
+    jitcache.choose_omp_wait()
+    assert jitcache.os.environ.get("OMP_WAIT_POLICY") == want
+
+
+def test_running_now_reads_this_machine():
+    from firscope import jitcache
+    n = jitcache.running_now()
+    assert n is None or n >= 1  # this process is running while it reads
