@@ -460,6 +460,26 @@ def test_f2_after_an_edit_keeps_breakpoints_displays_and_position(tmp_path):
     run(go())
 
 
+def test_f2_lists_patches_and_checkpoints_it_does_not_carry(tmp_path):
+    """A reload keeps nothing of the old run's memory: patches and checkpoints are named
+    as not carried (they were dropped without a word)."""
+    fir = copy_sample(tmp_path)
+
+    async def go():
+        app = make_app(fir)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            for line in ("until ln2@0", "set x[0:4] = 0", "checkpoint"):
+                app.run_command(line)
+            await settle(app, pilot)
+            await press(app, pilot, "f2")
+            log = console_log(app)
+            assert "not carried: patch 1 `set x[0:4] = 0` (made at token 0, before ln2@0)" in log
+            assert "not carried: checkpoint 1 (token 0, before ln2@0)" in log
+            assert len(app.session.patches) == 0
+    run(go())
+
+
 def test_runtime_fault_is_shown_and_session_survives(tmp_path):
     fir = copy_sample(tmp_path, "oob")
     fir.write_text(SEED_FIR.read_text().replace("uloadf32 2 0 @in1\nadd 1 1 2",

@@ -5,7 +5,9 @@ Breakpoints, watchpoints and displays are kept as the commands that made them
 kernel-line breakpoint is kept as its kernel and instruction text, so an edit
 that moves lines still finds it. The position is a token and a node name. In
 the reloaded session each is re-issued through the command interpreter; what
-no longer resolves is listed, never silently dropped.
+no longer resolves is listed, never silently dropped. Patches (``set``) and
+checkpoints are states of the old run's memory, made at places in its history:
+they are not re-applied, and each is listed as not carried, with its text.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class Carried:
     position: tuple[int, str] | None  # (step, node full name); None at the start
     lane: int
     finished: bool
+    dropped: tuple[str, ...] = ()  # patches and checkpoints, described for the notes
 
 
 def kernel_span(model, kernel: str) -> tuple[int, int] | None:
@@ -71,7 +74,11 @@ def carry(session, ci) -> Carried:
     position = None
     if not session.finished and session.cursor != (0, 0):
         position = (session.step, session.node.full_name)
-    return Carried(breaks, displays, position, ci.lane, session.finished)
+    dropped = tuple(f"not carried: patch {p.number} `set {p.text}` (made at {p.made_at}); "
+                    "set it again where it applies" for p in session.patches)
+    dropped += tuple(f"not carried: checkpoint {c.number} ({c.made_at}), a state of the "
+                     "old model" for c in ci.checkpoints)
+    return Carried(breaks, displays, position, ci.lane, session.finished, dropped)
 
 
 def _resolve_line(model, c: CarriedBreak) -> str:
@@ -134,4 +141,5 @@ def restore(ci, carried: Carried) -> list[str]:
             ci.set_lane(carried.lane)
         except FirError:
             pass  # the kernel here has fewer lanes now: lane 0 it is
+    notes.extend(carried.dropped)
     return notes
