@@ -31,3 +31,21 @@ def firscope(*args, env=None, timeout=120):
     return subprocess.run([sys.executable, "-m", "firscope", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO,
                           env={**os.environ, **(env or {})})
+
+
+def scale_bug_dump(fir, folder, tokens):
+    """A copy of ``fir`` with a wrong attention scale (1/headdim, not 1/sqrt(headdim)), run on
+    ``tokens`` by the interpreter and dumped: attention@0 diverges at step 1."""
+    from firscope.compare.record import DumpRecorder
+    from firscope.runtime import Machine
+    buggy = fir.parent / "bug.fir"
+    buggy.write_text(fir.read_text().replace("mulconst 3 3 1/sqrt(headdim)",
+                                             "mulconst 3 3 1/headdim"))
+    mach = Machine(load_model(buggy), engine="interp")
+    out = folder / "bug.safetensors"
+    rec = DumpRecorder(mach, out, steps=len(tokens))
+    mach.reset()
+    for t in tokens:
+        mach.step(t)
+    rec.close()
+    return out

@@ -18,26 +18,16 @@ from firscope.debug.diverge import attach_reference
 from firscope.debug.session import Session
 from firscope.debug.snapshot import StopReason
 from firscope.errors import FirError
-from firscope.runtime import Machine, load_model
-from firscope.compare.record import DumpRecorder
+from firscope.runtime import load_model
+from model_util import scale_bug_dump
 
 TOKENS = [3, 1, 4, 1]
 
 
 @pytest.fixture
 def bug_dump(random_model, tmp_path):
-    text = random_model.read_text().replace("mulconst 3 3 1/sqrt(headdim)",
-                                            "mulconst 3 3 1/headdim")
-    buggy = random_model.parent / "bug.fir"
-    buggy.write_text(text)
-    m = load_model(buggy)
-    mach = Machine(m, engine="interp")
-    rec = DumpRecorder(mach, tmp_path / "bug.safetensors", steps=len(TOKENS))
-    mach.reset()
-    for t in TOKENS:
-        mach.step(t)
-    rec.close()
-    return tmp_path / "bug.safetensors"
+    """The same model with a wrong attention scale, dumped: attention@0 diverges at step 1."""
+    return scale_bug_dump(random_model, tmp_path, TOKENS)
 
 
 def _debugger(random_model, dump, engine="compiled"):

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from rich.text import Text
 
-from firscope.compare.record import DumpRecorder
 from firscope.compare.views import Severity
 from firscope.debug.commands import CommandInterpreter
 from firscope.debug.diverge import attach_reference
 from firscope.debug.session import Session
-from firscope.runtime import Machine, load_model
+from firscope.runtime import load_model
 from firscope.tui.diff_view import SEVERITY_STYLE, diff_text
 from firscope.tui.graph_pane import node_rows
 from firscope.tui.state import Wants, build_view
+from model_util import scale_bug_dump
 
 TOKENS = [3, 1, 4, 1]
 
@@ -22,17 +22,7 @@ TOKENS = [3, 1, 4, 1]
 @pytest.fixture
 def bug_dump(random_model, tmp_path):
     """The same model with a wrong attention scale, dumped: attention@0 diverges at step 1."""
-    text = random_model.read_text().replace("mulconst 3 3 1/sqrt(headdim)",
-                                            "mulconst 3 3 1/headdim")
-    buggy = random_model.parent / "bug.fir"
-    buggy.write_text(text)
-    mach = Machine(load_model(buggy), engine="interp")
-    rec = DumpRecorder(mach, tmp_path / "bug.safetensors", steps=len(TOKENS))
-    mach.reset()
-    for t in TOKENS:
-        mach.step(t)
-    rec.close()
-    return tmp_path / "bug.safetensors"
+    return scale_bug_dump(random_model, tmp_path, TOKENS)
 
 
 def _view(s, ci):
