@@ -202,86 +202,88 @@ def main() -> int:
         shown = ""
         t = time.perf_counter()
         signal.alarm(args.timeout)
-        heard = warnings.catch_warnings(record=True)
-        said = heard.__enter__()  # a warning that would reach stderr is an escape
-        warnings.simplefilter("always")
-        try:
-            if cat == "expr":
-                outcome, detail, shown = expr_case(rng)
-            elif cat in ("script", "reverse"):
-                outcome, detail, shown = debugger_case(cat, base_model, rng)
-            elif cat == "cli":
-                outcome, detail, shown = cli_case(rng, base / "gpt2.fir", cli_folder, cli_script)
-            else:
-                if cat == "fir":
-                    ops = random_ops(rng, F.KINDS)
-                    fir_text = F.mutate_fir(seed_text, ops)
-                    case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
-                    diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
-                                                lineterm="", n=0)
-                    shown = f"ops {ops}\n" + "\n".join(list(diff)[2:14])
-                elif cat == "kernel":  # one change inside a kernel body: loads, then runs
-                    i = rng.choice(kernel_lines)
-                    ops = [(rng.choice(F.KERNEL_KINDS), i, rng.randrange(10**6),
-                            rng.randrange(10**6))]
-                    fir_text = F.mutate_fir(seed_text, ops)
-                    case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
-                    diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
-                                                lineterm="", n=0)
-                    shown = f"ops {ops}\n" + "\n".join(list(diff)[2:14])
-                elif cat == "program":  # a random well-formed kernel, dispatched
-                    fir_text = F.random_kernel_model(seed_text, rng.randrange)
-                    case_fir.write_text(fir_text)
-                    shown = fir_text[fir_text.index("kernel fz.k"):][:1500]
-                elif cat == "store":  # stores aimed at weights: refused, or weights unchanged
-                    fir_text = F.weight_store_model(seed_text, rng.randrange)
-                    case_fir.write_text(fir_text)
-                    diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
-                                                lineterm="", n=0)
-                    shown = "\n".join(list(diff)[2:14])
-                elif cat == "overlap":  # lanes that stray into each other's slices
-                    fir_text = F.overlapping_kernel_model(seed_text, rng.randrange)
-                    case_fir.write_text(fir_text)
-                    shown = fir_text[fir_text.index("kernel fz.overlap"):][:1500]
-                elif cat == "tokens":
-                    picks = [(rng.randrange(10**6), rng.random() < 0.2)
-                             for _ in range(rng.randint(1, 120))]
-                    fir_text = ("fir 1\n" if rng.random() < 0.7 else "") + F.token_stream(vocab, picks)
-                    case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
-                    shown = fir_text[:600]
-                elif cat == "bytes":
-                    raw = seed_text.encode()
-                    if rng.random() < 0.5:
-                        data = raw[: rng.randrange(len(raw) + 1)]
-                    else:
-                        data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 2000)))
-                        if rng.random() < 0.5:
-                            data = raw[: rng.randrange(len(raw))] + data
-                    case_fir.write_bytes(data)
-                    try:
-                        fir_text = data.decode("utf-8")
-                    except UnicodeDecodeError:
-                        fir_text = None
-                    shown = repr(data[:300])
-                elif cat == "ckpt":
-                    ops = random_ops(rng, F.CKPT_KINDS)
-                    case_ckpt.write_bytes(F.damage_safetensors(ckpt_bytes, ops))
-                    shown = f"ops {ops}"
-                elif cat == "config":
-                    ops = random_ops(rng, F.CONFIG_KINDS)
-                    text = F.damage_config(config_text, ops)
-                    case_cfg.write_text(text, encoding="utf-8", errors="surrogatepass")
-                    shown = f"ops {ops}\n{text[:500]}"
-                if cat == "overlap":  # both engines, compared node by node
-                    outcome, detail = F.overlap_case(case_fir, fir_text)
+        # a warning that would reach stderr is an escape
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            try:
+                if cat == "expr":
+                    outcome, detail, shown = expr_case(rng)
+                elif cat in ("script", "reverse"):
+                    outcome, detail, shown = debugger_case(cat, base_model, rng)
+                elif cat == "cli":
+                    outcome, detail, shown = cli_case(rng, base / "gpt2.fir", cli_folder,
+                                                      cli_script)
                 else:
-                    outcome, detail = F.run_case(case_fir, fir_text=fir_text, other_files=others,
-                                                 budget=args.budget, engine=args.engine)
-        except Hang:
-            outcome, detail = F.ESCAPE, Hang(f"no answer within {args.timeout} s")
-        finally:
-            signal.alarm(0)
-            heard.__exit__(None, None, None)
+                    if cat == "fir":
+                        ops = random_ops(rng, F.KINDS)
+                        fir_text = F.mutate_fir(seed_text, ops)
+                        case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
+                        diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
+                                                    lineterm="", n=0)
+                        shown = f"ops {ops}\n" + "\n".join(list(diff)[2:14])
+                    elif cat == "kernel":  # one change inside a kernel body: loads, then runs
+                        i = rng.choice(kernel_lines)
+                        ops = [(rng.choice(F.KERNEL_KINDS), i, rng.randrange(10**6),
+                                rng.randrange(10**6))]
+                        fir_text = F.mutate_fir(seed_text, ops)
+                        case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
+                        diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
+                                                    lineterm="", n=0)
+                        shown = f"ops {ops}\n" + "\n".join(list(diff)[2:14])
+                    elif cat == "program":  # a random well-formed kernel, dispatched
+                        fir_text = F.random_kernel_model(seed_text, rng.randrange)
+                        case_fir.write_text(fir_text)
+                        shown = fir_text[fir_text.index("kernel fz.k"):][:1500]
+                    elif cat == "store":  # stores aimed at weights: refused, or weights unchanged
+                        fir_text = F.weight_store_model(seed_text, rng.randrange)
+                        case_fir.write_text(fir_text)
+                        diff = difflib.unified_diff(seed_text.splitlines(), fir_text.splitlines(),
+                                                    lineterm="", n=0)
+                        shown = "\n".join(list(diff)[2:14])
+                    elif cat == "overlap":  # lanes that stray into each other's slices
+                        fir_text = F.overlapping_kernel_model(seed_text, rng.randrange)
+                        case_fir.write_text(fir_text)
+                        shown = fir_text[fir_text.index("kernel fz.overlap"):][:1500]
+                    elif cat == "tokens":
+                        picks = [(rng.randrange(10**6), rng.random() < 0.2)
+                                 for _ in range(rng.randint(1, 120))]
+                        fir_text = (("fir 1\n" if rng.random() < 0.7 else "")
+                                    + F.token_stream(vocab, picks))
+                        case_fir.write_text(fir_text, encoding="utf-8", errors="surrogatepass")
+                        shown = fir_text[:600]
+                    elif cat == "bytes":
+                        raw = seed_text.encode()
+                        if rng.random() < 0.5:
+                            data = raw[: rng.randrange(len(raw) + 1)]
+                        else:
+                            data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 2000)))
+                            if rng.random() < 0.5:
+                                data = raw[: rng.randrange(len(raw))] + data
+                        case_fir.write_bytes(data)
+                        try:
+                            fir_text = data.decode("utf-8")
+                        except UnicodeDecodeError:
+                            fir_text = None
+                        shown = repr(data[:300])
+                    elif cat == "ckpt":
+                        ops = random_ops(rng, F.CKPT_KINDS)
+                        case_ckpt.write_bytes(F.damage_safetensors(ckpt_bytes, ops))
+                        shown = f"ops {ops}"
+                    elif cat == "config":
+                        ops = random_ops(rng, F.CONFIG_KINDS)
+                        text = F.damage_config(config_text, ops)
+                        case_cfg.write_text(text, encoding="utf-8", errors="surrogatepass")
+                        shown = f"ops {ops}\n{text[:500]}"
+                    if cat == "overlap":  # both engines, compared node by node
+                        outcome, detail = F.overlap_case(case_fir, fir_text)
+                    else:
+                        outcome, detail = F.run_case(case_fir, fir_text=fir_text,
+                                                     other_files=others, budget=args.budget,
+                                                     engine=args.engine)
+            except Hang:
+                outcome, detail = F.ESCAPE, Hang(f"no answer within {args.timeout} s")
+            finally:
+                signal.alarm(0)
         stray = [w for w in said if issubclass(w.category, (RuntimeWarning, UserWarning))]
         if stray and outcome not in (F.ESCAPE, F.UNLOCATED):
             w = stray[0]
