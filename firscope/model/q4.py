@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .threads import matvec_threads
+
 DEFAULT_GROUP = 32
 # The group the vectorized matvec is written for (16 bytes of codes per group,
 # one scale broadcast per 16 bytes); any other group size takes the general kernel.
@@ -171,12 +173,6 @@ def _kernels(kind: str) -> dict:
     return _KERNELS[kind]
 
 
-def matvec_threads() -> int:
-    """Threads a parallel matvec uses: numba's (NUMBA_NUM_THREADS, default one per core)."""
-    import numba
-    return numba.get_num_threads()
-
-
 # The parallel matvecs' types: compile() loads them from numba's cache without running
 # them, so the warm-up thread starts no OpenMP team of its own (a second team's threads
 # compete with the decoding thread's on a small machine).
@@ -297,12 +293,8 @@ def _check_range(w: np.ndarray, group: int, scale: np.ndarray, minimum: np.ndarr
 
 def quantize_numpy(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
     """The format's formula in NumPy: the reference for :func:`quantize`."""
-    if w.ndim != 2:
-        raise ValueError("quantize expects a 2-D matrix")
-    if group < 1:
-        raise ValueError("group must be positive")
+    w = _matrix(w, group, "quantize")
     rows, cols = w.shape
-    w = np.asarray(w, dtype=np.float32)
     ng = -(-cols // group)
     padded = ng * group
     if padded != cols:

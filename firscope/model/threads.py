@@ -156,6 +156,13 @@ def others_busy() -> float:
     return _WATCH.others
 
 
+def matvec_threads() -> int:
+    """Threads a parallel kernel uses now: numba's count for the calling thread, as
+    :func:`adapt` last set it (at most NUMBA_NUM_THREADS, default one per core)."""
+    import numba
+    return numba.get_num_threads()
+
+
 def adapt() -> int:
     """Set numba's thread count for the calling thread (the one that runs the kernels)
     to what the machine can give now; return it."""

@@ -15,7 +15,8 @@ import threading
 
 import numpy as np
 
-from ..model.q4 import MATVEC_CHUNK_ROWS, PARALLEL_MIN_WEIGHTS, matvec_threads
+from ..model.q4 import MATVEC_CHUNK_ROWS, PARALLEL_MIN_WEIGHTS
+from ..model.threads import matvec_threads
 
 # "numba" (default) or "blas": which implementation f32 products use. A switch
 # for measuring, not a user option; change it only between decode steps.

@@ -84,8 +84,7 @@ import numpy as np
 
 from ..errors import FirError, Interrupted
 from ..jitcache import cache_dir, prepare_numba
-from ..model.q4 import matvec_threads
-from ..model.threads import run_split
+from ..model.threads import matvec_threads, run_split
 from .assembler import Address, Program
 from .codegen import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
                       F_RTOU, F_STOP, F_STORE, POLL, REC_FIXED, Generated, fault_message,
@@ -412,7 +411,7 @@ class CompiledRunner:
     def _run_plain(self, plan: _Plan, arena: np.ndarray) -> int:
         """A node that cannot stop early: the plain driver, nothing to undo. Returns how
         many ranges of lanes ran at once."""
-        fn = plan.drivers.get("run_plain") or plan.driver("run_plain")
+        fn = plan.driver("run_plain")
         g = plan.gen
         ranges = self._ranges(plan)
         if len(ranges) == 1:
