@@ -160,3 +160,15 @@ def test_running_now_reads_this_machine():
     from firscope import jitcache
     n = jitcache.running_now()
     assert n is None or n >= 1  # this process is running while it reads
+
+
+def test_adapt_reads_proc_stat_only_once_the_interval_has_passed(monkeypatch):
+    """adapt runs every token; the /proc/stat read (about 20 us) waits for the interval."""
+    reads = []
+    monkeypatch.setattr(T, "_WATCH", T._Watch())
+    monkeypatch.setattr(T, "_machine_cpu", lambda: reads.append(1) or (time.monotonic(), 0, 0))
+    T._WATCH.last, T._WATCH.measured, T._WATCH.others = (time.monotonic(), 0.0, 0.0), True, 0.7
+    assert T.others_busy() == 0.7 and reads == []
+    T._WATCH.last = (time.monotonic() - T.SAMPLE_SECONDS, 0.0, 0.0)
+    T.others_busy()
+    assert reads == [1]

@@ -137,11 +137,14 @@ def fixed_threads() -> int | None:
 def others_busy() -> float:
     """Cores other processes kept busy since the previous look (at most every
     SAMPLE_SECONDS). With no interval of FIRST_SECONDS behind it yet, the first look
-    takes the 1-minute load average (capped at the cores)."""
+    takes the 1-minute load average (capped at the cores). /proc/stat is read only once
+    the interval has passed (adapt runs every token: the read costs 20 us)."""
+    last = _WATCH.last
+    if last is not None and _WATCH.measured and time.monotonic() - last[0] < SAMPLE_SECONDS:
+        return _WATCH.others
     now = _machine_cpu()
     if now is None:
         return 0.0
-    last = _WATCH.last
     if last is None:
         _WATCH.last = now
         _WATCH.others = _load_average()
