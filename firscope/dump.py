@@ -34,6 +34,7 @@ import os
 import re
 import struct
 import secrets
+import stat
 import zipfile
 from pathlib import Path
 
@@ -113,6 +114,7 @@ class DumpWriter:
         if producer is not None:
             meta["producer"] = str(producer)
         self.metadata = meta
+        _check_target(self.path)
         self.keys: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
         self._offset = 0
         self.closed = False
@@ -212,6 +214,19 @@ class DumpWriter:
         f.close()
         self._tmp.unlink(missing_ok=True)
         self._tmp = tmp
+
+
+def _check_target(path: Path) -> None:
+    """The dump is renamed over ``path`` at the end: that must replace a file (or a link),
+    never a folder, a device or a FIFO (as root, renaming over /dev/null replaces the
+    device itself)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise IsADirectoryError(21, "is a folder", str(path)) if stat.S_ISDIR(st.st_mode) \
+            else OSError(22, "is not a regular file (a device, FIFO or socket)", str(path))
 
 
 def _create_beside(path: Path) -> tuple[Path, int]:

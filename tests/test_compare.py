@@ -436,6 +436,39 @@ def test_dump_nodes_selects_outputs(random_model, tmp_path, capsys):
     assert not (tmp_path / "x.safetensors").exists()
 
 
+def test_dump_replaces_only_a_dump(random_model, tmp_path, capsys):
+    """A --dump path that names the model's checkpoint, its .fir or any other file is
+    refused before the run and the file is left as it was (an earlier dump is replaced)."""
+    ckpt = random_model.parent / "model.safetensors"
+    note = tmp_path / "notes.txt"
+    note.write_text("keep me\n")
+    for target, why in ((ckpt, "it holds '"), (random_model, "it cannot be read as one"),
+                        (note, "it cannot be read as one")):
+        before = target.read_bytes()
+        code, _, err = _fs(capsys, "run", random_model, "--tokens", "1", "--dump", target)
+        assert code == 1 and "exists and is not a dump" in err and why in err, err
+        assert target.read_bytes() == before
+    dump = tmp_path / "d.safetensors"
+    for n in ("1", "2"):  # the second run replaces the first one's dump
+        assert _fs(capsys, "run", random_model, "--tokens", n, "--dump", dump)[0] == 0
+    assert Dump(dump).tokens[0] == 2
+    empty = tmp_path / "empty.npz"
+    empty.write_bytes(b"")  # nothing to lose: replaced
+    assert _fs(capsys, "run", random_model, "--tokens", "1", "--dump", empty)[0] == 0
+
+
+def test_dump_never_renames_over_a_folder_or_a_fifo(random_model, tmp_path, capsys):
+    import os
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target, what in ((tmp_path, "is a folder"), (fifo, "is not a regular file")):
+        code, _, err = _fs(capsys, "run", random_model, "--tokens", "1", "--dump", target)
+        assert code == 1 and what in err, err
+    assert fifo.is_fifo() and tmp_path.is_dir()
+    with pytest.raises(OSError, match="not a regular file"):
+        DumpWriter(fifo)
+
+
 # -- what the UI shows ---------------------------------------------------------------------------
 def test_view_models_for_the_graph_pane_and_the_buffer_view(random_model, tmp_path):
     m = load_model(random_model)

@@ -9,11 +9,16 @@ the format for people writing a dumper for their own runtime.
 from __future__ import annotations
 
 import fnmatch
+import os
+import stat
+from pathlib import Path
 
 from ..dump import DumpWriter, file_sha256
 from ..errors import FirError
+from ..text import printable
 from ..runtime import Machine, Model, PlanNode
 from .. import __version__
+from .dumpfile import Dump
 
 
 def select_outputs(model: Model, pattern: str | None) -> list[tuple[PlanNode, int]]:
@@ -43,6 +48,33 @@ def select_outputs(model: Model, pattern: str | None) -> list[tuple[PlanNode, in
     return chosen
 
 
+def check_replaceable(path) -> None:
+    """``--dump FILE`` replaces an existing file only when it is a dump (a non-empty file
+    whose every tensor key is spelled ``step{S}/{instance}/{buffer}``): a typo must not
+    turn a checkpoint, a model or any other file into a dump."""
+    p = Path(path)
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return  # absent (the usual case), or the writer says what is wrong
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return  # a link is replaced, not followed; the writer refuses folders and devices
+    try:
+        dump = Dump(p)
+        try:
+            other = next((k for k, e in dump.entries.items() if e.step is None), None)
+        finally:
+            dump.close()
+    except FirError:
+        why = "it cannot be read as one"
+    else:
+        if other is None:
+            return
+        why = f"it holds '{printable(other)}', not a step{{S}}/INSTANCE/BUFFER key"
+    raise FirError(f"{printable(str(p))}: exists and is not a dump ({why}); --dump replaces "
+                   "only a dump: remove the file or choose another name")
+
+
 class DumpRecorder:
     """Writes the selected node outputs of every step a machine runs into a dump file."""
 
@@ -52,6 +84,7 @@ class DumpRecorder:
         self.machine = machine
         self.path = path
         selection = select_outputs(model, pattern)
+        check_replaceable(path)
         self.outputs: dict[int, list[int]] = {}
         for node, i in selection:
             self.outputs.setdefault(node.index, []).append(i)
