@@ -470,8 +470,8 @@ class Adapter(LifeCycle):
         if cmd.resumes:
             return self._move(req, text, body={"result": "", "variablesReference": 0})
         result = self.ci.execute(text)
-        self.out.response(req, {"result": result, "variablesReference": 0})
         self._breakpoint_events()  # `break`, `delete`, `disable`... typed in the console
+        self.out.response(req, {"result": result, "variablesReference": 0})
         if self.client.get("supportsInvalidatedEvent"):
             self.out.event("invalidated", {"areas": ["variables"]})
 
