@@ -513,8 +513,13 @@ scenarios.launch_error_is_shown = async (dc) => {
   const outputs = [];
   dc.on('output', (e) => outputs.push(e.body));
   await dc.initializeRequest();
-  await assert.rejects(dc.launchRequest({ model: path.join(path.dirname(MODEL), 'nope.fir') }),
-    /nope\.fir/);
+  // the raw response (launchRequest would turn it into a bare Error): VS Code shows a dialog
+  // only for an error whose showUser is not false
+  const raw = await new Promise((resolve) => dc.doSend('launch',
+    { model: path.join(path.dirname(MODEL), 'nope.fir') }, resolve));
+  assert.equal(raw.success, false);
+  assert.match(raw.message, /nope\.fir/);
+  assert.equal(raw.body.error.showUser, true);
   await new Promise((r) => setTimeout(r, 200));
   const err = outputs.filter((o) => o.category === 'stderr');
   assert.equal(err.length, 1, JSON.stringify(outputs));
