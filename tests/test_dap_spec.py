@@ -222,3 +222,36 @@ def test_initialize_is_answered_before_the_engine_is_imported():
     assert [m.get("command") or m.get("event") for m in frames(r.stdout)] == [
         "initialize", "initialized", "disconnect"]
     assert Path(FIRSCOPE).exists()
+
+
+def test_a_register_from_the_variables_view_is_a_data_breakpoint():
+    c = Client()
+    try:
+        c.response(c.send("initialize", {}))
+        assert c.response(c.send("launch", {**LAUNCH, "stopOnEntry": False}))["success"]
+        load = ADD_LINE - 2  # uloadf32 1 0 @in0: writes R1
+        c.response(c.send("setBreakpoints", {"source": {"path": str(SEED_FIR)},
+                                             "breakpoints": [{"line": load}]}))
+        c.response(c.send("configurationDone", {}))
+        stopped = c.wait(lambda m: m.get("event") == "stopped")
+        thread = stopped["body"]["threadId"]
+        frame = c.response(c.send("stackTrace", {"threadId": thread}))["body"]["stackFrames"][0]
+        assert frame["line"] == load
+        scopes = c.response(c.send("scopes", {"frameId": frame["id"]}))["body"]["scopes"]
+        regs = next(s for s in scopes if s["name"] == "Registers (lane 0)")
+        info = c.response(c.send("dataBreakpointInfo", {
+            "variablesReference": regs["variablesReference"], "name": "R1"}))["body"]
+        assert info["dataId"] == "lane 0 R1"
+        c.response(c.send("setBreakpoints", {"source": {"path": str(SEED_FIR)},
+                                             "breakpoints": []}))
+        r = c.response(c.send("setDataBreakpoints", {"breakpoints": [
+            {"dataId": info["dataId"]}]}))
+        assert r["body"]["breakpoints"][0]["verified"]
+        c.response(c.send("continue", {"threadId": thread}))
+        again = c.wait(lambda m: m.get("event") == "stopped" and m is not stopped)
+        assert again["body"]["reason"] == "data breakpoint"
+        assert "R1 in lane 0" in again["body"]["text"]
+        top = c.response(c.send("stackTrace", {"threadId": again["body"]["threadId"]}))
+        assert top["body"]["stackFrames"][0]["line"] == load + 1  # after the write
+    finally:
+        c.close()

@@ -116,6 +116,10 @@ def test_source_names_the_failing_line(ci, tmp_path):
         ci.execute(f"source {script}")
     assert e.value.message.startswith(f"{script}:3: no node named 'nosuchnode'")
     assert [bp.spec for bp in ci.s.breakpoints] == ["ln1"]  # line 4 was not run
+    script.write_text("break ln1\ncontinue\n")
+    with pytest.raises(FirError, match=f"{script}:2: 'continue' moves execution"):
+        ci.execute(f"source {script}")
+    assert ci.s.cursor == (0, 0)
     with pytest.raises(FirError, match="cannot read"):
         ci.execute(f"source {tmp_path / 'missing'}")
     with pytest.raises(FirError, match="usage: save breakpoints FILE"):

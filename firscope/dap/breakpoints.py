@@ -21,7 +21,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint, parse_watch
+from ..debug.breakpoints import (LineBreakpoint, NodeBreakpoint, parse_register_watch,
+                                 parse_watch)
 from ..debug.session import Session
 from ..errors import FirError
 from .capabilities import EXCEPTION_FILTERS
@@ -226,7 +227,7 @@ class BreakpointMap:
 
     # -- data breakpoints --------------------------------------------------------------------
     def data_info(self, spec: str) -> dict:
-        w = parse_watch(self.session.model, spec)
+        w = parse_register_watch(spec) or parse_watch(self.session.model, spec)
         return {"dataId": w.spec, "description": f"{w.spec} changes",
                 "accessTypes": ["write"], "canPersist": False}
 

@@ -485,8 +485,10 @@ class Views:
                 a = int(m.group(1))
                 b = int(m.group(2)) if m.group(2) else a + 1
                 return f"{item.expr}[{a}:{b}]"
-        raise RequestError("only buffers, their elements and ranges can be watched "
-                           "(registers: use a breakpoint condition)")
+        if isinstance(item, Registers) and re.fullmatch(r"[RU][0-9]{1,2}", name or ""):
+            return f"lane {item.lane} {name}"  # the register watchpoint of that lane
+        raise RequestError("only buffers, their elements and ranges, and registers can be "
+                           "watched")
 
 
 def _nonneg(v, what: str, default: int) -> int:

@@ -7,7 +7,9 @@ catchpoint or log point, as typed (``break attention@1 if R3 > 0``,
 ``display EXPR`` per display. ``source FILE`` runs any such file a line at a
 time through the command interpreter (``$bpnum`` is the number of the
 breakpoint made last, as in gdb); it stops at the first line that fails and
-names it ``FILE:LINE: message``. The F2 reload of the UI keeps breakpoints as
+names it ``FILE:LINE: message``. Commands that move execution are refused
+there (the UI runs movements in a worker; ``firscope debug -x`` runs scripts
+that move). The F2 reload of the UI keeps breakpoints as
 the same commands (:func:`breakpoint_command`).
 """
 from __future__ import annotations
@@ -95,6 +97,10 @@ def source_file(ci, rest: str) -> str:
             continue
         if line.split(None, 1)[0] == "source":
             raise FirError(f"{path}:{number}: a sourced file cannot source another")
+        if ci.resumes(line):  # the UI runs movements in a worker; this runs in place
+            raise FirError(f"{path}:{number}: '{line.split()[0]}' moves execution: source "
+                           "sets breakpoints, displays and the like (run a script that moves "
+                           "with firscope debug -x)")
         if "$bpnum" in line:
             made = [bp.number for bp in ci.s.breakpoints]
             if not made:
