@@ -512,7 +512,9 @@ scenarios.log_points_and_spent_breakpoint = async (dc) => {
 scenarios.launch_error_is_shown = async (dc) => {
   const outputs = [];
   dc.on('output', (e) => outputs.push(e.body));
+  const initialized = dc.waitForEvent('initialized', 10000);
   await dc.initializeRequest();
+  await initialized; // right after the initialize answer, before any launch
   // the raw response (launchRequest would turn it into a bare Error): VS Code shows a dialog
   // only for an error whose showUser is not false
   const raw = await new Promise((resolve) => dc.doSend('launch',
