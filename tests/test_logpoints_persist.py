@@ -74,7 +74,8 @@ def test_watch_register_any_lane_and_one_lane(ci):
     assert stop.reason is StopReason.WATCHPOINT and stop.breakpoint == 1
     assert "R1 in lane 0" in text and f"line {ADD_LINE - 2}" in text  # the first uloadf32
     d = ci.s.dispatch
-    assert float(stop.new[0]) == float(d.R[1][0]) and float(stop.old[0]) == 0.0
+    assert float(stop.new) == float(d.R[1][0]) and float(stop.old) == 0.0
+    assert f"New value = {float(stop.new)!r}"[:14] in text
     ci.execute("delete 1")
     ci.execute("watch lane 2 U4 if U4 > 0")
     with pytest.raises(FirError):
@@ -83,7 +84,7 @@ def test_watch_register_any_lane_and_one_lane(ci):
     ci.execute("continue")
     stop = ci.last.stop
     assert stop.reason is StopReason.WATCHPOINT and stop.breakpoint == 3 and ci.lane == 2
-    assert float(stop.new[0]) == float(ci.s.dispatch.R[1][2])
+    assert float(stop.new) == float(ci.s.dispatch.R[1][2])
 
 
 def test_save_and_source_round_trip(ci, tmp_path):

@@ -151,8 +151,7 @@ class DriveObserver(Observer):
                     f"{self.node.full_name} by line {op.loc.line}: {op.text}")
             self.stop = self.s._stop(StopReason.WATCHPOINT,
                                      f"{hit.error}\n{text}" if hit.error else text, bp.number,
-                                     old[lane:lane + 1].copy(), new[lane:lane + 1].copy(),
-                                     lane=lane)
+                                     old[lane].copy(), new[lane].copy(), lane=lane)
             return True
         return False
 
