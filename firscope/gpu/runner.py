@@ -307,3 +307,46 @@ def _first_line(e: BaseException) -> str:
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     said = [ln for ln in lines if "error" in ln.lower() and ln.lower() != "validation error"]
     return " / ".join((said or lines)[:2])[:400] if lines else type(e).__name__
+
+
+def run_program(program, arena: np.ndarray, *, gpu: Gpu | None = None, symbols=None,
+                budget: int = DEFAULT_BUDGET, tg: int | None = None) -> np.ndarray:
+    """One bound program on its own arena (a kernel outside a model: the per-op tolerance
+    measurement, the fuzzer's kernels). Returns the arena afterwards; a fault is raised as
+    the reference raises it."""
+    gpu = gpu or open_device()
+    w, device = gpu.wgpu, gpu.device
+    prog = wgsl.generate(program, symbols=symbols or {}, tg=tg, budget=budget)
+    u = w.BufferUsage
+    try:
+        data = np.ascontiguousarray(arena, np.float32)
+        abuf = device.create_buffer_with_data(data=data.tobytes() if data.size else b"\0" * 4,
+                                              usage=u.STORAGE | u.COPY_SRC | u.COPY_DST)
+        params = device.create_buffer_with_data(data=prog.params.tobytes(), usage=u.STORAGE)
+        faults = device.create_buffer_with_data(
+            data=np.zeros(wgsl.FAULT_WORDS, np.uint32).tobytes(), usage=u.STORAGE | u.COPY_SRC)
+        entries = [{"binding": i, "visibility": w.ShaderStage.COMPUTE, "buffer": {"type": k}}
+                   for i, k in enumerate(("storage", "read-only-storage", "storage"))]
+        layout = device.create_bind_group_layout(entries=entries)
+        pipeline = device.create_compute_pipeline(
+            layout=device.create_pipeline_layout(bind_group_layouts=[layout]),
+            compute={"module": device.create_shader_module(code=prog.source),
+                     "entry_point": "main"})
+        group = device.create_bind_group(layout=layout, entries=[
+            {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+            for i, b in enumerate((abuf, params, faults))])
+        encoder = device.create_command_encoder()
+        if program.threads:
+            cpass = encoder.begin_compute_pass()
+            cpass.set_pipeline(pipeline)
+            cpass.set_bind_group(0, group)
+            cpass.dispatch_workgroups(*wgsl.grid(program.threads, prog.tg), 1)
+            cpass.end()
+        device.queue.submit([encoder.finish()])
+        rec = np.frombuffer(device.queue.read_buffer(faults), dtype=np.uint32)
+        out = np.frombuffer(device.queue.read_buffer(abuf), dtype=np.float32)[: data.size]
+    except Exception as e:
+        raise device_error(gpu, f"running kernel '{program.name}'", e) from None
+    if rec[wgsl.F_COUNT_SLOT]:
+        raise wgsl.fault_error_of(program, rec, budget)
+    return out.copy()
