@@ -47,7 +47,7 @@ def test_every_kernel_of_every_test_model_matches_in_isolation(gpu, tmp_path):
     from firscope.gpu.diff import gpu_lockstep
     for name, path, opts in _models(tmp_path):
         model = load_model(path, **opts)
-        report = gpu_lockstep(model, [3, 7, 1], TOL)
+        report = gpu_lockstep(model, [3, 7], TOL, engine="interp")
         assert report.failure is None, (name, report.failure)
         assert report.first_divergence is None, (name, report.first_divergence)
         assert report.nodes_compared == len(model.nodes)
