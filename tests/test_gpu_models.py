@@ -131,3 +131,29 @@ def test_profile_engine_gpu_times_every_kernel(gpu, tmp_path):
     assert data["timing"].startswith(want) and "timing: " + want in r.stdout
     assert "speed-of-light" in r.stdout
     assert np.isclose(sum(data["per_kernel_ms_per_token"].values()), data["gpu_ms_per_token"])
+
+
+def test_a_model_over_the_adapters_buffer_limit_is_one_clear_error(gpu):
+    from dataclasses import replace
+
+    from firscope.gpu import GpuError
+    from firscope.gpu.runner import GpuRunner
+    model = load_model(SEED_FIR)
+    small = replace(gpu, limits={**gpu.limits, "max-storage-buffer-binding-size": 1 << 16})
+    with pytest.raises(GpuError) as e:
+        GpuRunner(model, small)
+    msg = str(e.value)
+    assert "the arena of gpt2.fir" in msg and "over the adapter's limit of 0.1 MiB" in msg
+    assert "smaller model" in msg and "\n" not in msg
+
+
+def test_a_shader_the_driver_refuses_is_one_clear_error(gpu, monkeypatch):
+    from firscope.gpu import GpuError
+    from firscope.gpu.runner import GpuRunner
+    from firscope.vm import wgsl
+    monkeypatch.setitem(wgsl.RENDERERS, "add", wgsl.template("R{0} = R{1} +* R{2};"))
+    with pytest.raises(GpuError) as e:
+        GpuRunner(load_model(SEED_FIR))
+    msg = str(e.value)
+    assert msg.startswith("the GPU driver refused the shader of kernel 'g2.add'"), msg
+    assert "firscope wgsl" in msg and "\n" not in msg
