@@ -441,7 +441,8 @@ def cmd_run(args) -> int:
     if machine.kernel_runner is not None:  # compiled now, where the progress line shows it
         machine.kernel_runner.warmup(progress=shown)
     shown.done()
-    stop_between_nodes(machine)
+    if args.engine != "gpu":  # the GPU engine looks at the stop flag between tokens
+        stop_between_nodes(machine)
     t = time.perf_counter()
     from .compare.command import dump_recording
     with ctrl_c_stops(machine.stop_flag), dump_recording(machine, args.dump, args.dump_nodes,

@@ -157,3 +157,20 @@ def test_a_shader_the_driver_refuses_is_one_clear_error(gpu, monkeypatch):
     msg = str(e.value)
     assert msg.startswith("the GPU driver refused the shader of kernel 'g2.add'"), msg
     assert "firscope wgsl" in msg and "\n" not in msg
+
+
+def test_a_gpu_failure_in_the_lockstep_is_the_gpus_not_the_references(gpu, monkeypatch):
+    from firscope.gpu import GpuError
+    from firscope.gpu.diff import gpu_lockstep
+    from firscope.gpu.runner import GpuRunner
+    real = GpuRunner.run
+
+    def failing(self, indexes):
+        if any(self.model.nodes[i].full_name == "ln2@1" for i in indexes):
+            raise GpuError("the GPU device was lost while testing")
+        return real(self, indexes)
+    monkeypatch.setattr(GpuRunner, "run", failing)
+    report = gpu_lockstep(load_model(SEED_FIR), [3], TOL, engine="interp")
+    assert report.failure.startswith("the GPU failed at step 0 at ln2@1: the GPU device was "
+                                     "lost"), report.failure
+    assert report.exit_code == 1 and report.first_divergence is None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compare.lockstep import DiffReport, run_lockstep
-from ..compare.sources import Plan, Wanted
+from ..compare.sources import OtherRunFailed, Plan, Wanted
 from ..dump import dump_key
 from ..errors import FirError
 from ..runtime import Machine, Model, PlanNode
@@ -72,6 +72,7 @@ class GpuSource:
                                                                         o.name)))
         self.values: dict[tuple[int, int], np.ndarray] = {}
         self.active = False
+        self.failed: tuple | None = None
         reference.hooks.before_node.append(self._before_node)
         self.runner.upload_arena()
 
@@ -87,12 +88,20 @@ class GpuSource:
             for r in touched_regions(node):
                 self.runner.upload(r, self.model.view(r))
         self.values.clear()
-        self.runner.run([node.index])
+        try:
+            self.runner.run([node.index])
+        except FirError as e:  # said by value(): raised here it would read as the reference's
+            self.failed = (node, e)
+            return
         for i, o in enumerate(node.outs):
             if o.region is not None:
                 self.values[(node.index, i)] = self.runner.download(o.region)
 
     def value(self, step: int, node: PlanNode, wanted: Wanted) -> np.ndarray:
+        if self.failed is not None:
+            where, e = self.failed
+            raise OtherRunFailed(f"the GPU failed at step {step} at {where.full_name}: "
+                                 f"{e.message}")
         return self.values[(node.index, wanted.out)]
 
     def end_step(self, step: int) -> None:
@@ -142,7 +151,7 @@ def explain_with_races(model: Model, tokens: list[int], report: DiffReport,
 
 def run_gpu_diff(args, *, load, prompt_ids) -> DiffReport:
     """The report behind ``firscope diff MODEL --engine gpu`` (see the module docstring)."""
-    from ..compare.command import tolerance_of
+    from ..compare.command import _given_tokens, tolerance_of
     if args.other is not None or args.against is not None:
         raise FirError("--engine gpu compares the GPU with the reference itself: drop "
                        "--against/B.fir, or make a dump on the GPU (firscope run --engine gpu "
@@ -152,13 +161,12 @@ def run_gpu_diff(args, *, load, prompt_ids) -> DiffReport:
     if budget < 1:
         raise FirError(f"--budget {budget}: must be at least 1 instruction")
     model = load(args)
-    ids, _ = prompt_ids(args, model)
+    ids, tokens_from = _given_tokens(args, model, prompt_ids)
     ref_engine = getattr(args, "reference_engine", None) or "compiled"
     isolate = not getattr(args, "chained", False)
     report = gpu_lockstep(model, list(ids), tol, isolate=isolate, engine=ref_engine,
                           budget=budget)
-    report.meta["tokens_from"] = ("--tokens" if args.tokens else "--prompt"
-                                  if args.prompt is not None else "the default prompt")
+    report.meta["tokens_from"] = tokens_from
     if getattr(args, "sanitize", False):
         explain_with_races(model, list(ids), report, ref_engine)
     return report

@@ -2,14 +2,14 @@
 
 The host arena stays the mirror the rest of firscope reads: a plain decode step
 runs every node in one submission and copies only the logits back; with per-node
-hooks (``run --dump``, the profiler) each node runs alone and its outputs are
+hooks (``run --dump``) each node runs alone and its outputs are
 copied back before the hooks see them. Per-instruction hooks (the debugger's
 stepping, the sanitizer) are refused: a GPU cannot stop at an instruction, so
 step on the reference and compare with the GPU (``firscope diff --engine gpu``).
 """
 from __future__ import annotations
 
-from ..errors import FirError
+from ..errors import FirError, Interrupted
 from ..runtime import Machine, Model
 from ..runtime.machine import DEFAULT_BUDGET
 from .device import Gpu
@@ -52,6 +52,8 @@ class GpuMachine(Machine):
     def step(self, token: int):
         if self.hooks.per_node or self.hooks.per_instruction:
             return super().step(token)
+        if self.stop_flag.is_set():  # ctrl+c: a submission runs to its end, so stop here
+            raise Interrupted(f"stopped by the user before position {self.position}")
         self.begin_token(token)
         self.runner.run(range(len(self.model.nodes)))
         out = self.model.outputs["logits"]
