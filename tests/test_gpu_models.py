@@ -76,24 +76,33 @@ def test_the_sample_decodes_to_the_reference_tokens(gpu):
         assert not d.diverged, d.reason
 
 
-def test_diff_engine_gpu_is_clean_on_the_sample_in_both_modes(gpu):
+def _diff(capsys, *argv):
+    """``firscope diff ...`` in this process (no new interpreter and imports per call)."""
+    from firscope.cli import main
+    code = main(["diff", *map(str, argv)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_diff_engine_gpu_is_clean_on_the_sample_in_both_modes(gpu, capsys):
     for mode in ([], ["--chained"]):
-        r = firscope("diff", SEED_FIR, "--engine", "gpu", "--tokens", "3,7", *mode)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert "first divergence: none" in r.stdout
-        assert "GPU " in r.stdout and ("isolate" in r.stdout) == (not mode)
+        code, out, err = _diff(capsys, SEED_FIR, "--engine", "gpu", "--tokens", "3,7", *mode)
+        assert code == 0, out + err
+        assert "first divergence: none" in out
+        assert "GPU " in out and ("isolate" in out) == (not mode)
 
 
-def test_a_racy_kernel_diverges_on_the_gpu_and_the_sanitizer_explains_it(gpu, racy):
-    r = firscope("diff", racy["sum"], "--engine", "gpu", "--tokens", "1,2", "--sanitize")
-    assert r.returncode == 1, r.stdout + r.stderr
-    first = r.stdout.split("first divergence:")[1]
-    assert ", sum, output total" in first, r.stdout
-    assert "the race explains it" in r.stdout and "kernel 't.sum'" in r.stdout
+def test_a_racy_kernel_diverges_on_the_gpu_and_the_sanitizer_explains_it(gpu, racy, capsys):
+    code, out, err = _diff(capsys, racy["sum"], "--engine", "gpu", "--tokens", "1,2",
+                           "--sanitize")
+    assert code == 1, out + err
+    first = out.split("first divergence:")[1]
+    assert ", sum, output total" in first and "written by lane" in first, out
+    assert "the race explains it" in out and "kernel 't.sum'" in out
     # without --sanitize: the same divergence, no explanation
-    r2 = firscope("diff", racy["sum"], "--engine", "gpu", "--tokens", "1,2")
-    assert r2.returncode == 1 and ", sum, output total" in r2.stdout
-    assert "race" not in r2.stdout
+    code, out, _ = _diff(capsys, racy["sum"], "--engine", "gpu", "--tokens", "1,2")
+    assert code == 1 and ", sum, output total" in out
+    assert "race" not in out
 
 
 def test_an_out_of_bounds_kernel_faults_naming_lane_and_line(gpu, racy):
