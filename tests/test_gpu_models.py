@@ -19,12 +19,13 @@ TOL = make_tolerance()  # the diff's default: docs/gpu-engine.md
 
 def _models(root):
     """(name, path, load options) of the test models: the sample (q4 linears on packed
-    codes), a random one with its linears as f32 arena weights (the Conv1D shader), and
+    codes, groups of 32 and 16; dequantized copies), a random one with its linears as f32 arena weights (the Conv1D shader), and
     the same checkpoint with --fir-f32 ([out, in] matrices beside the arena)."""
     arena_f32 = SEED_FIR.read_text().replace(" q4 h.", " f32 h.")
     return [
         ("sample", SEED_FIR, {}),
         ("sample dequant", SEED_FIR, {"q4_path": "dequant"}),
+        ("sample q4 group 16", SEED_FIR, {"group": 16}),  # the shader's general group path
         ("random arena-f32", write_random_gpt2(root / "a", fir_text=arena_f32), {}),
         ("random --fir-f32", write_random_gpt2(root / "b", seed=3), {"fir_f32": True}),
     ]
