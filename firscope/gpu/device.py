@@ -43,6 +43,7 @@ class Gpu:
     limits: dict
     timestamps: bool  # the device accepts timestamp queries
     lost: list = field(default_factory=list)  # reasons the device was lost (set by wgpu)
+    tick_ns: float = 1.0  # nanoseconds per timestamp tick (wgpu-native resolves raw ticks)
 
     @property
     def name(self) -> str:
@@ -67,6 +68,8 @@ class Gpu:
                  f"{i.get('device_id', '?')}",
                  f"driver   {i.get('description', '?')}",
                  f"timing   {'timestamp queries' if self.timestamps else 'queue completion per dispatch (no timestamp-query feature)'}"]
+        if self.timestamps:
+            lines.append(f"tick     {self.tick_ns:g} ns per timestamp tick")
         lines += [f"limit    {k} = {self.limits[k]}" for k in SHOWN_LIMITS if k in self.limits]
         if self.is_software:
             lines.append("note     a software adapter: results are real, times are not a GPU's")
@@ -110,13 +113,26 @@ def open_device() -> Gpu:
     except Exception as e:
         raise GpuError(f"the adapter {adapter.info.get('device', '?')} refused a device "
                        f"({_one_line(e)}); update the GPU driver") from None
-    gpu = Gpu(wgpu, adapter, device, dict(adapter.info), limits, timestamps)
+    gpu = Gpu(wgpu, adapter, device, dict(adapter.info), limits, timestamps,
+              tick_ns=_timestamp_period(device) if timestamps else 1.0)
     try:
         device.lost.then(lambda info: gpu.lost.append(getattr(info, "message", str(info))))
     except Exception:  # older wgpu: no promise; a lost device then shows as an error later
         pass
     _OPENED.append(gpu)
     return gpu
+
+
+def _timestamp_period(device) -> float:
+    """Nanoseconds per timestamp tick. WebGPU says resolved timestamps are nanoseconds, but
+    wgpu-native hands over the driver's raw ticks (1 ns on NVIDIA and lavapipe, 10-80 ns
+    on other GPUs) and wgpu-py does not wrap the call that says how long a tick is."""
+    try:
+        from wgpu.backends.wgpu_native import _api  # noqa: PLC0415 - the native backend
+        period = float(_api.libf.wgpuQueueGetTimestampPeriod(device.queue._internal))
+    except Exception:  # another backend or version: trust the WebGPU spec
+        return 1.0
+    return period if period > 0 else 1.0
 
 
 def _one_line(e: BaseException) -> str:

@@ -267,7 +267,8 @@ class GpuRunner:
         self.check_faults()
         # A node with nothing to dispatch wrote no stamps (zeros): it took no GPU time.
         d = stamps[1::2].astype(np.int64) - stamps[0::2].astype(np.int64)
-        return [max(float(v), 0.0) * 1e-9 for v in d[: len(indexes)]]
+        tick = self.gpu.tick_ns * 1e-9
+        return [max(float(v), 0.0) * tick for v in d[: len(indexes)]]
 
     def check_faults(self) -> None:
         try:
