@@ -19,8 +19,8 @@ TOL = make_tolerance()  # the diff's default: docs/gpu-engine.md
 
 def _models(root):
     """(name, path, load options) of the test models: the sample (q4 linears on packed
-    codes, groups of 32 and 16; dequantized copies), a random one with its linears as f32 arena weights (the Conv1D shader), and
-    the same checkpoint with --fir-f32 ([out, in] matrices beside the arena)."""
+    codes, groups of 32 and 16; dequantized copies), a random one with its linears as f32
+    arena weights (the Conv1D shader), and the same checkpoint with --fir-f32 ([out, in] matrices beside the arena)."""
     arena_f32 = SEED_FIR.read_text().replace(" q4 h.", " f32 h.")
     return [
         ("sample", SEED_FIR, {}),

@@ -61,13 +61,15 @@ class Gpu:
 
     def describe(self) -> str:
         i = self.info
+        timing = "timestamp queries" if self.timestamps else \
+            "queue completion per dispatch (no timestamp-query feature)"
         lines = [f"adapter  {self.name}",
                  f"backend  {self.backend}",
                  f"type     {i.get('adapter_type', '?')}",
                  f"vendor   {i.get('vendor', '?')} (id {i.get('vendor_id', '?')}), device id "
                  f"{i.get('device_id', '?')}",
                  f"driver   {i.get('description', '?')}",
-                 f"timing   {'timestamp queries' if self.timestamps else 'queue completion per dispatch (no timestamp-query feature)'}"]
+                 f"timing   {timing}"]
         if self.timestamps:
             lines.append(f"tick     {self.tick_ns:g} ns per timestamp tick")
         lines += [f"limit    {k} = {self.limits[k]}" for k in SHOWN_LIMITS if k in self.limits]
