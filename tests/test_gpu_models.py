@@ -184,3 +184,28 @@ def test_a_gpu_failure_in_the_lockstep_is_the_gpus_not_the_references(gpu, monke
     assert report.failure.startswith("the GPU failed at step 0 at ln2@1: the GPU device was "
                                      "lost"), report.failure
     assert report.exit_code == 1 and report.first_divergence is None
+
+
+BIG_ID = """kernel t.big in=0 out=1 threads=1 tg=1 tgbytes=16
+loadconstf32 1 1e9
+uconst 0 0
+ustoref32 1 0 @out0
+endkernel
+"""
+
+
+def test_an_embedding_id_outside_the_table_faults_as_the_reference_says(gpu, tmp_path):
+    from firscope.errors import FirFault
+    from firscope.gpu import GpuMachine
+    path = write_random_gpt2(tmp_path / "emb", fir_text=fir_with(
+        BIG_ID, "node big micro t.big -> bigid\nnode bad ext fir.embedding bigid wpe -> "
+        "pos_embed\n", "buf bigid f32 1\n"), **SMALL)
+    model = load_model(path)
+    messages = []
+    for machine in (Machine(model, engine="interp"), GpuMachine(model)):
+        machine.reset()
+        with pytest.raises(FirFault) as e:
+            machine.step(1)
+        messages.append(e.value.message)
+    assert messages[1] == messages[0] + " (on the GPU)"
+    assert "fir.embedding id 1000000000.0 read from 'bigid'" in messages[1]
