@@ -8,7 +8,6 @@ import sys
 from conftest import REPO, SEED_FIR
 from firscope.runtime import load_model
 from firscope.vm import OPCODES, wgsl
-from model_util import firscope
 
 NO_WGPU = "import sys; sys.modules['wgpu'] = None; from firscope.cli import main; "
 
@@ -66,20 +65,27 @@ def test_import_of_the_gpu_package_needs_no_wgpu():
     assert r.returncode == 0, r.stderr
 
 
-def test_stepping_commands_refuse_the_gpu_engine_with_a_reason():
-    r = firscope("debug", "--engine", "gpu", "--tokens", "1")
-    assert r.returncode == 1
-    assert "cannot stop at an instruction" in r.stderr and "diff MODEL --engine gpu" in r.stderr
-    r = firscope("sanitize", "--engine", "gpu")
-    assert r.returncode == 1 and "cannot stop at an instruction" in r.stderr
+def _cli(capsys, *argv):
+    from firscope.cli import main
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_wgsl_command_prints_a_kernel_a_node_and_refuses_an_unknown_name():
-    r = firscope("wgsl", "g2.add")
-    assert r.returncode == 0 and "fn main" in r.stdout and "// gpt2.fir:62  rtou 0 0" in r.stdout
-    r = firscope("wgsl", SEED_FIR, "attention@2")
-    assert r.returncode == 0 and r.stdout.startswith("// node attention@2: params = [4, ")
-    r = firscope("wgsl", SEED_FIR)
-    assert r.returncode == 0 and r.stdout.count("fn main") == 4
-    r = firscope("wgsl", SEED_FIR, "nosuch")
-    assert r.returncode == 1 and "g2.attn_decode" in r.stderr
+def test_stepping_commands_refuse_the_gpu_engine_with_a_reason(capsys):
+    code, _, err = _cli(capsys, "debug", "--engine", "gpu", "--tokens", "1")
+    assert code == 1
+    assert "cannot stop at an instruction" in err and "diff MODEL --engine gpu" in err
+    code, _, err = _cli(capsys, "sanitize", "--engine", "gpu")
+    assert code == 1 and "cannot stop at an instruction" in err
+
+
+def test_wgsl_command_prints_a_kernel_a_node_and_refuses_an_unknown_name(capsys):
+    code, out, _ = _cli(capsys, "wgsl", "g2.add")
+    assert code == 0 and "fn main" in out and "// gpt2.fir:62  rtou 0 0" in out
+    code, out, _ = _cli(capsys, "wgsl", SEED_FIR, "attention@2")
+    assert code == 0 and out.startswith("// node attention@2: params = [4, ")
+    code, out, _ = _cli(capsys, "wgsl", SEED_FIR)
+    assert code == 0 and out.count("fn main") == 4
+    code, _, err = _cli(capsys, "wgsl", SEED_FIR, "nosuch")
+    assert code == 1 and "g2.attn_decode" in err
