@@ -89,3 +89,13 @@ def test_wgsl_command_prints_a_kernel_a_node_and_refuses_an_unknown_name(capsys)
     assert code == 0 and out.count("fn main") == 4
     code, _, err = _cli(capsys, "wgsl", SEED_FIR, "nosuch")
     assert code == 1 and "g2.attn_decode" in err
+
+
+def test_a_dap_launch_on_the_gpu_engine_is_refused_with_the_reason():
+    import pytest
+
+    from firscope.dap.launch import parse_launch
+    from firscope.errors import FirError
+    with pytest.raises(FirError) as e:
+        parse_launch({"engine": "gpu"})
+    assert "cannot stop at an instruction" in str(e.value)
