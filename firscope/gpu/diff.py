@@ -34,7 +34,8 @@ from .runner import GpuRunner
 
 
 def touched_regions(node: PlanNode) -> list:
-    """Every arena region a node may read or write (operands and ``@buffer`` addresses)."""
+    """Every buffer region a node may read or write (operands and ``@buffer`` addresses);
+    weights are left out: nothing writes them, so the GPU's copy is the reference's."""
     seen = {}
     for o in node.args + node.outs:
         if o.region is not None:
@@ -45,7 +46,7 @@ def touched_regions(node: PlanNode) -> list:
             if mem is not None:
                 r = op.args[mem.address].region
                 seen[r.name] = r
-    return list(seen.values())
+    return [r for r in seen.values() if r.is_buffer]
 
 
 class GpuSource:
