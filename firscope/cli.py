@@ -25,11 +25,14 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve",
+               "gpu", "wgsl")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
-ENGINES = ("compiled", "interp")
+ENGINES = ("compiled", "interp", "gpu")
+# Commands that stop at instructions (or watch every access): not on a GPU
+NO_GPU_COMMANDS = ("debug", "ui", "serve", "sanitize")
 
 
 # -- argument types: a bad value is a usage error (exit 2) before anything is loaded ----------
@@ -121,8 +124,9 @@ def _input_args(p: argparse.ArgumentParser, required: bool, steps: int) -> None:
 
 def _engine_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=ENGINES, default="compiled",
-                   help="how micro-kernels run: compiled (numba, default) or interp (the "
-                        "step interpreter, the reference)")
+                   help="how micro-kernels run: compiled (numba, default), interp (the "
+                        "step interpreter, the reference) or gpu (WGSL through wgpu; needs "
+                        "firscope[gpu]; not for stepping)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,7 +198,16 @@ def build_parser() -> argparse.ArgumentParser:
     _diff_parser(sub)
 
     _editor_parsers(sub)
+    _gpu_parsers(sub)
     return p
+
+
+def _gpu_parsers(sub) -> None:
+    sub.add_parser("gpu", help="show the GPU adapter wgpu finds (name, backend, driver, limits)")
+    w = sub.add_parser("wgsl", help="print the WGSL compute shaders generated for the kernels")
+    _model_arg(w)
+    w.add_argument("kernel", nargs="?", metavar="KERNEL",
+                   help="one kernel, node (attention@2) or ext shader (default: every kernel)")
 
 
 def _sanitize_parser(sub) -> None:
@@ -256,6 +269,12 @@ def _diff_parser(sub) -> None:
                     help="strict mode: at most N ULPs per element (instead of --rtol/--atol)")
     df.add_argument("--json", action="store_true", help="print JSON")
     df.add_argument("--per-step", action="store_true", help="one row per step, not per output")
+    df.add_argument("--chained", action="store_true",
+                    help="--engine gpu: the GPU runs on its own values throughout (default: "
+                         "isolate, each GPU node starts from the reference's inputs)")
+    df.add_argument("--sanitize", action="store_true",
+                    help="--engine gpu: also run the race checker, and say when a race "
+                         "explains a divergence")
 
 
 def with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -335,6 +354,9 @@ def _main(argv: list[str]) -> int:
         args = parser.parse_args(with_command(parser, argv))
         if args.command == "ui" and args.model is not None and not os.path.exists(args.model):
             parser.error(f"{printable(args.model)}: no such file")
+        if getattr(args, "engine", None) == "gpu" and args.command in NO_GPU_COMMANDS:
+            from .gpu import NO_STEPPING
+            raise FirError(f"{args.command} --engine gpu: {NO_STEPPING}")
         return COMMANDS[args.command](args)
     except Interrupted as e:  # ctrl+c during a run: say which kernel and line it was in
         print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
@@ -409,13 +431,18 @@ def cmd_run(args) -> int:
     shown = TerminalProgress()
     opened = _run_input(args).open(progress=shown)
     ids, tok = list(opened.ids), opened.tokenizer
-    machine = Machine(opened.model, engine=args.engine,
-                      budget=args.budget if args.budget is not None else DEFAULT_BUDGET)
+    budget = args.budget if args.budget is not None else DEFAULT_BUDGET
+    if args.engine == "gpu":
+        from .gpu import machine_for
+        machine = machine_for(opened.model, args.engine, budget=budget)
+    else:
+        machine = Machine(opened.model, engine=args.engine, budget=budget)
     from .runtime.interrupt import ctrl_c_stops, stop_between_nodes
     if machine.kernel_runner is not None:  # compiled now, where the progress line shows it
         machine.kernel_runner.warmup(progress=shown)
     shown.done()
-    stop_between_nodes(machine)
+    if args.engine != "gpu":  # the GPU engine looks at the stop flag between tokens
+        stop_between_nodes(machine)
     t = time.perf_counter()
     from .compare.command import dump_recording
     with ctrl_c_stops(machine.stop_flag), dump_recording(machine, args.dump, args.dump_nodes,
@@ -480,6 +507,12 @@ def cmd_debug(args) -> int:
 
 
 def cmd_profile(args) -> int:
+    if args.engine == "gpu":
+        if args.against or args.sanitize:
+            raise FirError("profile --engine gpu times the GPU only: --against and --sanitize "
+                           "need a reference engine (compare with `diff --engine gpu`)")
+        from .gpu.commands import run_gpu_profile
+        return run_gpu_profile(_run_input(args), n=args.n, out=args.out)
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
                        against=args.against, sanitize=args.sanitize)
@@ -494,6 +527,10 @@ def cmd_diff(args) -> int:
 
     def ids_of(ns, model):
         return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
+    if args.engine == "gpu":
+        from .gpu.diff import gpu_diff_command
+        return gpu_diff_command(args, load=load, prompt_ids=ids_of, out=sys.stdout,
+                                err=sys.stderr)
     return run_diff(args, load=load, prompt_ids=ids_of)
 
 
@@ -514,6 +551,16 @@ def cmd_sanitize(args) -> int:
                         tools=parse_tools(",".join(args.tools)), as_json=args.json)
 
 
+def cmd_gpu(args) -> int:
+    from .gpu.commands import gpu_info
+    return gpu_info()
+
+
+def cmd_wgsl(args) -> int:
+    from .gpu.commands import print_wgsl
+    return print_wgsl(args)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
-            "serve": cmd_serve}
+            "serve": cmd_serve, "gpu": cmd_gpu, "wgsl": cmd_wgsl}

@@ -73,6 +73,9 @@ def parse_launch(args: dict) -> LaunchConfig:
         elif not isinstance(tokens, str):
             raise FirError(f"launch: 'tokens' must be a list of ids or '1,2,3', found {tokens!r}")
     engine = args.get("engine", "compiled")
+    if engine == "gpu":  # a debugger steps: say why the GPU engine cannot
+        from ..gpu.engine import NO_STEPPING
+        raise FirError(f"launch: 'engine' gpu: {NO_STEPPING}")
     if engine not in ENGINES:
         raise FirError(f"launch: 'engine' must be one of {', '.join(ENGINES)}, found {engine!r}")
     return LaunchConfig(model=model, prompt=prompt, tokens=tokens,
