@@ -256,6 +256,9 @@ def _diff_parser(sub) -> None:
                     help="strict mode: at most N ULPs per element (instead of --rtol/--atol)")
     df.add_argument("--json", action="store_true", help="print JSON")
     df.add_argument("--per-step", action="store_true", help="one row per step, not per output")
+    df.add_argument("--isolate", action="store_true",
+                    help="judge every node on its own: run it from the other run's inputs and "
+                         "compare only its outputs (finds every wrong node, not just the first)")
 
 
 def with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:

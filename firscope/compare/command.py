@@ -19,6 +19,7 @@ from ..model.checkpoint import shown
 from ..runtime import Model
 from ..runtime.machine import DEFAULT_BUDGET
 from .dumpfile import Dump
+from .isolate import DumpInputs, ModelInputs, isolating
 from .lockstep import DiffReport, run_lockstep
 from .metrics import Tolerance, make_tolerance
 from .record import DumpRecorder
@@ -62,7 +63,9 @@ def build_report(args, load, prompt_ids) -> DiffReport:
     other = load(argparse.Namespace(**{**vars(args), "model": args.other}))
     tokens, tokens_from = _given_tokens(args, model, prompt_ids)
     source = ModelSource(model, other, len(tokens), engine=args.engine, budget=budget)
-    report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget)
+    isolate = isolating(ModelInputs(model, source)) if getattr(args, "isolate", False) else None
+    report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget,
+                          isolate=isolate)
     report.meta["tokens_from"] = tokens_from
     _coverage_notes(model, report, source.plan)
     return report
@@ -104,8 +107,10 @@ def _against_dump(model: Model, args, tol: Tolerance, prompt_ids, budget: int) -
                             f"{shown(dump.model_hash[:16])}..., {model.path.name} has "
                             f"{mine[:16]}...): comparing anyway")
     source = DumpSource(model, dump, len(tokens))
+    isolate = isolating(DumpInputs(model, source)) if getattr(args, "isolate", False) else None
     try:
-        report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget)
+        report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget,
+                              isolate=isolate)
     finally:
         dump.close()
     report.warnings[:0] = warnings
