@@ -25,7 +25,8 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "dap",
+               "serve")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _sanitize_parser(sub)
     _diff_parser(sub)
+    _capture_parser(sub)
 
     _editor_parsers(sub)
     return p
@@ -229,6 +231,24 @@ def _editor_parsers(sub) -> None:
     _engine_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+
+
+def _capture_parser(sub) -> None:
+    cp = sub.add_parser("capture", help="cut one node at one step out as a test case folder",
+                        description="firscope capture [MODEL.fir] --node attention@2 --step 5 "
+                                    "[--against DUMP] -o case/")
+    _model_arg(cp)
+    cp.add_argument("--node", required=True, type=text_arg, metavar="INSTANCE",
+                    help="the node instance, e.g. attention@2")
+    cp.add_argument("--step", type=int, default=0, metavar="S", help="the step (default 0)")
+    cp.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="take the node's inputs from this dump (the other run's values)")
+    g = cp.add_mutually_exclusive_group()
+    g.add_argument("--prompt", type=text_arg, help="prompt text (default: the dump's tokens)")
+    g.add_argument("--tokens", type=text_arg, help="token ids (default: the dump's tokens)")
+    _engine_arg(cp)
+    cp.add_argument("-o", "--output", required=True, type=path_arg, metavar="FOLDER",
+                    help="the case folder to write (new or empty)")
 
 
 def _diff_parser(sub) -> None:
@@ -517,6 +537,18 @@ def cmd_sanitize(args) -> int:
                         tools=parse_tools(",".join(args.tools)), as_json=args.json)
 
 
+def cmd_capture(args) -> int:
+    from .compare.command import run_capture
+    from .runtime.opening import open_model, prompt_ids
+
+    def load(ns):
+        return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
+
+    def ids_of(ns, model):
+        return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
+    return run_capture(args, load=load, prompt_ids=ids_of)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
-            "serve": cmd_serve}
+            "serve": cmd_serve, "capture": cmd_capture}

@@ -42,6 +42,33 @@ def run_diff(args, *, load, prompt_ids, out=None, err=None) -> int:
     return report.exit_code
 
 
+def run_capture(args, *, load, prompt_ids, out=None, err=None) -> int:
+    """``firscope capture``: 0 when the case folder is written, 2 for usage errors."""
+    from .capture import capture
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        model = load(args)
+        if args.against is not None and not (args.tokens or args.prompt is not None):
+            dump = Dump(args.against)
+            try:
+                tokens = dump.tokens
+            finally:
+                dump.close()
+            if not tokens:
+                raise FirError(f"{args.against}: the dump does not say which tokens it was "
+                               "fed (no 'tokens' metadata): give --tokens or --prompt")
+        else:
+            tokens, _ = prompt_ids(args, model)
+        result = capture(model, args.node, args.step, list(tokens), args.output,
+                         against=args.against, engine=args.engine)
+    except FirError as e:
+        print(f"firscope: {e}" if e.loc is None else str(e), file=err)
+        return 2
+    print(result.text, file=out)
+    return 0
+
+
 def tolerance_of(args) -> Tolerance:
     try:
         return make_tolerance(args.rtol, args.atol, args.ulp)

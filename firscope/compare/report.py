@@ -101,8 +101,6 @@ def format_text(report: DiffReport, *, per_step: bool = False) -> str:
              f"tolerance: {report.tolerance.describe()}"]
     lines += [f"warning: {w}" for w in report.warnings]
     lines += [f"note: {n}" for n in report.notes]
-    lines.append("")
-    lines += _table(report, per_step)
     if report.isolated:
         lines.append("isolate:   every node run on the other run's inputs; errors are each "
                      "node's own")
