@@ -75,6 +75,8 @@ class DiffReport:
     lane_lookups: int = 0  # --isolate: writing lanes still to look up
     kernels: dict = field(default_factory=dict)  # node index -> kernel or ext op
     names: dict = field(default_factory=dict)  # node index -> instance ("attention@3")
+    changes: list = field(default_factory=list)  # diff A B: textdiff.changes_dict rows
+    links: list = field(default_factory=list)  # diff A B: the divergence tied to the changes
 
     @property
     def first_divergence(self) -> OutputResult | None:

@@ -114,6 +114,7 @@ def format_text(report: DiffReport, *, per_step: bool = False) -> str:
     if report.failure:
         lines.append(f"run failed: {report.failure}")
     lines.append(first_divergence_line(report))
+    lines += [f"  {t}" for t in report.links]
     return "\n".join(lines)
 
 
@@ -222,6 +223,8 @@ def report_dict(report: DiffReport) -> dict:
         "seconds": round(report.seconds, 3),
         "outputs": [result_dict(r) for r in report.results],
         "isolate": isolate_dict(report) if report.isolated else None,
+        "changes": report.changes if report.other_kind == "model" else None,
+        "divergence_links": report.links,
         "exit": report.exit_code,
     }
 
