@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--against", type=path_arg, metavar="DUMP",
                     help="compare every node with this dump (the Diff tab, break diverge); "
                          "without --prompt/--tokens, feed the dump's tokens")
+    ui.add_argument("--isolate", action="store_true",
+                    help="with --against: colour each node by its own error (run from the "
+                         "dump's inputs), not by what it inherited")
     _model_arg(ui)
     _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
     _engine_arg(ui)

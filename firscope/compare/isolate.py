@@ -354,3 +354,52 @@ def _with_writers(machine: Machine, node: PlanNode, loads: list[Load],
         return res
     return tuple(replace(r, writer=found[addresses[r.buffer]], lane_looked_up=True)
                  if r.buffer in addresses else r for r in res)
+
+
+def execute_plain(machine: Machine, node: PlanNode) -> None:
+    """Run one node on ``machine``'s arena without its hooks (a debugger's observers and undo
+    log must not see a run made aside)."""
+    from ..runtime.extops import EXT_IMPLS
+    from ..vm.interp import Dispatch
+    if node.kind == "ext":
+        with np.errstate(all="ignore"):
+            EXT_IMPLS[node.target](machine.arena, node)
+    elif machine.kernel_runner is not None:
+        machine.kernel_runner.run(node, machine.arena, machine.budget)
+    else:
+        Dispatch(node.program, machine.arena).run(machine.budget)
+
+
+def judge_aside(machine: Machine, node: PlanNode, step: int, loads: Sequence[Load],
+                expected: Sequence[tuple[int, object, Tolerance]]) -> tuple[OutputResult, ...]:
+    """:func:`judge_node` on a machine whose arena must stay as it was (a debugging session
+    running its own chain): the regions the node's run touches are saved and put back, and
+    no hook runs."""
+    arena = machine.arena
+    regions: dict[int, Region] = {ld.region.base: ld.region for ld in loads}
+    for o in node.outs:
+        if o.region is not None:
+            regions[o.region.base] = o.region
+    if node.program is not None:
+        for r in node.program.written_regions():
+            regions[r.base] = r
+    saved = {b: arena[r.base: r.stop].copy() for b, r in regions.items()}
+    try:
+        for ld in loads:
+            arena[ld.region.base: ld.region.stop] = np.asarray(ld.fetch(),
+                                                                dtype=np.float32).reshape(-1)
+        execute_plain(machine, node)
+        out = []
+        for i, values, tol in expected:
+            o = node.outs[i]
+            values = values() if callable(values) else values
+            out.append(OutputResult(step, node.index, node.full_name, o.name, o.display,
+                                    node.kind == "micro",
+                                    compare_arrays(machine.model.view(o.region), values, tol)))
+        res = tuple(out)
+        if node.kind == "micro" and any(r.diff.diverged for r in res):
+            res = _with_writers(machine, node, list(loads), res)
+        return res
+    finally:
+        for b, r in regions.items():
+            arena[r.base: r.stop] = saved[b]
