@@ -158,3 +158,53 @@ def test_isolate_between_two_model_files(random_model, capsys):
     assert {w["instance"] for w in rep["isolate"]["wrong_on_their_own"]} == \
         {"attention@0", "attention@1", "gelu@0", "gelu@1"}
     assert not rep["isolate"]["not_judged"]
+
+
+# -- KV caches compared by the rows written this step (compare/rows) --------------------------
+def _with_stray_write(src, dst, step, key_suffix="attention@0/key_cache", index=5):
+    """A copy of dump ``src`` where the cache element ``index`` (row 0) is changed from
+    ``step`` on: a write outside the row the step should write, kept by later steps."""
+    from firscope.compare import Dump
+    from firscope.dump import DumpWriter
+    d = Dump(src)
+    with DumpWriter(dst, tokens=d.tokens, producer="stray") as w:
+        for key, e in d.entries.items():
+            v = d.read(key).copy()
+            if key.endswith(key_suffix) and e.step >= step:
+                v[index] += 1.0
+            w.add(e.step, e.instance, e.buffer, v)
+    d.close()
+    return dst
+
+
+def test_rows_compare_only_the_written_row_but_find_a_stray_write_by_the_end(random_model,
+                                                                              tmp_path):
+    from firscope.compare import DumpSource, Tolerance, run_lockstep
+    from firscope.compare.dumpfile import Dump
+    import firscope.compare.rows as rows
+    ok = dump_of(random_model, tmp_path / "ok.safetensors")
+    stray = _with_stray_write(ok, tmp_path / "stray.safetensors", 2)
+    model = load_model(random_model)
+    old = rows.MIN_ELEMENTS
+    rows.MIN_ELEMENTS = 1  # the random model's caches are small: compare them by rows too
+    try:
+        found = {}
+        for by_rows in (True, False):
+            d = Dump(stray)
+            rep = run_lockstep(model, DumpSource(model, d, len(TOKENS)), TOKENS, Tolerance(),
+                               rows=by_rows)
+            d.close()
+            bad = [r for r in rep.diverged if r.buffer == "key_cache"]
+            found[by_rows] = (bad[0].step, bad[0].instance, bad[0].diff.index, rep.notes)
+        assert found[False][:3] == (2, "attention@0", 5)  # whole: the step that wrote it
+        assert found[True][:3] == (3, "attention@0", 5)  # by rows: found at the last step
+        assert any("attention@0/key_cache differs at the last step outside the row" in n
+                   for n in found[True][3])
+        d = Dump(ok)  # a clean dump: everything exact, caches compared by rows after step 0
+        comparer = rows.RowComparer(model, len(TOKENS))
+        rep = run_lockstep(model, DumpSource(model, d, len(TOKENS)), TOKENS, Tolerance())
+        d.close()
+        assert rep.exit_code == 0 and not rep.notes
+    finally:
+        rows.MIN_ELEMENTS = old
+    assert comparer._width  # the caches are persistent outputs of n_positions rows
