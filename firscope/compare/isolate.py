@@ -71,10 +71,13 @@ class InputSource(Protocol):
         """The regions to fill for ``node`` at ``step``, or why the other side lacks them."""
 
 
-def input_regions(model: Model, node: PlanNode) -> tuple[list[Region], list[Region]]:
+def input_regions(model: Model, node: PlanNode,
+                  buffers: set[int] | None = None) -> tuple[list[Region], list[Region]]:
     """(buffers the node reads, buffers a micro-kernel only writes) as arena regions; weights
-    are the reference's own and never loaded."""
-    buffers = {r.base for r in model.buffer_regions()}
+    are the reference's own and never loaded. ``buffers``: the buffer regions' bases, when
+    the caller has them."""
+    if buffers is None:
+        buffers = {r.base for r in model.buffer_regions()}
     reads: dict[int, Region] = {}
     for a in node.args:
         if a.region is not None and a.region.base in buffers:
@@ -127,28 +130,37 @@ class DumpInputs:
             for node, ws in nodes.items():
                 for w in ws:
                     self.keys[(step, node, w.out)] = w
-        self._regions: dict[int, tuple[list[Region], list[Region]]] = {}
+        self._buffers = {r.base for r in model.buffer_regions()}
+        # (node, step > 0) -> [(region, needed, (steps back, writer node, output))]: the
+        # same for every step after the first, so found once
+        self._plans: dict[tuple[int, bool], list] = {}
+
+    def _plan(self, step: int, node: PlanNode) -> list:
+        key = (node.index, step > 0)
+        plan = self._plans.get(key)
+        if plan is None:
+            reads, written = input_regions(self.model, node, self._buffers)
+            plan = []
+            for needed, group in ((True, reads), (False, written)):
+                for r in group:
+                    at = self.writers.before(r.base, step, node.index)
+                    if at is not None:  # else nothing wrote it yet: its initial value
+                        plan.append((r, needed, (step - at[0], at[1], at[2])))
+            self._plans[key] = plan
+        return plan
 
     def loads(self, step: int, node: PlanNode) -> list[Load] | str:
-        regions = self._regions.get(node.index)
-        if regions is None:
-            regions = self._regions[node.index] = input_regions(self.model, node)
-        reads, written = regions
         out = []
-        for needed, group in ((True, reads), (False, written)):
-            for r in group:
-                at = self.writers.before(r.base, step, node.index)
-                if at is None:
-                    continue  # nothing wrote it yet: its initial value, the same on both sides
-                w = self.keys.get(at)
-                if w is None:
-                    if not needed:
-                        continue
-                    writer = self.model.nodes[at[1]]
-                    return (f"the dump has no {writer.outs[at[2]].name} of "
-                            f"{writer.full_name} at step {at[0]} (an input)")
-                out.append(Load(r, w.key, _fetcher(self.source, at[0], self.model.nodes[at[1]],
-                                                  w)))
+        for r, needed, (back, wnode, wout) in self._plan(step, node):
+            at = (step - back, wnode, wout)
+            w = self.keys.get(at)
+            if w is None:
+                if not needed:
+                    continue
+                writer = self.model.nodes[wnode]
+                return (f"the dump has no {writer.outs[wout].name} of {writer.full_name} at "
+                        f"step {at[0]} (an input)")
+            out.append(Load(r, w.key, _fetcher(self.source, at[0], self.model.nodes[wnode], w)))
         return out
 
 
@@ -244,7 +256,8 @@ class _Taint:
     def __init__(self, model: Model):
         self.model = model
         self.by_base: dict[int, str] = {}
-        self._reads = {n.index: input_regions(model, n)[0] for n in model.nodes}
+        buffers = {r.base for r in model.buffer_regions()}
+        self._reads = {n.index: input_regions(model, n, buffers)[0] for n in model.nodes}
 
     def origin(self, node: PlanNode) -> str | None:
         return next((self.by_base[r.base] for r in self._reads[node.index]
