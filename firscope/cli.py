@@ -361,6 +361,9 @@ def _main(argv: list[str]) -> int:
         args = parser.parse_args(with_command(parser, argv))
         if args.command == "ui" and args.model is not None and not os.path.exists(args.model):
             parser.error(f"{printable(args.model)}: no such file")
+        if getattr(args, "isolate", False) and args.command == "ui" and not args.against:
+            parser.error("--isolate needs --against DUMP (it judges each node on the dump's "
+                         "inputs)")
         return COMMANDS[args.command](args)
     except Interrupted as e:  # ctrl+c during a run: say which kernel and line it was in
         print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)

@@ -111,3 +111,25 @@ def test_isolate_colours_nodes_by_their_own_error(random_model, tmp_path):
         assert any("own error" in n and "0 not judged" in n for n in peek.notes)
         # the session's own chain is untouched by the runs made aside
         assert s.reference.results[(1, idx["ln1@1"])][0].diff.diverged
+
+
+def test_the_app_opens_against_a_dump_with_isolate(random_model, bug_dump):
+    from firscope.tui.app import FirscopeApp
+    from tui_util import run, screen_text, settle, wait_loaded
+    app = FirscopeApp(random_model, n=0, engine="interp", against=str(bug_dump),
+                      isolate=True, show_times=False)
+
+    async def go():
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_loaded(app, pilot)
+            ref = app.session.reference
+            assert ref.isolate and ref.view_own
+            app.run_command("break diverge --isolate")
+            app.run_command("continue")
+            await settle(app, pilot)
+            assert app.view.diff.first.startswith("first node wrong on its own: step 1, "
+                                                  "attention@0")
+            app.action_tab("diff")
+            await settle(app, pilot)
+            assert "first node wrong on its own: step 1, attention@0" in screen_text(app)
+    run(go())
