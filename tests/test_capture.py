@@ -139,3 +139,15 @@ def test_capture_from_a_dump_lacking_the_inputs_says_so(random_model, tmp_path, 
     assert code == 2 and "Traceback" not in err
     assert "cannot capture gelu@0 at step 1 from the dump: the dump has no fc of fc_bias@0" in err
     assert not (tmp_path / "c").exists()
+
+
+def test_an_embedding_case_keeps_only_the_row_it_reads(sample_fir, tmp_path):
+    model = load_model(sample_fir)
+    capture(model, "token", 2, TOKENS, tmp_path / "tok")
+    ckpt = SafetensorsFile(tmp_path / "tok" / "model.safetensors")
+    wte = model.weights["wte"]
+    row = np.asarray(ckpt.read("case.w.wte"))
+    assert row.shape == (1, wte.shape[1])
+    assert np.array_equal(row[0], model.view(wte.region).reshape(wte.shape)[TOKENS[2]])
+    assert np.asarray(ckpt.read("case.token_id")).tolist() == [0.0]
+    assert f"row {TOKENS[2]} of the original table" in (tmp_path / "tok" / "README").read_text()

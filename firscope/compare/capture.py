@@ -21,8 +21,10 @@ test suite):
   a runtime (or the reference) against them;
 * ``README``: what it is and how to run it.
 
-Buffers are not sliced: kernels check their operands' sizes (``expect=``),
-so a KV cache is captured whole (its later rows are zero).
+A ``fir.embedding`` table is sliced to the one row the node reads (its id
+then reads 0). Buffers and other weights are not: kernels check their
+operands' sizes (``expect=``) and a linear reads all of its matrix, so a KV
+cache is captured whole (its later rows are zero).
 """
 from __future__ import annotations
 
@@ -197,19 +199,7 @@ def _write_case(model, node, step, tokens, folder, touched, inputs, expected, ag
         else:
             decls.append(f"weight {name} f32 case.{name} tensor [{r.size}]")
             tensors[f"case.{name}"] = inputs[name]
-    ckpt = None
-    for a in node.args:
-        if a.weight is None:
-            continue
-        w = a.weight
-        shape = ",".join(map(str, w.shape))
-        if w.dtype == "q4":
-            ckpt = ckpt or Checkpoint(model.folder)
-            tensors[w.tensor] = np.asarray(ckpt.read(w.tensor), dtype=np.float32)
-            decls.append(f"weight {a.name} q4 {w.tensor} tensor [{shape}]")
-        else:
-            tensors[f"case.w.{a.name}"] = model.view(w.region).copy().reshape(w.shape)
-            decls.append(f"weight {a.name} f32 case.w.{a.name} tensor [{shape}]")
+    sliced = _weights(model, node, inputs, tensors, decls)
     kernels = [COPY_KERNEL] if loads else []
     if node.kind == "micro":
         kernels.append(_kernel_text(model, node))
@@ -227,7 +217,46 @@ def _write_case(model, node, step, tokens, folder, touched, inputs, expected, ag
                                          f"{step}") as w:
         for name, values in expected.items():
             w.add(0, node.name, name, values)
-    _write_readme(model, node, step, tokens, folder, inputs, expected, against)
+    _write_readme(model, node, step, tokens, folder, inputs, expected, against, sliced)
+
+
+def _embedding_row(model: Model, node: PlanNode, inputs) -> int | None:
+    """The table row a ``fir.embedding`` node reads (the case keeps only it), or None."""
+    if node.target != "fir.embedding" or node.args[1].weight is None \
+            or node.args[1].weight.dtype != "f32":
+        return None
+    raw = float(inputs[_decl_name(node.args[0].region)][0])
+    rows = node.args[1].weight.shape[0]
+    return int(raw) if raw == int(raw) and 0 <= raw < rows else None
+
+
+def _weights(model, node, inputs, tensors, decls) -> str | None:
+    """The node's weights into the case; a ``fir.embedding`` table sliced to the row it reads
+    (its id becomes 0). Returns what was sliced, for the README."""
+    row = _embedding_row(model, node, inputs)
+    ckpt = None
+    for a in node.args:
+        if a.weight is None:
+            continue
+        w = a.weight
+        shape = ",".join(map(str, w.shape))
+        if w.dtype == "q4":
+            ckpt = ckpt or Checkpoint(model.folder)
+            tensors[w.tensor] = np.asarray(ckpt.read(w.tensor), dtype=np.float32)
+            decls.append(f"weight {a.name} q4 {w.tensor} tensor [{shape}]")
+            continue
+        values = model.view(w.region).reshape(w.shape)
+        if row is not None:
+            values = values[row: row + 1]
+            shape = f"1,{w.shape[1]}"
+        tensors[f"case.w.{a.name}"] = values.copy()
+        decls.append(f"weight {a.name} f32 case.w.{a.name} tensor [{shape}]")
+    if row is None:
+        return None
+    ids = _decl_name(node.args[0].region)
+    tensors[f"case.{ids}"] = np.zeros(1, np.float32)
+    return (f"sliced: `{node.args[1].name}` is only row {row} of the original table (the row "
+            f"this node reads), and `{ids}` reads 0 instead of {row}")
 
 
 def write_checkpoint(path: Path, tensors: dict[str, np.ndarray]) -> None:
@@ -245,7 +274,8 @@ def write_checkpoint(path: Path, tensors: dict[str, np.ndarray]) -> None:
     path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
 
 
-def _write_readme(model, node, step, tokens, folder, inputs, expected, against) -> None:
+def _write_readme(model, node, step, tokens, folder, inputs, expected, against,
+                  sliced: str | None) -> None:
     source = (f"the other run's values, from the dump {against}" if against is not None
               else "the reference's own state (firscope's VM)")
     flags = _load_flags(model)
@@ -266,7 +296,8 @@ def _write_readme(model, node, step, tokens, folder, inputs, expected, against) 
              f"    firscope diff {CASE_FIR}{flags} --against expected.safetensors", "",
              "A buffer the node writes is filled first by the `capture.load` node (a copy); "
              "every other input is a weight. The source model's sha256 is "
-             f"{file_sha256(model.path)}.", ""]
+             f"{file_sha256(model.path)}.", "", *([sliced.capitalize() + ".", ""] if sliced
+                                                  else [])]
     (folder / "README").write_text("\n".join(lines), encoding="utf-8")
     (folder / "capture.json").write_text(json.dumps(
         {"model": str(model.path), "node": node.full_name, "step": step,
