@@ -20,6 +20,11 @@ The pieces, for reuse by other engines (a GPU runner judged the same way):
   compares its outputs with the given ones;
 * :func:`run_isolated` walks every node of every step with them.
 
+Another engine judged this way (a GPU runner) is a source like
+:class:`~.sources.DumpSource` (``plan``, ``begin_step``, ``value``,
+``end_step``: its outputs) plus an input source (``loads``: its buffers before
+each node); :func:`isolating` of the latter goes to ``run_lockstep``.
+
 An output that compared bit for bit leaves the arena holding exactly the
 other run's value, so it is not copied in again for the next reader (a KV
 cache is read back at every step). A buffer a micro-kernel writes without
@@ -219,9 +224,11 @@ def judge_node(machine: Machine, node: PlanNode, step: int, loads: Iterable[Load
     ``node.outs[i]`` with the given values (``expected``: (i, values, tolerance); values
     may be a function giving them, called after the node ran).
 
-    ``held``: region base -> the tag of the value the arena holds there (kept up to date:
-    an output equal bit for bit to its expected value holds that value's tag afterwards,
-    when the caller passes it as ``tags``). A FirError from the run propagates."""
+    ``held``: region base -> the tag of the value the arena holds there: a load whose tag
+    is held is not copied again; loaded regions are noted, the node's outputs forgotten
+    (the caller notes an output that compared bit for bit under its expected value's tag).
+    ``rows``: compare KV caches by rows (compare/rows). A FirError from the run
+    propagates."""
     model = machine.model
     arena = machine.arena
     held = {} if held is None else held
@@ -331,7 +338,7 @@ def _judge_one(model, machine, source, inputs, node, step, ws, tol, held, compar
                  tol if w.dtype == "F32" else tol.for_dtype(w.dtype)) for w in ws]
     try:
         res = judge_node(machine, node, step, loads, expected, held=held, rows=comparer)
-    except OtherRunFailed:
+    except OtherRunFailed:  # the other model faulted: the diff ends there (run_lockstep)
         raise
     except FirError as e:
         report.not_judged.append(NotJudged(step, node.index, node.full_name,
