@@ -25,8 +25,8 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve",
-               "gpu", "wgsl")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "dap",
+               "serve", "gpu", "wgsl")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--against", type=path_arg, metavar="DUMP",
                     help="compare every node with this dump (the Diff tab, break diverge); "
                          "without --prompt/--tokens, feed the dump's tokens")
+    ui.add_argument("--isolate", action="store_true",
+                    help="with --against: colour each node by its own error (run from the "
+                         "dump's inputs), not by what it inherited")
     _model_arg(ui)
     _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
     _engine_arg(ui)
@@ -196,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _sanitize_parser(sub)
     _diff_parser(sub)
+    _capture_parser(sub)
 
     _editor_parsers(sub)
     _gpu_parsers(sub)
@@ -244,6 +248,24 @@ def _editor_parsers(sub) -> None:
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
 
 
+def _capture_parser(sub) -> None:
+    cp = sub.add_parser("capture", help="cut one node at one step out as a test case folder",
+                        description="firscope capture [MODEL.fir] --node attention@2 --step 5 "
+                                    "[--against DUMP] -o case/")
+    _model_arg(cp)
+    cp.add_argument("--node", required=True, type=text_arg, metavar="INSTANCE",
+                    help="the node instance, e.g. attention@2")
+    cp.add_argument("--step", type=int, default=0, metavar="S", help="the step (default 0)")
+    cp.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="take the node's inputs from this dump (the other run's values)")
+    g = cp.add_mutually_exclusive_group()
+    g.add_argument("--prompt", type=text_arg, help="prompt text (default: the dump's tokens)")
+    g.add_argument("--tokens", type=text_arg, help="token ids (default: the dump's tokens)")
+    _engine_arg(cp)
+    cp.add_argument("-o", "--output", required=True, type=path_arg, metavar="FOLDER",
+                    help="the case folder to write (new or empty)")
+
+
 def _diff_parser(sub) -> None:
     df = sub.add_parser("diff", help="find where another run diverges from the reference",
                         description="firscope diff MODEL.fir --against DUMP, or firscope diff "
@@ -275,6 +297,9 @@ def _diff_parser(sub) -> None:
     df.add_argument("--sanitize", action="store_true",
                     help="--engine gpu: also run the race checker, and say when a race "
                          "explains a divergence")
+    df.add_argument("--isolate", action="store_true",
+                    help="judge every node on its own: run it from the other run's inputs and "
+                         "compare only its outputs (finds every wrong node, not just the first)")
 
 
 def with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -357,6 +382,12 @@ def _main(argv: list[str]) -> int:
         if getattr(args, "engine", None) == "gpu" and args.command in NO_GPU_COMMANDS:
             from .gpu import NO_STEPPING
             raise FirError(f"{args.command} --engine gpu: {NO_STEPPING}")
+        if getattr(args, "isolate", False) and getattr(args, "chained", False):
+            parser.error("--isolate and --chained contradict each other (--engine gpu isolates "
+                         "by default)")
+        if getattr(args, "isolate", False) and args.command == "ui" and not args.against:
+            parser.error("--isolate needs --against DUMP (it judges each node on the dump's "
+                         "inputs)")
         return COMMANDS[args.command](args)
     except Interrupted as e:  # ctrl+c during a run: say which kernel and line it was in
         print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
@@ -559,8 +590,18 @@ def cmd_gpu(args) -> int:
 def cmd_wgsl(args) -> int:
     from .gpu.commands import print_wgsl
     return print_wgsl(args)
+def cmd_capture(args) -> int:
+    from .compare.command import run_capture
+    from .runtime.opening import open_model, prompt_ids
+
+    def load(ns):
+        return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
+
+    def ids_of(ns, model):
+        return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
+    return run_capture(args, load=load, prompt_ids=ids_of)
 
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
-            "serve": cmd_serve, "gpu": cmd_gpu, "wgsl": cmd_wgsl}
+            "serve": cmd_serve, "capture": cmd_capture, "gpu": cmd_gpu, "wgsl": cmd_wgsl}

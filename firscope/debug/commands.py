@@ -95,8 +95,8 @@ class CommandInterpreter:
             Command(("break", "b"), "break LOCATION [if COND]",
                     "breakpoint at a node (attention, attention@3), kernel line "
                     "(g2.attn_decode:156), token N, nan, race (lanes racing on an element), "
-                    "uninit (a read of unwritten memory) or diverge [RTOL [ATOL] | ulp N] (with "
-                    "--against)", self.c_break),
+                    "uninit (a read of unwritten memory) or diverge [--isolate] [RTOL [ATOL] | "
+                    "ulp N] (with --against)", self.c_break),
             Command(("tbreak",), "tbreak LOCATION [if COND]", "one-shot breakpoint",
                     self.c_tbreak),
             Command(("watch",), "watch BUFFER[a:b] | [lane N] REG [if COND]",
