@@ -459,6 +459,7 @@ def cmd_run(args) -> int:
         raise FirError(f"--budget {args.budget}: must be at least 1 instruction")
     if args.logits_out is not None:  # before the run, not after it
         check_output_file(args.logits_out, "--logits-out")
+    from .runtime.progress import TerminalProgress
     shown = TerminalProgress()
     opened = _run_input(args).open(progress=shown)
     ids, tok = list(opened.ids), opened.tokenizer
@@ -493,30 +494,6 @@ def cmd_run(args) -> int:
     print(f"[{steps} steps in {dt:.2f} s, {steps / dt if dt else 0:.1f} steps/s, engine "
           f"{args.engine}]", file=sys.stderr)
     return 0
-
-
-class TerminalProgress:
-    """``loading: weights 45%`` or ``compiling g2.attn_decode 50%`` on one line of stderr,
-    on a terminal only and once the work has taken half a second: a first run compiles
-    its kernels for a few seconds (later runs load them from the cache and show
-    nothing)."""
-
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.tty = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, what: str, frac: float) -> None:
-        if self.tty and time.perf_counter() - self.t0 >= 0.5:
-            label = what if what.startswith("compil") else f"loading: {what}"
-            sys.stderr.write(f"\r\x1b[K{label} {min(max(frac, 0.0), 1.0):4.0%}")
-            sys.stderr.flush()
-            self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
 
 
 def cmd_ui(args) -> int:
