@@ -1,7 +1,7 @@
 """The package's shape, as DESIGN.md states it, checked from the source text.
 
 * Layers: a module imports only modules of its own layer or of layers above it
-  in DESIGN.md's list (fir, model, vm, runtime, compare, sanitize, debug,
+  in DESIGN.md's list (fir, model, vm, runtime, compare, sanitize, cost, debug,
   profile, then tui / dap / cli); nothing imports ``cli``. Imports inside
   functions count.
 * No import cycle between modules (imports inside functions count too).
@@ -24,8 +24,8 @@ PKG = REPO / "firscope"
 # Rank of each top-level part of the package: a module may import ranks <= its own.
 LAYERS = {
     "errors": 0, "jitcache": 0, "samples": 0, "dump": 0, "text": 0, "__init__": 0,
-    "fir": 1, "model": 2, "vm": 3, "runtime": 4, "compare": 5, "sanitize": 6, "debug": 7,
-    "profile": 8, "tui": 9, "dap": 9, "cli": 10, "__main__": 11,
+    "fir": 1, "model": 2, "vm": 3, "runtime": 4, "compare": 5, "sanitize": 6, "cost": 6,
+    "debug": 7, "profile": 8, "tui": 9, "dap": 9, "cli": 10, "__main__": 11,
 }
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
