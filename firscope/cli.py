@@ -25,7 +25,8 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve",
+               "cost")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
@@ -140,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_arg(ui)
     _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
     _engine_arg(ui)
+    ui.add_argument("--device", metavar="NAME",
+                    help="GPU whose predicted times the Profile tab shows (default: the "
+                         "devices.toml default, else h200)")
 
     c = sub.add_parser("check", help="load and validate a model; print a summary")
     _model_arg(c)
@@ -190,8 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also run the kernel sanitizer on the same tokens and list its "
                          "findings in the report")
 
+    pr.add_argument("--device", metavar="NAME",
+                    help="also predict each node's time on this GPU (report.json 'gpu', "
+                         "gpu_nodes.csv, the speed-of-light table and roofline)")
+
     _sanitize_parser(sub)
     _diff_parser(sub)
+    _cost_parser(sub)
 
     _editor_parsers(sub)
     return p
@@ -216,6 +225,31 @@ def _sanitize_parser(sub) -> None:
     sa.add_argument("--json", action="store_true",
                     help="print the report as JSON (for CI) instead of text")
     _engine_arg(sa)
+
+
+def _cost_parser(sub) -> None:
+    co = sub.add_parser(
+        "cost", help="predict what each node would cost on a GPU (speed of light)",
+        description="Run one decode step with every lane's instructions and addresses "
+                    "recorded, and predict each node's time on a GPU from its work, memory "
+                    "traffic (32-byte sectors per warp request), SIMD efficiency and latency "
+                    "chain: max(memory, compute, latency) + launch overhead. A prediction, "
+                    "not a measurement (docs/cost-model.md). Devices: firscope cost "
+                    "--device list; add your own in ~/.config/firscope/devices.toml.")
+    _model_arg(co)
+    g = co.add_mutually_exclusive_group()
+    g.add_argument("--prompt", type=text_arg, help="prompt text (default: the sample prompt)")
+    g.add_argument("--tokens", type=text_arg, help="prompt as token ids, e.g. 1,2,3")
+    co.add_argument("--device", metavar="NAME",
+                    help="device profile (default: the devices.toml default, else h200); "
+                         "'list' lists them")
+    co.add_argument("--at", type=count_arg, metavar="POSITION",
+                    help="the position of the step analysed (default: the prompt's last "
+                         "token; later positions are fed greedy tokens)")
+    co.add_argument("--top", type=count_arg, default=40, metavar="N",
+                    help="nodes in the ranked table (default 40; 0: all)")
+    co.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    _engine_arg(co)
 
 
 def _editor_parsers(sub) -> None:
@@ -482,7 +516,7 @@ def cmd_debug(args) -> int:
 def cmd_profile(args) -> int:
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
-                       against=args.against, sanitize=args.sanitize)
+                       against=args.against, sanitize=args.sanitize, device=args.device)
 
 
 def cmd_diff(args) -> int:
@@ -514,6 +548,13 @@ def cmd_sanitize(args) -> int:
                         tools=parse_tools(",".join(args.tools)), as_json=args.json)
 
 
+def cmd_cost(args) -> int:
+    from .cost.render import run_cost
+    args.n = 0
+    return run_cost(_run_input(args), device=args.device, at=args.at, as_json=args.json,
+                    top=args.top, engine=args.engine)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
-            "serve": cmd_serve}
+            "serve": cmd_serve, "cost": cmd_cost}

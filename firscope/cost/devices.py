@@ -144,22 +144,53 @@ def read_file(path: Path) -> dict[str, Device]:
             src = lines[line - 1] if 0 < line <= len(lines) else ""
             raise FirError(f"not valid TOML: {msg}", Loc(str(path), line, col, src)) from None
         raise FirError(f"{path}: not valid TOML: {msg}") from None
-    return {key: _device(path, lines, key, table) for key, table in data.items()}
+    default = data.pop("default", None)
+    if default is not None and not isinstance(default, str):
+        raise _error_at_key(path, lines, "default", "'default' must be a device name (text)")
+    devices = {key: _device(path, lines, key, table) for key, table in data.items()}
+    if default is not None:
+        devices[DEFAULT_KEY] = default  # type: ignore[assignment]  (popped by load_devices)
+    return devices
+
+
+DEFAULT_KEY = "\0default"
+
+
+def _error_at_key(path: Path, lines: list[str], key: str, message: str) -> FirError:
+    for i, text in enumerate(lines):
+        if re.match(r"\s*" + re.escape(key) + r"\s*=", text):
+            return FirError(message, Loc(str(path), i + 1, text.index(key) + 1, text))
+    return FirError(f"{path}: {message}")
+
+
+_DEFAULT: dict[str, str] = {}
 
 
 def load_devices(user: Path | None = None) -> dict[str, Device]:
-    """The shipped devices, then the user's file (when it exists) on top."""
+    """The shipped devices, then the user's file (when it exists) on top. A top-level
+    ``default = "NAME"`` in the user's file is the device used when none is named."""
     devices = read_file(SHIPPED)
+    devices.pop(DEFAULT_KEY, None)
     path = user_file() if user is None else user
+    _DEFAULT.pop("name", None)
     if path.is_file():
-        devices.update(read_file(path))
+        mine = read_file(path)
+        default = mine.pop(DEFAULT_KEY, None)
+        devices.update(mine)
+        if default is not None:
+            _DEFAULT["name"] = default
     return devices
+
+
+def default_device() -> str:
+    """The user's ``default`` (read by the last :func:`load_devices`), else H200."""
+    return _DEFAULT.get("name", DEFAULT_DEVICE)
 
 
 def find_device(name: str | None, devices: dict[str, Device] | None = None) -> Device:
     """The device ``name`` (a key, or a device's full name, any case); None: the default."""
     devices = load_devices() if devices is None else devices
-    want = (name or DEFAULT_DEVICE).strip()
+    want = (name or default_device()).strip()
     for d in devices.values():
         if want.lower() in (d.key.lower(), d.name.lower()):
             return d

@@ -94,8 +94,11 @@ def predict(c: Counts, dev: Device, *, library: bool = False) -> Prediction:
 def advice(c: Counts, bound: str, dev: Device, library: bool = False) -> str:
     """One line of plain advice for the bound."""
     if bound == "launch":
-        return ("launch-bound: the work is smaller than one launch; fuse this node into its "
-                "neighbour (a bias add into the linear before it)")
+        if library:
+            return ("launch-bound: the work is smaller than one launch; fuse the bias add "
+                    "(and residual) that follow into this op")
+        return ("launch-bound: the work is smaller than one launch; fuse this kernel into "
+                "its neighbour (a bias add into the linear before it)")
     if library:
         if bound == "memory":
             return ("memory-bound at the weight's stored size: fewer bytes per weight (q4) or "
@@ -103,10 +106,10 @@ def advice(c: Counts, bound: str, dev: Device, library: bool = False) -> str:
         return "compute-bound: batch tokens so each weight byte does more work"
     if bound == "latency":
         if c.lanes <= dev.simd_width and c.max_lane_instructions > 1000:
-            per = max(c.lanes, 1)
-            return (f"latency-bound: {per} lane(s) walk {c.max_lane_instructions} dependent "
-                    "instructions each; split the loop over a threadgroup (tg lanes, each a "
-                    "slice) and reduce")
+            who = "one lane walks" if c.lanes == 1 else f"each of {c.lanes} lanes walks"
+            return (f"latency-bound: {who} {_walks(c)} ({c.max_lane_instructions} "
+                    "instructions in a row); split the rows over a threadgroup (tg lanes, "
+                    "each a slice) and reduce")
         if (c.simd_efficiency or 1) < 0.5:
             return (f"latency-bound with SIMD efficiency {c.simd_efficiency:.0%}: give each "
                     f"threadgroup a multiple of {dev.simd_width} lanes (tg={c.tg} now) so "
@@ -123,6 +126,17 @@ def advice(c: Counts, bound: str, dev: Device, library: bool = False) -> str:
         return "memory-bound: it moves what it must; fuse it with the node that produced the data"
     return (f"compute-bound: {c.flops} flops at SIMD efficiency "
             f"{(c.simd_efficiency or 1):.0%}; more lanes per warp or fewer instructions")
+
+
+def _walks(c: Counts) -> str:
+    """'768 elements 3 times' from the kernel's loops (the outermost trip counts)."""
+    if not c.loops:
+        return "one long chain"
+    trips = [round(t) for _, t in c.loops]
+    common = max(set(trips), key=trips.count)
+    same = trips.count(common)
+    return f"{common} elements" + (f" {same} times" if same > 1 else "") + \
+        (f" (and {len(trips) - same} other loop(s))" if same < len(trips) else "")
 
 
 def ext_counts(node, width: int) -> Counts:

@@ -117,6 +117,7 @@ class Counts:
     sectors: int = 0
     ideal_sectors: int = 0
     lines: dict[int, LineStats] = field(default_factory=dict)
+    loops: list[tuple[int, float]] = field(default_factory=list)  # (line, trips per entry)
     per_pc: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
@@ -219,6 +220,9 @@ def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
     c.per_pc = {"executions": exec_pc, "lane": lane_pc, "warp": warp_pc, "requests": req_pc,
                 "sectors": sec_pc, "ideal": ideal_pc}
     for op in ops:
+        if op.spec.opens is not None and op.spec.opens.value == "for" and lane_pc[op.pc] \
+                and op.pc + 1 < n_ops:
+            c.loops.append((op.line, float(lane_pc[op.pc + 1] / lane_pc[op.pc])))
         ls = c.lines.get(op.line)
         if ls is None:
             ls = c.lines[op.line] = LineStats(op.line, op.loc.text.strip() or op.text)
