@@ -89,7 +89,9 @@ def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = 
              f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{esc(title)}</h1>",
              "<nav><a href='#summary'>Summary</a><a href='#time'>Time</a>"
-             "<a href='#instructions'>Instructions</a><a href='#quant'>Quantization</a>"
+             "<a href='#instructions'>Instructions</a>"
+             + ("<a href='#gpu'>GPU</a>" if report.get("gpu") else "")
+             + "<a href='#quant'>Quantization</a>"
              "<a href='#attention'>Attention</a>"
              + ("<a href='#divergence'>Divergence</a>" if report.get("divergence") else "")
              + ("<a href='#sanitizer'>Sanitizer</a>" if report.get("sanitizer") is not None
@@ -98,6 +100,8 @@ def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = 
     parts.append(_divergence(report))
     parts.append(_time(report, figs))
     parts.append(_instructions(report, figs))
+    from .gpu_html import gpu_section  # the section imports this module's helpers
+    parts.append(gpu_section(report, figs))
     parts.append(_quant(report, figs))
     parts.append(_attention(report, figs))
     if report.get("sanitizer") is not None:
@@ -217,22 +221,24 @@ def _instructions(report: dict, figs) -> str:
         return "".join(out)
     out.append(f"<p>Counts from {num(len(ins['tokens']))} step(s) on the {esc(ins['engine'])} "
                "engine, from position 0. One count is one instruction issued for all active "
-               "lanes of a dispatch; utilisation is active lanes over dispatched lanes.</p>")
+               "lanes of a dispatch; SIMD efficiency is active lane-instructions over the warp "
+               "instructions a GPU would issue (warps of 32 lanes inside each threadgroup) x 32: "
+               "a one-lane kernel is 1/32.</p>")
     out.append(img(figs.get("instructions"), "instructions per kernel"))
     out.append(table(["kernel", "line", "nodes", "dispatches", "instructions", "lane-instructions",
-                      "utilisation"],
+                      "SIMD efficiency"],
                      [[esc(k["kernel"]), num(k["line"]), num(k["nodes"]), num(k["dispatches"]),
-                       num(k["steps"]), num(k["lane_steps"]), pct(k["utilisation"])]
+                       num(k["steps"]), num(k["lane_steps"]), pct(k["simd_efficiency"])]
                       for k in ins["kernels"]], {0}))
     for k in ins["kernels"]:
         top = max((ln["count"] for ln in k["lines"]), default=0) or 1
         rows = [[num(ln["pc"]), num(ln["line"]),
                  f"<code>{'  ' * ln['depth']}{esc(ln['text'])}</code>", num(ln["count"]),
-                 num(ln["active_lanes"]), pct(ln["utilisation"]),
+                 num(ln["active_lanes"]), pct(ln["simd_efficiency"]),
                  f"<span class='bar' style='width:{100 * ln['count'] / top:.1f}px'></span>"]
                 for ln in k["lines"]]
         out.append(f"<details><summary>{esc(k['kernel'])}: counts per line</summary>"
-                   + table(["pc", "line", "instruction", "count", "active lanes", "utilisation",
+                   + table(["pc", "line", "instruction", "count", "active lanes", "SIMD eff.",
                             ""], rows, {2, 6}) + "</details>")
     return "".join(out)
 
