@@ -237,3 +237,41 @@ def analyse_position(model, device: Device, ids: list[int], at: int | None = Non
     if at >= len(ids):
         report.notes.append(f"positions {len(ids)}..{at} were fed the model's greedy tokens")
     return report
+
+
+def analyse_node(model, node, device: Device, arena: np.ndarray, *,
+                 budget: int | None = DEFAULT_BUDGET) -> NodeCost:
+    """One node costed from a run on a copy of ``arena`` as it is now (a debugger's stop:
+    the node's inputs are there); ``arena`` itself is not changed."""
+    work = arena.copy()
+    if node.kind == "ext":
+        c = ext_counts(node, device.simd_width)
+    else:
+        tg, tgbytes = kernel_shape(model, node.program)
+        trace, _ = record(node.program, work, budget)
+        c = count(node.program, trace, tg, tgbytes, device.simd_width)
+    p = predict(c, device, library=node.kind == "ext")
+    return NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
+                    node.target, c, p)
+
+
+def current_step(machine) -> tuple[int, int] | None:
+    """(position, token) of the step a debugger is in, or of the last one it finished;
+    None before any token."""
+    if machine.current_token is not None:
+        return machine.position, int(machine.current_token)
+    if machine.history:
+        return machine.position - 1, int(machine.history[-1])
+    return None
+
+
+def analyse_current(model, machine, device: Device, *, stop=None) -> CostReport | None:
+    """The step ``machine`` is in (or last finished), costed on a copy of its arena: the
+    KV cache of earlier positions is there, and running the step again on the copy
+    rewrites this position's entries with the same values. The machine is untouched."""
+    at = current_step(machine)
+    if at is None:
+        return None
+    position, token = at
+    return analyse_step(model, device, arena=machine.arena.copy(), position=position,
+                        token=token, runner=None, stop=stop)

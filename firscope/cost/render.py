@@ -117,3 +117,37 @@ def _jsonable(v):
     if hasattr(v, "item"):
         return v.item()
     raise TypeError(type(v).__name__)
+
+
+def node_text(n: NodeCost, device, *, where: str = "") -> str:
+    """``info cost``: one node's counts, the model's terms, its bound and the advice."""
+    c, p = n.counts, n.prediction
+    t = p.terms
+    out = [f"node {printable(n.node)} ({n.kind} {printable(n.kernel)}) on "
+           f"{printable(device.name)}: {p.predicted_us:.2f} us predicted, {p.bound}-bound"
+           + (f" {where}" if where else ""),
+           f"  terms (us): memory {t['memory']:.3f}  compute {t['compute']:.3f}  latency "
+           f"{t['latency']:.3f}  launch {t['launch']:.2f}  (max of the first three + launch)"]
+    if n.kind == "micro":
+        out.append(f"  geometry: {c.lanes} lanes, tg {c.tg} -> {c.threadgroups} threadgroups, "
+                   f"{c.warps} warps of {c.simd_width}, tgbytes {c.tgbytes}, "
+                   f"{p.waves} wave(s), occupancy {p.occupancy:.2%}")
+        out.append(f"  work: {c.lane_instructions} lane-instructions, longest lane "
+                   f"{c.max_lane_instructions}, SIMD efficiency {_pct(c.simd_efficiency)}, "
+                   f"{c.flops} flops ({c.sfu_ops} on SFUs)")
+    else:
+        out.append(f"  work: {c.flops} flops (from the op's definition)")
+    out.append(f"  memory: read {_bytes(c.bytes_read)}, written {_bytes(c.bytes_written)}, "
+               f"unique {_bytes(c.unique_bytes)}, DRAM (sectors) {_bytes(c.dram_bytes)}"
+               + (f", {c.sectors_per_request:.2f} sectors/request, coalescing "
+                  f"{_pct(c.coalescing_efficiency)}" if c.requests else ""))
+    worst = sorted((ls for ls in c.lines.values() if ls.sectors),
+                   key=lambda ls: ls.coalescing_efficiency or 1)[:3]
+    for ls in worst:
+        if (ls.coalescing_efficiency or 1) < 1:
+            out.append(f"  line {ls.line}: {ls.sectors_per_request:.1f} sectors/request "
+                       f"({_pct(ls.coalescing_efficiency)} coalesced): {printable(ls.text)}")
+    out.append(f"  advice: {printable(p.advice)}")
+    out.append("  (a prediction from the recorded execution, not a measurement; "
+               "docs/cost-model.md)")
+    return "\n".join(out)
