@@ -168,3 +168,11 @@ def measure_quant(session):
     with preserved_state(session.model):
         return (weight_stats(session.model),
                 compare_run(session.model, tokens, engine=session.machine.engine), len(tokens))
+
+
+def measure_cost(session, device: str | None):
+    """The GPU speed-of-light analysis of the session's current (or last) step, on a copy of
+    its arena (firscope/cost); None before the first token."""
+    from ..cost import analyse_current, find_device
+    return analyse_current(session.model, session.machine, find_device(device),
+                           stop=session.cancel)
