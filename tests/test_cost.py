@@ -341,3 +341,16 @@ def test_cost_command_bad_input(tmp_path):
     r = firscope("cost", env={"XDG_CONFIG_HOME": str(tmp_path)})
     assert r.returncode == 1 and "devices.toml:1:" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_broadcast_read_is_not_better_than_ideal():
+    src = """kernel k in=1 out=1 threads=32 tg=32 tgbytes=0
+rtou 0 0
+uconst 1 0
+uloadf32 1 1 @in0
+ustoref32 1 0 @out0
+endkernel
+"""
+    c, _, program = counted(src, {"in0": 1, "out0": 32}, tg=32)
+    load = next(op.line for op in program.ops if op.text.startswith("uloadf32"))
+    assert c.lines[load].sectors == 1 and c.lines[load].coalescing_efficiency == 1.0

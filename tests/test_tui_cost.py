@@ -6,6 +6,7 @@ from pathlib import Path
 from conftest import SAMPLE
 from firscope.tui.app import FirscopeApp
 from firscope.tui.profile_view import ProfileView
+from firscope.tui.source_pane import LOW_SIMD_MARK, SourcePane, cost_marks
 from tui_util import plain, press, run, settle, wait_loaded
 
 
@@ -43,4 +44,40 @@ def test_key_g_without_device_uses_the_default():
             await settle(app, pilot)
             pv = app.query_one(ProfileView)
             assert pv.cost is not None and pv.cost.device.key == "h200"
+            # every sample kernel has tg=1: one lane per warp, so every line is marked
+            # low-SIMD; none reads with a stride, so none is marked uncoalesced
+            marks = app.query_one(SourcePane).cost_marks
+            assert set(marks) == {"g2.add", "g2.gelu_new", "g2.layernorm", "g2.attn_decode"}
+            assert set().union(*(m.values() for m in marks.values())) == {LOW_SIMD_MARK}
     run(go())
+
+
+def test_source_rows_mark_uncoalesced_lines():
+    """A kernel that reads with a stride gets the uncoalesced mark on that line only."""
+    from firscope.cost import find_device
+    from firscope.cost.analyze import analyse_step
+    from firscope.tui.source_pane import UNCOALESCED_MARK
+    from firscope.runtime import load_model
+    from conftest import SEED_FIR
+    import tempfile, shutil
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for f in SAMPLE.iterdir():
+            if f.is_file():
+                shutil.copy(f, folder / f.name)
+        text = SEED_FIR.read_text().replace(
+            "kernel g2.add in=2 out=1 size=in0,in1,out0 threads=out0.size tg=1 tgbytes=16\n"
+            "rtou 0 0\nuloadf32 1 0 @in0\n",
+            "kernel g2.add in=2 out=1 size=in0,in1,out0 threads=out0.size/8 tg=64 tgbytes=16\n"
+            "rtou 0 0\numulk 5 0 8\nuloadf32 1 5 @in0\n")
+        (folder / "gpt2.fir").write_text(text)
+        model = load_model(folder / "gpt2.fir")
+        report = analyse_step(model, find_device("h200"), position=0, token=1)
+        marks = cost_marks(report)["g2.add"]
+        line = next(i + 1 for i, t in enumerate(text.split("\n")) if t == "uloadf32 1 5 @in0")
+        assert marks.get(line) == UNCOALESCED_MARK
+        assert list(marks.values()).count(UNCOALESCED_MARK) == 1
+        add = report.by_kernel()["g2.add"]
+        read = next(ln for ln in add["lines"] if ln["line"] == line)
+        # 16 lanes (a 128-element add) in one warp, 32 bytes apart: a sector each
+        assert read["sectors_per_request"] >= 16 and read["coalescing_efficiency"] <= 2 / 16

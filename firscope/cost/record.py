@@ -270,7 +270,11 @@ def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
     sec_pc = np.bincount(pc_s[new_sec], minlength=n_ops).astype(np.int64)
     starts = np.flatnonzero(new_req)
     in_request = np.diff(np.r_[starts, req_s.size])  # active lanes of each request
-    ideal = -(-in_request * ELEMENT_BYTES // SECTOR_BYTES)
+    group = np.cumsum(new_req) - 1
+    actual = np.bincount(group, weights=new_sec).astype(np.int64)
+    # a broadcast (lanes sharing a sector) needs fewer sectors than its lanes' bytes: it
+    # is as good as it gets, not better than ideal
+    ideal = np.minimum(-(-in_request * ELEMENT_BYTES // SECTOR_BYTES), actual)
     ideal_pc = np.bincount(pc_s[starts], weights=ideal, minlength=n_ops).astype(np.int64)
     c.requests, c.sectors, c.ideal_sectors = (int(req_pc.sum()), int(sec_pc.sum()),
                                               int(ideal_pc.sum()))

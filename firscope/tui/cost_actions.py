@@ -5,6 +5,7 @@ from .console_view import ConsoleView
 from .jobs import measure_cost
 from .messages import Job
 from .profile_view import ProfileView
+from .source_pane import SourcePane, cost_marks
 
 
 class CostActions:
@@ -25,8 +26,11 @@ class CostActions:
                 self.query_one(ConsoleView).write("GPU cost: no token has run yet")
                 return
             pv.set_cost(report)
+            src = self.query_one(SourcePane)
+            src.cost_marks = cost_marks(report)
             if self.view is not None:
                 pv.show(self.model, self.view)
+                src.show(self.model, self.view, src.node_index)
 
         if not auto:
             self.query_one("#bottom").active = "profile"
