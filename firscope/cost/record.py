@@ -3,8 +3,9 @@
 :class:`Trace` observes the one instruction loop (vm/interp ``Dispatch.run``)
 and keeps, per executed instruction, its pc and its active mask (a mask is
 stored once, by identity: the interpreter replaces masks, never edits them),
-and for each load and store the arena addresses of the active lanes
-(``handlers.lane_addresses``, the observer view the sanitizer uses too).
+and for each load and store its index register (the address is the
+region's base + offset + index, as ``handlers.lane_addresses`` computes it
+for one instruction; here all at once, at the end).
 :func:`count` turns that into GPU terms with NumPy over lanes and executions:
 
 * lanes are grouped into threadgroups of ``tg`` and each threadgroup into warps
@@ -23,7 +24,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..fir.expr import Env, eval_int
-from ..vm.handlers import lane_addresses
 from ..vm.interp import Dispatch, Observer
 
 SECTOR_BYTES = 32
@@ -42,7 +42,10 @@ class Trace(Observer):
         self.keys: list[int] = []  # index into masks; 0: every lane active
         self.masks: list[np.ndarray] = [np.ones(d.lanes, dtype=bool)]
         self._ids: dict[int, int] = {}
-        self.mem: list[tuple[int, np.ndarray, np.ndarray]] = []  # (execution, addresses, lanes)
+        # memory instructions: which execution, and the index register's value in every lane
+        # (an access outside its region faults, so every active lane's access happened)
+        self.mem: list[int] = []
+        self.index: list[np.ndarray] = []
 
     def before(self, d, op) -> bool:
         self.pcs.append(op.pc)
@@ -55,9 +58,10 @@ class Trace(Observer):
                 k = self._ids[id(m)] = len(self.masks)
                 self.masks.append(m)
             self.keys.append(k)
-        if op.spec.mem is not None:
-            addrs, lanes = lane_addresses(d, op)
-            self.mem.append((len(self.pcs) - 1, addrs, lanes))
+        mem = op.spec.mem
+        if mem is not None:  # the index register as it is before the access (all lanes)
+            self.mem.append(len(self.pcs) - 1)
+            self.index.append(d.Ur[op.args[mem.index]].copy())
         return False
 
 
@@ -241,24 +245,25 @@ def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
     is_load = np.array([op.spec.mem is not None and not op.spec.stores for op in ops])
     c.bytes_read = int(lane_pc[is_load].sum()) * ELEMENT_BYTES
     c.bytes_written = int(lane_pc[is_store].sum()) * ELEMENT_BYTES
-    mem = [m for m in trace.mem if m[1].size]
-    if not mem:
+    if not trace.mem or not program.threads:
         return zeros, zeros.copy(), zeros.copy()
     regions: dict[str, int] = {}
     ordinal = np.zeros(n_ops, dtype=np.int64)
-    base = np.zeros(n_ops, dtype=np.int64)
+    offset = np.zeros(n_ops, dtype=np.int64)
     for op in ops:
         if op.spec.mem is not None:
-            r = op.args[op.spec.mem.address].region
-            ordinal[op.pc] = regions.setdefault(r.name, len(regions))
-            base[op.pc] = r.base
-    sizes = np.array([m[1].size for m in mem], dtype=np.int64)
-    execs = np.repeat(np.array([m[0] for m in mem], dtype=np.int64), sizes)
-    addrs = np.concatenate([m[1] for m in mem]).astype(np.int64)
-    lanes = np.concatenate([m[2] for m in mem]).astype(np.int64)
+            a = op.args[op.spec.mem.address]
+            ordinal[op.pc] = regions.setdefault(a.region.name, len(regions))
+            offset[op.pc] = a.offset
+    rows = np.asarray(trace.mem, dtype=np.int64)  # execution of each memory instruction
+    index = np.stack(trace.index)  # [memory executions, lanes]
+    active = np.stack(trace.masks)[np.asarray(trace.keys, dtype=np.int64)[rows]]
+    row, lanes = np.nonzero(active)  # row-major: executions in order, lanes ascending
+    execs = rows[row]
     pc = pcs[execs]
-    element = (ordinal[pc] << _REGION_SHIFT) | (addrs - base[pc])
-    sector = (ordinal[pc] << _REGION_SHIFT) | ((addrs - base[pc]) // PER_SECTOR)
+    rel = index[row, lanes].astype(np.int64) + offset[pc]  # element within its region
+    element = (ordinal[pc] << _REGION_SHIFT) | rel
+    sector = (ordinal[pc] << _REGION_SHIFT) | (rel // PER_SECTOR)
     c.unique_bytes = int(np.unique(element).size) * ELEMENT_BYTES
     c.dram_bytes = int(np.unique(sector).size) * SECTOR_BYTES
     request = execs * max(n_warps, 1) + warp_of[lanes]
