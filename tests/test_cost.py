@@ -354,3 +354,14 @@ endkernel
     c, _, program = counted(src, {"in0": 1, "out0": 32}, tg=32)
     load = next(op.line for op in program.ops if op.text.startswith("uloadf32"))
     assert c.lines[load].sectors == 1 and c.lines[load].coalescing_efficiency == 1.0
+
+
+def test_info_cost_in_the_batch_debugger(tmp_path):
+    script = tmp_path / "s.txt"
+    script.write_text("break ln1@1\ncontinue\ninfo cost\ninfo cost m2max\ninfo cost nope\n")
+    r = firscope("debug", "--tokens", "1,2", "-n", "1", "-x", script, "--keep-going")
+    assert "node ln1@1 (micro g2.layernorm) on NVIDIA H200" in r.stdout
+    assert "latency-bound" in r.stdout and "one lane walks 128 elements 3 times" in r.stdout
+    assert "SIMD efficiency 3%" in r.stdout and "Apple M2 Max" in r.stdout
+    assert "unknown device 'nope'" in r.stdout + r.stderr and r.returncode == 1
+    assert "Traceback" not in r.stderr

@@ -197,7 +197,7 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
                 recorded += 1
                 if key is not None:
                     seen[key] = (c, node.full_name)
-        p = predict(c, device, library=node.kind == "ext")
+        p = predict(c, device, library=node.kind == "ext", op=node.target)
         nodes.append(NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
                               node.target, c, p, reused))
     return CostReport(device, position, int(token), nodes, time.perf_counter() - t0, recorded)
@@ -250,7 +250,7 @@ def analyse_node(model, node, device: Device, arena: np.ndarray, *,
         tg, tgbytes = kernel_shape(model, node.program)
         trace, _ = record(node.program, work, budget)
         c = count(node.program, trace, tg, tgbytes, device.simd_width)
-    p = predict(c, device, library=node.kind == "ext")
+    p = predict(c, device, library=node.kind == "ext", op=node.target)
     return NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
                     node.target, c, p)
 

@@ -59,8 +59,8 @@ def occupancy(c: Counts, dev: Device) -> tuple[int, int]:
     return per_cu, waves
 
 
-def predict(c: Counts, dev: Device, *, library: bool = False) -> Prediction:
-    """``library``: an ext op, costed as a tuned kernel (no recorded lanes)."""
+def predict(c: Counts, dev: Device, *, library: bool = False, op: str = "") -> Prediction:
+    """``library``: an ext op (``op``), costed as a tuned kernel (no recorded lanes)."""
     clock = dev.clock_ghz * 1e9
     lane_rate = dev.f32_tflops * 1e12 / 2
     total_lanes = dev.compute_units * dev.f32_lanes_per_cu
@@ -88,12 +88,15 @@ def predict(c: Counts, dev: Device, *, library: bool = False) -> Prediction:
     work = max(("memory", "compute", "latency"), key=lambda k: terms[k])
     bound = "launch" if launch > terms[work] else work
     total = terms[work] + launch
-    return Prediction(terms, total, bound, occ, waves, advice(c, bound, dev, library))
+    return Prediction(terms, total, bound, occ, waves, advice(c, bound, dev, library, op))
 
 
-def advice(c: Counts, bound: str, dev: Device, library: bool = False) -> str:
+def advice(c: Counts, bound: str, dev: Device, library: bool = False, op: str = "") -> str:
     """One line of plain advice for the bound."""
     if bound == "launch":
+        if op == "fir.embedding":
+            return ("launch-bound: a row copy; gather the token and position rows and add "
+                    "them in one kernel")
         if library:
             return ("launch-bound: the work is smaller than one launch; fuse the bias add "
                     "(and residual) that follow into this op")
