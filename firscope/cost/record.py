@@ -65,8 +65,24 @@ class Trace(Observer):
         return False
 
 
+class _Coalescing:
+    """Rates from ``requests``, ``sectors`` and ``ideal_sectors`` (a line's or a node's)."""
+
+    requests: int
+    sectors: int
+    ideal_sectors: int
+
+    @property
+    def sectors_per_request(self) -> float | None:
+        return self.sectors / self.requests if self.requests else None
+
+    @property
+    def coalescing_efficiency(self) -> float | None:
+        return self.ideal_sectors / self.sectors if self.sectors else None
+
+
 @dataclass
-class LineStats:
+class LineStats(_Coalescing):
     """One kernel source line (all its instructions), summed over what ran."""
 
     line: int
@@ -87,17 +103,9 @@ class LineStats:
         return self.lane_instructions / (self.warp_instructions * width) \
             if self.warp_instructions else None
 
-    @property
-    def sectors_per_request(self) -> float | None:
-        return self.sectors / self.requests if self.requests else None
-
-    @property
-    def coalescing_efficiency(self) -> float | None:
-        return self.ideal_sectors / self.sectors if self.sectors else None
-
 
 @dataclass
-class Counts:
+class Counts(_Coalescing):
     """What one node does, in GPU terms (the fields of report.json's ``gpu.nodes``)."""
 
     lanes: int = 0
@@ -129,14 +137,6 @@ class Counts:
         if not self.warp_instructions:
             return None
         return self.lane_instructions / (self.warp_instructions * self.simd_width)
-
-    @property
-    def sectors_per_request(self) -> float | None:
-        return self.sectors / self.requests if self.requests else None
-
-    @property
-    def coalescing_efficiency(self) -> float | None:
-        return self.ideal_sectors / self.sectors if self.sectors else None
 
     @property
     def cache_hit_fraction(self) -> float:
