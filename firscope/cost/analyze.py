@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import FirError
 from ..runtime.extops import EXT_IMPLS
 from ..runtime.machine import DEFAULT_BUDGET, Machine
+from ..vm.interp import Dispatch
 from .devices import Device
 from .model import Prediction, ext_counts, predict
 from .record import Counts, LineStats, count, data_independent, identity_key, kernel_shape, \
@@ -189,8 +190,8 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
                 c, reused = seen[key]
                 if runner is not None:
                     runner.run(node, arena, budget, stop=stop)
-                else:
-                    record(node.program, arena, budget, stop)
+                else:  # the same trace again: run it unobserved
+                    Dispatch(node.program, arena).run(budget, stop)
             else:
                 trace, _ = record(node.program, arena, budget, stop)
                 c = count(node.program, trace, tg, tgbytes, width)
