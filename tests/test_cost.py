@@ -324,6 +324,10 @@ def test_cost_command_text_and_list():
     assert r.returncode == 0, r.stderr
     assert "AMD Instinct MI300X" in r.stdout and "per kernel" in r.stdout
     assert "ranked by predicted time" in r.stdout and "4 more" not in r.stdout
+    r = firscope("cost", "--tokens", "1,2", "--at", "5", "--top", "0")
+    assert r.returncode == 0, r.stderr
+    assert "position 5" in r.stdout and "positions 2..5 were fed the model's greedy tokens" \
+        in r.stdout and "more (--top 0" not in r.stdout
     r = firscope("cost", "--device", "list")
     assert r.returncode == 0 and "h200" in r.stdout and "uhd770" in r.stdout
 
