@@ -81,3 +81,17 @@ def test_source_rows_mark_uncoalesced_lines():
         read = next(ln for ln in add["lines"] if ln["line"] == line)
         # 16 lanes (a 128-element add) in one warp, 32 bytes apart: a sector each
         assert read["sectors_per_request"] >= 16 and read["coalescing_efficiency"] <= 2 / 16
+
+
+def test_export_with_a_device_has_the_gpu_section(tmp_path):
+    import json
+    import threading
+    from firscope.debug.session import Session
+    from firscope.runtime.opening import open_model
+    from firscope.tui.jobs import JobProgress, Probe, export_session
+    s = Session(open_model(None), [1, 2], 1, engine="interp")
+    done = export_session(s, None, tmp_path / "rep", JobProgress(Probe(), threading.Event()),
+                          "a100")
+    assert "gpu_nodes.csv" in done.files
+    gpu = json.loads((tmp_path / "rep" / "report.json").read_text())["gpu"]
+    assert gpu["device"]["key"] == "a100" and gpu["position"] == 1

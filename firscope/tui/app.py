@@ -528,7 +528,8 @@ class FirscopeApp(CostActions, App):
             out = Path(value).expanduser().resolve()
             cancel = threading.Event()
             job = Job(f"export to {out}", lambda: export_session(
-                s, tok, out, JobProgress(self.probe, cancel)), cancel=cancel, quiet=True,
+                s, tok, out, JobProgress(self.probe, cancel), self.device_name),
+                cancel=cancel, quiet=True,
                 then=lambda done: self._exported(done))
             self.submit(job)
 

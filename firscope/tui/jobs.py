@@ -124,8 +124,10 @@ def patch_note(session) -> str | None:
     return note
 
 
-def export_session(session, tokenizer, out: Path, progress: JobProgress) -> ExportDone:
-    """The same report as `firscope profile`, for the tokens this session decodes.
+def export_session(session, tokenizer, out: Path, progress: JobProgress,
+                   device: str | None = None) -> ExportDone:
+    """The same report as `firscope profile`, for the tokens this session decodes
+    (``device``: with the GPU speed-of-light section, as ``profile --device``).
 
     Written to a hidden folder next to ``out`` and renamed at the end: an
     interrupted or failed export leaves no files.
@@ -145,6 +147,11 @@ def export_session(session, tokenizer, out: Path, progress: JobProgress) -> Expo
             data = profile_model(session.model, list(session.prompt), session.n_generate,
                                  engine=session.machine.engine, tokenizer=tokenizer,
                                  progress=progress)
+            if device is not None:
+                from ..cost import find_device
+                from ..profile.report import add_gpu
+                add_gpu(data, session.model, find_device(device),
+                        engine=session.machine.engine, progress=progress)
         note = patch_note(session)
         if note:
             data.meta.setdefault("notes", []).append(note)
