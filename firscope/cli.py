@@ -8,6 +8,9 @@ usage error (argparse style) or a bug in firscope, 130 interrupted (ctrl+c).
 
 Only light modules are imported here: NumPy, numba and the model layer load
 inside the commands, where ctrl+c is already turned into exit 130.
+
+size: the argument parsers of all fourteen subcommands live here, because argparse
+stops at this module; the commands themselves are a few lines each.
 """
 from __future__ import annotations
 
@@ -25,8 +28,8 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "dap",
-               "serve", "gpu", "wgsl")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "cost",
+               "dap", "serve", "gpu", "wgsl")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
@@ -137,39 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"firscope {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    ui = sub.add_parser("ui", help="open the terminal UI (the default)")
-    ui.add_argument("--against", type=path_arg, metavar="DUMP",
-                    help="compare every node with this dump (the Diff tab, break diverge); "
-                         "without --prompt/--tokens, feed the dump's tokens")
-    ui.add_argument("--isolate", action="store_true",
-                    help="with --against: colour each node by its own error (run from the "
-                         "dump's inputs), not by what it inherited")
-    _model_arg(ui)
-    _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
-    _engine_arg(ui)
+    _ui_parser(sub)
 
     c = sub.add_parser("check", help="load and validate a model; print a summary")
     _model_arg(c)
 
-    r = sub.add_parser("run", help="decode tokens headlessly")
-    _model_arg(r)
-    _input_args(r, required=True, steps=DEFAULT_STEPS)
-    r.add_argument("--logits-out", type=path_arg, metavar="FILE",
-                   help="save the logits of every step as float32 [steps, vocab] in NumPy "
-                        ".npy format, to exactly this file")
-    r.add_argument("--temperature", type=temperature_arg, default=0.0,
-                   help="sample with this temperature (default: greedy)")
-    r.add_argument("--seed", type=count_arg, default=None, help="random seed for sampling")
-    _engine_arg(r)
-    r.add_argument("--ids", action="store_true", help="print token ids instead of text")
-    r.add_argument("--budget", type=int, default=None, metavar="N",
-                   help="instructions one dispatch may run before it counts as runaway")
-    r.add_argument("--dump", type=path_arg, metavar="FILE",
-                   help="write every node output of every step to FILE (.safetensors or .npz; "
-                        "see docs/dump-format.md)")
-    r.add_argument("--dump-nodes", metavar="PATTERN",
-                   help="only these outputs: globs over instances or INSTANCE/BUFFER, "
-                        "comma-separated ('attention@*,*/x')")
+    _run_parser(sub)
 
     d = sub.add_parser("debug", help="batch debugger (gdb-style commands from -x or stdin)")
     _model_arg(d)
@@ -197,13 +173,56 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also run the kernel sanitizer on the same tokens and list its "
                          "findings in the report")
 
+    pr.add_argument("--device", metavar="NAME",
+                    help="also predict each node's time on this GPU (report.json 'gpu', "
+                         "gpu_nodes.csv, the speed-of-light table and roofline)")
+
     _sanitize_parser(sub)
     _diff_parser(sub)
     _capture_parser(sub)
+    _cost_parser(sub)
 
     _editor_parsers(sub)
     _gpu_parsers(sub)
     return p
+
+
+def _ui_parser(sub) -> None:
+    ui = sub.add_parser("ui", help="open the terminal UI (the default)")
+    ui.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="compare every node with this dump (the Diff tab, break diverge); "
+                         "without --prompt/--tokens, feed the dump's tokens")
+    ui.add_argument("--isolate", action="store_true",
+                    help="with --against: colour each node by its own error (run from the "
+                         "dump's inputs), not by what it inherited")
+    _model_arg(ui)
+    _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
+    _engine_arg(ui)
+    ui.add_argument("--device", metavar="NAME",
+                    help="GPU whose predicted times the Profile tab shows (default: the "
+                         "devices.toml default, else h200)")
+
+
+def _run_parser(sub) -> None:
+    r = sub.add_parser("run", help="decode tokens headlessly")
+    _model_arg(r)
+    _input_args(r, required=True, steps=DEFAULT_STEPS)
+    r.add_argument("--logits-out", type=path_arg, metavar="FILE",
+                   help="save the logits of every step as float32 [steps, vocab] in NumPy "
+                        ".npy format, to exactly this file")
+    r.add_argument("--temperature", type=temperature_arg, default=0.0,
+                   help="sample with this temperature (default: greedy)")
+    r.add_argument("--seed", type=count_arg, default=None, help="random seed for sampling")
+    _engine_arg(r)
+    r.add_argument("--ids", action="store_true", help="print token ids instead of text")
+    r.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="instructions one dispatch may run before it counts as runaway")
+    r.add_argument("--dump", type=path_arg, metavar="FILE",
+                   help="write every node output of every step to FILE (.safetensors or .npz; "
+                        "see docs/dump-format.md)")
+    r.add_argument("--dump-nodes", metavar="PATTERN",
+                   help="only these outputs: globs over instances or INSTANCE/BUFFER, "
+                        "comma-separated ('attention@*,*/x')")
 
 
 def _gpu_parsers(sub) -> None:
@@ -233,6 +252,31 @@ def _sanitize_parser(sub) -> None:
     sa.add_argument("--json", action="store_true",
                     help="print the report as JSON (for CI) instead of text")
     _engine_arg(sa)
+
+
+def _cost_parser(sub) -> None:
+    co = sub.add_parser(
+        "cost", help="predict what each node would cost on a GPU (speed of light)",
+        description="Run one decode step with every lane's instructions and addresses "
+                    "recorded, and predict each node's time on a GPU from its work, memory "
+                    "traffic (32-byte sectors per warp request), SIMD efficiency and latency "
+                    "chain: max(memory, compute, latency) + launch overhead. A prediction, "
+                    "not a measurement (docs/cost-model.md). Devices: firscope cost "
+                    "--device list; add your own in ~/.config/firscope/devices.toml.")
+    _model_arg(co)
+    g = co.add_mutually_exclusive_group()
+    g.add_argument("--prompt", type=text_arg, help="prompt text (default: the sample prompt)")
+    g.add_argument("--tokens", type=text_arg, help="prompt as token ids, e.g. 1,2,3")
+    co.add_argument("--device", metavar="NAME",
+                    help="device profile (default: the devices.toml default, else h200); "
+                         "'list' lists them")
+    co.add_argument("--at", type=count_arg, metavar="POSITION",
+                    help="the position of the step analysed (default: the prompt's last "
+                         "token; later positions are fed greedy tokens)")
+    co.add_argument("--top", type=count_arg, default=40, metavar="N",
+                    help="nodes in the ranked table (default 40; 0: all)")
+    co.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    _engine_arg(co)
 
 
 def _editor_parsers(sub) -> None:
@@ -523,23 +567,26 @@ def cmd_profile(args) -> int:
         return run_gpu_profile(_run_input(args), n=args.n, out=args.out)
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
-                       against=args.against, sanitize=args.sanitize)
+                       against=args.against, sanitize=args.sanitize, device=args.device)
+
+
+def _load_model(ns):  # diff and capture: the load options mean what they mean for run
+    from .runtime.opening import open_model
+    return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
+
+
+def _ids_of(ns, model):
+    from .runtime.opening import prompt_ids
+    return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
 
 
 def cmd_diff(args) -> int:
     from .compare.command import run_diff
-    from .runtime.opening import open_model, prompt_ids
-
-    def load(ns):  # the load options mean what they mean for run
-        return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
-
-    def ids_of(ns, model):
-        return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
     if args.engine == "gpu":
         from .gpu.diff import gpu_diff_command
-        return gpu_diff_command(args, load=load, prompt_ids=ids_of, out=sys.stdout,
+        return gpu_diff_command(args, load=_load_model, prompt_ids=_ids_of, out=sys.stdout,
                                 err=sys.stderr)
-    return run_diff(args, load=load, prompt_ids=ids_of)
+    return run_diff(args, load=_load_model, prompt_ids=_ids_of)
 
 
 def cmd_dap(args) -> int:
@@ -567,18 +614,21 @@ def cmd_gpu(args) -> int:
 def cmd_wgsl(args) -> int:
     from .gpu.commands import print_wgsl
     return print_wgsl(args)
+
+
 def cmd_capture(args) -> int:
     from .compare.command import run_capture
-    from .runtime.opening import open_model, prompt_ids
+    return run_capture(args, load=_load_model, prompt_ids=_ids_of)
 
-    def load(ns):
-        return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
 
-    def ids_of(ns, model):
-        return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
-    return run_capture(args, load=load, prompt_ids=ids_of)
+def cmd_cost(args) -> int:
+    from .cost.render import run_cost
+    args.n = 0
+    return run_cost(_run_input(args), device=args.device, at=args.at, as_json=args.json,
+                    top=args.top, engine=args.engine)
 
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
-            "serve": cmd_serve, "capture": cmd_capture, "gpu": cmd_gpu, "wgsl": cmd_wgsl}
+            "serve": cmd_serve, "capture": cmd_capture, "cost": cmd_cost, "gpu": cmd_gpu,
+            "wgsl": cmd_wgsl}

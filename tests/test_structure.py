@@ -1,7 +1,7 @@
 """The package's shape, as DESIGN.md states it, checked from the source text.
 
 * Layers: a module imports only modules of its own layer or of layers above it
-  in DESIGN.md's list (fir, model, vm, runtime, compare, sanitize, gpu, debug,
+  in DESIGN.md's list (fir, model, vm, runtime, compare, sanitize, cost, gpu, debug,
   profile, then tui / dap / cli); nothing imports ``cli``. Imports inside
   functions count. Only firscope/gpu/device.py imports ``wgpu`` (the optional extra).
 * No import cycle between modules (imports inside functions count too).
@@ -26,6 +26,8 @@ LAYERS = {
     "errors": 0, "jitcache": 0, "samples": 0, "dump": 0, "text": 0, "__init__": 0,
     "fir": 1, "model": 2, "vm": 3, "runtime": 4, "compare": 5, "sanitize": 6, "debug": 7,
     "profile": 8, "tui": 9, "dap": 9, "cli": 10, "__main__": 11,
+    # the speed-of-light analysis reads what runtime recorded (the rank of sanitize)
+    "cost": 6,
     # the GPU engine: its diff uses compare/ and sanitize/ (a rank between sanitize and debug)
     "gpu": 6.5,
 }

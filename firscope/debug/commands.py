@@ -69,7 +69,7 @@ def _numbers(args: list[str], what: str = "breakpoint number") -> list[int]:
 
 
 INFO_TOPICS = ("registers|breakpoints|watch|lanes [REG]|node|patches|display|checkpoints|"
-               "diff [STEP]")
+               "diff [STEP]|cost [DEVICE]")
 
 
 class CommandInterpreter:
@@ -432,6 +432,8 @@ class CommandInterpreter:
             return info.info_checkpoints(self)
         if what == "diff":
             return diverge.info_diff(self, arg.strip())
+        if what == "cost":
+            return info.info_cost(self, arg.strip())
         raise FirError(f"usage: info {INFO_TOPICS}")
 
     def c_where(self, rest):

@@ -12,6 +12,7 @@ def run_app(args) -> int:
     app = FirscopeApp(resolve_model(args.model), prompt_ids=ids, prompt_text=args.prompt, n=n,
                       fir_f32=args.fir_f32, group=args.group, engine=args.engine,
                       q4_path=args.q4_path, against=getattr(args, "against", None),
-                      isolate=getattr(args, "isolate", False))
+                      isolate=getattr(args, "isolate", False),
+                      device=getattr(args, "device", None))
     app.run()
     return 0
