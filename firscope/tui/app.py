@@ -57,6 +57,7 @@ class Bottom(TabbedContent):
 
 class FirscopeApp(App):
     CSS_PATH = "app.tcss"
+    ALLOW_IN_MAXIMIZED_VIEW = "Footer, #status"  # a maximized pane keeps the header
     TITLE = "firscope"
     COMMANDS = App.COMMANDS | {DebuggerCommands}
     BINDINGS = bindings()
@@ -120,7 +121,7 @@ class FirscopeApp(App):
                 with TabPane("Lens", id="lens"):
                     yield LensView(id="lens-view")
                 with TabPane("Registers", id="regs"):
-                    yield RightColumn(id="right-tab")
+                    yield RightColumn(id="right-tab", classes="-row")
                 with TabPane("Diff", id="diff"):
                     yield DiffView(id="diff-view")
         yield Footer(compact=True)
@@ -213,16 +214,32 @@ class FirscopeApp(App):
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:
         if text is not None:
             self.status_text, self.status_error = text, error
+        self.query_one("#status", Static).update(self._status_line(max(self.size.width, 20)))
+
+    def _status_line(self, width: int) -> Text:
+        """Stop description, token and position, model: when the line is too long the model
+        part goes first, then the description is cut, never the token and position."""
+        view = self.view
+        tail = "" if view is None else "  ·  " + view.header
+        patched = f"  · patched ({view.patched})" if view is not None and view.patched else ""
+        mark = " ▶ " if self.busy else " ■ "
+        status = self.status_text
+        room = width - len(" firscope ") - len(mark) - len(patched)
+        if view is not None and len(status) + len(tail) > room and view.place:
+            tail = "  ·  " + view.place
+            # a stop description gives way to the token; a message (an error, where the
+            # report went) does not
+            if len(status) + len(tail) > room and status == view.status:
+                status = status[: max(room - len(tail) - 1, 12)] + "…"
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(" firscope ", style="bold reverse")
         style = "bold green" if self.busy else ("bold red" if self.status_error else "bold yellow")
-        t.append((" ▶ " if self.busy else " ■ ") + self.status_text, style=style)
-        if self.view is not None:
-            t.append("  ·  " + self.view.header)
-            if self.view.patched:
-                t.append(f"  · patched ({self.view.patched})", style="bold magenta")
-        t.truncate(max(self.size.width, 20), overflow="ellipsis")
-        self.query_one("#status", Static).update(t)
+        t.append(mark + status, style=style)
+        t.append(tail)
+        if patched:
+            t.append(patched, style="bold magenta")
+        t.truncate(width, overflow="ellipsis")
+        return t
 
     def _show_progress(self) -> None:
         if not self.busy:
@@ -247,7 +264,11 @@ class FirscopeApp(App):
             return
         m = self.model
         self.query_one(GraphPane).show(m, view, follow=self._follow)
-        self.query_one(SourcePane).show(m, view)
+        if self._follow:
+            self.query_one(SourcePane).show(m, view)
+        else:  # nothing moved (F9 on a line, display, set): the source stays where it was
+            self.query_one(SourcePane).show(m, view, self.query_one(NodeList).cursor_node(),
+                                            keep=True)
         for col in self.query(RightColumn):
             col.show(m, view)
         self.query_one(BuffersView).show(view)
@@ -261,7 +282,9 @@ class FirscopeApp(App):
         if isinstance(event.option_list, NodeList) and self.view is not None:
             idx = event.option_list.cursor_node()
             if idx is not None:
-                self.query_one(SourcePane).show(self.model, self.view, idx)
+                pane = self.query_one(SourcePane)
+                # the graph redrawn on the same node (F9, a refresh): the source cursor stays
+                pane.show(self.model, self.view, idx, keep=pane.shown_node == idx)
 
     # -- running commands --------------------------------------------------------------------
     def submit(self, job: Job) -> None:

@@ -18,7 +18,10 @@ from textual.widgets import Static
 from .state import StopView
 
 
-def time_tables(model, times: Mapping[int, float]):
+STACK_BELOW = 110  # columns under which the layer table goes below the node table
+
+
+def time_tables(model, times: Mapping[int, float], width: int | None = None):
     if not times:
         return Text("no timings yet: run some nodes (c, n, t)", style="dim")
     nodes = model.nodes
@@ -28,21 +31,29 @@ def time_tables(model, times: Mapping[int, float]):
         by_name[nodes[i].name].append(t)
         by_layer[nodes[i].layer] += t
     total = sum(times.values())
+    narrow = width is not None and width < STACK_BELOW
+    bar = 8 if narrow else 20  # share bar cells
     grid = Table(title="time per node name (last run of each node)", title_justify="left",
                  expand=False, box=None, padding=(0, 1))
     for col in ("node", "kind", "runs", "total ms", "mean ms", "share"):
-        grid.add_column(col, justify="right" if col not in ("node", "kind") else "left")
+        # names whole on one line: the kind gives way (cut with …) at a narrow width
+        grid.add_column(col, justify="right" if col not in ("node", "kind") else "left",
+                        no_wrap=True, overflow="ellipsis" if col == "kind" else "fold",
+                        min_width=max(len(n.name) for n in nodes) if col == "node" else None,
+                        max_width=14 if col == "kind" and narrow else None)
     kinds = {n.name: f"{n.kind} {n.target}"[:22] for n in nodes}
     for name, ts in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
         share = sum(ts) / total if total else 0
         grid.add_row(name, kinds[name], str(len(ts)), f"{sum(ts) * 1e3:.3f}",
                      f"{sum(ts) / len(ts) * 1e3:.3f}",
-                     Text("█" * int(share * 20) + f" {share:.0%}", style="cyan"))
+                     Text("█" * int(share * bar) + f" {share:.0%}", style="cyan"))
     layers = Table(title="time per layer", title_justify="left", box=None, padding=(0, 1))
     layers.add_column("layer")
     layers.add_column("ms", justify="right")
     for layer, t in sorted(by_layer.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
         layers.add_row("-" if layer is None else str(layer), f"{t * 1e3:.3f}")
+    if narrow:
+        return Group(grid, Text(""), layers)
     outer = Table.grid(padding=(0, 4))
     outer.add_row(grid, layers)
     return outer
@@ -110,13 +121,19 @@ class ProfileView(VerticalScroll, can_focus=True):
         yield Static(id="prof-time")
         yield Static(id="prof-quant")
 
+    def on_resize(self) -> None:
+        if getattr(self, "_shown", None) is not None:
+            self.show(*self._shown)
+
     def set_quant(self, weights, quant) -> None:
         self.weights, self.quant = weights, quant
 
     def show(self, model, view: StopView) -> None:
+        self._shown = (model, view)
         times = view.snapshot.node_times
         if self.time_of is not None:
             times = self.time_of(times)
-        self.query_one("#prof-time", Static).update(time_tables(model, times))
+        width = self.scrollable_content_region.width
+        self.query_one("#prof-time", Static).update(time_tables(model, times, width or None))
         self.query_one("#prof-quant", Static).update(
             quant_renderable(model.fir_f32, self.weights, self.quant))
