@@ -273,3 +273,49 @@ def test_info_lanes_and_registers_say_what_the_star_means():
         assert "*" in out.split("\n", 1)[1].rsplit("\n", 1)[0]  # something is marked
         assert out.splitlines()[-1].lstrip().endswith(
             "* changed since the last stop (or since the kernel started)")
+
+
+def test_a_restored_display_shows_its_value():
+    from firscope.model.tokens import load_tokenizer
+    from firscope.tui.reload import carry, restore
+    model = load_model(make_app().model_path)
+    tok = load_tokenizer(model.folder, model.vocab)
+    s = Session(model, tok.encode("def "), 2, engine="interp")
+    ci = CommandInterpreter(s, tok)
+    ci.execute("until ln1@0")
+    ci.execute("display max(abs(x))")
+    carried = carry(s, ci)
+    s2 = Session(model, tok.encode("def "), 2, engine="interp")
+    ci2 = CommandInterpreter(s2, tok)
+    notes = restore(ci2, carried)
+    shown = next(n for n in notes if n.startswith("restored: display"))
+    d = ci2.last.displays[0]  # the Watch pane's value at the restored stop
+    assert d.expr == "max(abs(x))" and not d.error
+    assert shown == f"restored: display 1: max(abs(x)) = {d.text}"  # as gdb prints it
+
+
+def test_ui_against_a_dump_stops_at_its_end_unless_n_is_given():
+    from firscope.cli import build_parser
+    from firscope.tui.launch import ui_steps
+    p = build_parser()
+    assert ui_steps(p.parse_args(["ui", "m.fir", "--against", "d.safetensors"])) == 0
+    assert ui_steps(p.parse_args(["ui", "m.fir", "--against", "d.safetensors", "-n", "5"])) == 5
+    assert ui_steps(p.parse_args(["ui", "m.fir", "--against", "d.st", "--prompt", "hi"])) == 12
+    assert ui_steps(p.parse_args(["ui", "m.fir"])) == 12
+
+
+def test_a_prompt_without_a_tokenizer_is_refused_before_loading(make_model, monkeypatch,
+                                                                capsys):
+    import firscope.runtime.load as load_mod
+    import firscope.tui.launch as launch
+    from firscope.cli import main
+    fir = make_model("novocab", vocab=300)
+
+    def never(*a, **kw):
+        raise AssertionError("loaded the model before refusing the prompt")
+    monkeypatch.setattr(launch, "FirscopeApp", never)
+    monkeypatch.setattr(load_mod, "load_model", never)
+    assert main(["ui", str(fir), "--prompt", "hello"]) == 1
+    err = capsys.readouterr().err
+    assert "no tokenizer.json beside the model" in err and "--tokens 1,2,3" in err
+    assert "Traceback" not in err
