@@ -43,7 +43,7 @@ from .safe_text import ControlCharacterFilter
 from .reload import carry
 from .screens import HelpScreen, HistoryScreen, PromptScreen, QuitScreen
 from .source_pane import SourceLines, SourcePane
-from .state import StopView, Wants, build_view
+from .state import StopView, Wants, build_view, status_bar
 
 DEFAULT_N = 12
 MAX_PENDING = 32
@@ -214,32 +214,9 @@ class FirscopeApp(App):
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:
         if text is not None:
             self.status_text, self.status_error = text, error
-        self.query_one("#status", Static).update(self._status_line(max(self.size.width, 20)))
-
-    def _status_line(self, width: int) -> Text:
-        """Stop description, token and position, model: when the line is too long the model
-        part goes first, then the description is cut, never the token and position."""
-        view = self.view
-        tail = "" if view is None else "  ·  " + view.header
-        patched = f"  · patched ({view.patched})" if view is not None and view.patched else ""
-        mark = " ▶ " if self.busy else " ■ "
-        status = self.status_text
-        room = width - len(" firscope ") - len(mark) - len(patched)
-        if view is not None and len(status) + len(tail) > room and view.place:
-            tail = "  ·  " + view.place
-            # a stop description gives way to the token; a message (an error, where the
-            # report went) does not
-            if len(status) + len(tail) > room and status == view.status:
-                status = status[: max(room - len(tail) - 1, 12)] + "…"
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(" firscope ", style="bold reverse")
-        style = "bold green" if self.busy else ("bold red" if self.status_error else "bold yellow")
-        t.append(mark + status, style=style)
-        t.append(tail)
-        if patched:
-            t.append(patched, style="bold magenta")
-        t.truncate(width, overflow="ellipsis")
-        return t
+        self.query_one("#status", Static).update(status_bar(
+            self.status_text, self.view, max(self.size.width, 20), busy=self.busy,
+            error=self.status_error))
 
     def _show_progress(self) -> None:
         if not self.busy:

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
+from rich.text import Text
 
 from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint, SanitizerCatchpoint
 from ..debug.snapshot import Snapshot, token_of, token_range
@@ -289,3 +290,27 @@ def peek_diff(session) -> DiffPeek | None:
     notes = tuple(f"step {s}: {why}" for s, why in sorted(ref.skipped.items()))
     return DiffPeek(step, errors, MappingProxyType({e.node: e.severity for e in errors}),
                     first_text, buffer, notes)
+
+
+def status_bar(status: str, view: StopView | None, width: int, *, busy: bool = False,
+               error: bool = False):
+    """The header line: stop description (or a message), token and position, model. When it
+    is too long the model part goes first, then a stop description is cut, never the token
+    and position; a message (an error, where the report went) keeps its words."""
+    tail = "" if view is None else "  ·  " + view.header
+    patched = f"  · patched ({view.patched})" if view is not None and view.patched else ""
+    mark = " ▶ " if busy else " ■ "
+    room = width - len(" firscope ") - len(mark) - len(patched)
+    if view is not None and len(status) + len(tail) > room and view.place:
+        tail = "  ·  " + view.place
+        if len(status) + len(tail) > room and status == view.status:
+            status = status[: max(room - len(tail) - 1, 12)] + "…"
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(" firscope ", style="bold reverse")
+    t.append(mark + status, style="bold green" if busy else ("bold red" if error
+                                                             else "bold yellow"))
+    t.append(tail)
+    if patched:
+        t.append(patched, style="bold magenta")
+    t.truncate(width, overflow="ellipsis")
+    return t
