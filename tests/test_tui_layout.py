@@ -3,6 +3,8 @@ F9, one stop description, one token numbering across every surface, maximized pa
 Registers tab at 80x24 and the smaller cuts. Pilot at 80x24, 120x36 and 200x50."""
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import pytest
 
 from firscope.dap.views import THREAD_GRAPH, Views
@@ -27,6 +29,21 @@ def bug_dump(random_model, tmp_path):
     return scale_bug_dump(random_model, tmp_path, TOKENS)
 
 
+@asynccontextmanager
+async def opened(app, size, *commands):
+    """The app loaded at ``size``, each command run and settled."""
+    async with app.run_test(size=size) as pilot:
+        await wait_loaded(app, pilot)
+        for c in commands:
+            app.run_command(c)
+            await settle(app, pilot)
+        yield app, pilot
+
+
+def against(model, dump) -> FirscopeApp:
+    return FirscopeApp(model, n=0, engine="interp", against=str(dump), show_times=False)
+
+
 def rows_of(app) -> list[str]:
     return screen_text(app).splitlines()
 
@@ -35,9 +52,7 @@ def rows_of(app) -> list[str]:
 @pytest.mark.parametrize("size", SIZES)
 def test_console_lines_written_while_hidden_wrap_at_the_shown_width(size):
     async def go():
-        app = make_app()
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
+        async with opened(make_app(), size) as (app, pilot):
             await press(app, pilot, "4", "escape", "1", "n", "n", "4")
             rows = rows_of(app)
             for line in ("before positional (ext fir.embedding)  [token 0 100 'd' pos 0]",
@@ -57,13 +72,8 @@ def test_console_lines_written_while_hidden_wrap_at_the_shown_width(size):
 @pytest.mark.parametrize("size", SIZES)
 def test_diff_tab_opened_after_the_stop_has_every_column(size, random_model, bug_dump):
     async def go():
-        app = FirscopeApp(random_model, n=0, engine="interp", against=str(bug_dump),
-                          show_times=False)
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
-            app.run_command("break diverge")
-            app.run_command("continue")
-            await settle(app, pilot)
+        async with opened(against(random_model, bug_dump), size, "break diverge",
+                          "continue") as (app, pilot):
             await press(app, pilot, "7")  # opened after the stop was drawn
             body = plain(app.query_one("#diff-body")).splitlines()
             head = next(r for r in body if "reference" in r and "index" in r)
@@ -80,9 +90,7 @@ def test_diff_tab_opened_after_the_stop_has_every_column(size, random_model, bug
 @pytest.mark.parametrize("size", SIZES)
 def test_graph_drawn_while_hidden_is_redrawn_at_its_width(size):
     async def go():
-        app = make_app()
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
+        async with opened(make_app(), size) as (app, pilot):
             app.screen.add_class("-loading")  # as during a reload: the panes are hidden
             await settle(app, pilot)
             app.run_command("until attention@0")
@@ -99,9 +107,7 @@ def test_graph_drawn_while_hidden_is_redrawn_at_its_width(size):
 @pytest.mark.parametrize("size", SIZES)
 def test_f9_on_a_kernel_line_keeps_the_source_cursor(size):
     async def go():
-        app = make_app()
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
+        async with opened(make_app(), size) as (app, pilot):
             app.run_command("until attention@0")
             await settle(app, pilot)
             await press(app, pilot, "s")
@@ -151,18 +157,18 @@ def test_one_numbering_and_stop_description_in_every_surface(random_model, bug_d
     view = build_view(s, ci, ByteTokenizer(), None, Wants())
     assert "token 2 of 0..3" in view.header and "pos 2" in view.header
     assert "[token 2 " in ci.where_line()
+    # and break token N stops at the start of that token, numbered the same
+    ci.execute("break token 3")
+    assert ci.execute("continue").startswith("Breakpoint 2, token 3")
+    assert s.step == 3 and s.node_index == 0
+    assert "token 3 of 0..3" in build_view(s, ci, ByteTokenizer(), None, Wants()).header
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_the_header_shows_a_divergence_as_batch_mode_does(size, random_model, bug_dump):
     async def go():
-        app = FirscopeApp(random_model, n=0, engine="interp", against=str(bug_dump),
-                          show_times=False)
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
-            app.run_command("break diverge")
-            app.run_command("continue")
-            await settle(app, pilot)
+        async with opened(against(random_model, bug_dump), size, "break diverge",
+                          "continue") as (app, pilot):
             top = header(app)
             assert "Catchpoint 1, attention@0 diver" in top, top
             assert "breakpoint 1" not in top
@@ -193,9 +199,7 @@ def test_sanitizer_and_nan_catchpoints_read_the_same_in_the_header():
 @pytest.mark.parametrize("size", SIZES)
 def test_m_on_the_graph_widens_it_and_keeps_the_header(size):
     async def go():
-        app = make_app()
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
+        async with opened(make_app(), size) as (app, pilot):
             app.run_command("until attention@0")
             await settle(app, pilot)
             app.query_one(NodeList).focus()
@@ -216,9 +220,7 @@ def test_m_on_the_graph_widens_it_and_keeps_the_header(size):
 @pytest.mark.parametrize("size", [(80, 24), (90, 30)])
 def test_registers_tab_shows_the_watch_list_and_every_lane(size):
     async def go():
-        app = make_app()
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
+        async with opened(make_app(), size) as (app, pilot):
             for c in ("until attention@0", "stepi", "display max(abs(x))", "display R3"):
                 app.run_command(c)
                 await settle(app, pilot)
@@ -235,9 +237,7 @@ def test_registers_tab_shows_the_watch_list_and_every_lane(size):
 @pytest.mark.parametrize("size", SIZES)
 def test_buffers_placeholder_and_header_are_whole(size):
     async def go():
-        app = make_app()
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
+        async with opened(make_app(), size) as (app, pilot):
             app.run_command("until g2.attn_decode:160")
             await settle(app, pilot)
             text = screen_text(app)
@@ -250,9 +250,7 @@ def test_buffers_placeholder_and_header_are_whole(size):
 @pytest.mark.parametrize("size", SIZES)
 def test_profile_tab_keeps_node_names_whole(size):
     async def go():
-        app = make_app()
-        async with app.run_test(size=size) as pilot:
-            await wait_loaded(app, pilot)
+        async with opened(make_app(), size) as (app, pilot):
             await press(app, pilot, "t", "3")
             text = screen_text(app)
             assert "attenti…" not in text
