@@ -69,7 +69,7 @@ def test_serve_answers_on_loopback_runs_the_ui_and_stops_cleanly():
         assert f"ws://127.0.0.1:{port}/ws" in page  # the page's websocket: same host
         assert listening_addresses(port) == {"127.0.0.1"}, "bound to loopback only"
         # a browser tab: the websocket starts `firscope ui` and relays its screen
-        wanted = ("tiny-gpt2 · q4 · token 1/3 'h'", "attention_linear")
+        wanted = ("tiny-gpt2 · q4 · token 0 of 0..2 'h'", "attention_linear")
         text = asyncio.run(_screen_text(f"ws://127.0.0.1:{port}/ws?width=120&height=36",
                                         wanted, 120))
         assert all(w in text for w in wanted), text[-3000:]

@@ -62,7 +62,7 @@ def test_loads_sample_and_shows_graph_and_status():
             assert any("token" in t and "▶" in t for t in nodes)
             assert "▾ layer 3" in nodes
             status = header(app)
-            assert "tiny-gpt2 · q4 · token 1/7" in status and "'d' pos 0" in status
+            assert "tiny-gpt2 · q4 · token 0 of 0..6" in status and "'d' pos 0" in status
             # the bottom opens on Buffers, showing the next node's inputs
             assert app.query_one("#bottom").active == "buffers"
             assert "inputs of token" in plain(app.query_one("#buf-stats"))
@@ -129,7 +129,7 @@ def test_keys_step_next_finish_and_reverse():
             assert s.node.full_name == "embeddings" and s.dispatch is None
             await press(app, pilot, "t")  # next token
             assert s.step == 1 and s.node_index == 0
-            assert "token 2/7" in header(app)
+            assert "token 1 of 0..6" in header(app)
     run(go())
 
 

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from ..debug.commands import CommandInterpreter
-from ..debug.snapshot import capture
+from ..debug.snapshot import capture, token_range
 from ..errors import FirError
 from ..vm.assembler import NREGS
 from .conventions import Conventions
@@ -204,7 +204,7 @@ class Views:
         if d is not None and lane is None:
             where = f"{node.full_name} (running {node.target})"
         out.append((f"{where} [{node.kind} {node.target}]", node.loc.line))
-        out.append((f"token {s.step} {piece!r} (step {s.step + 1} of {s.total_steps})",
+        out.append((f"token {s.step} {piece!r} (of tokens {token_range(s.total_steps)})",
                     node.loc.line))
         frames = []
         for level, (name, line) in enumerate(out):

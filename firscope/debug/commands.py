@@ -236,13 +236,7 @@ class CommandInterpreter:
             if r is not StopReason.FINISHED:
                 lines.append(self.where_line())
             return "\n".join(lines)
-        head = stop.message
-        if r is StopReason.FAULT:
-            head = "Program received a fault:\n" + stop.message
-        elif r is StopReason.BUDGET:
-            head = "Stopped: instruction budget exhausted:\n" + stop.message
-        elif r is StopReason.NAN:
-            head = "Catchpoint (nan): " + stop.message
+        head = self._head(stop)
         if head:
             lines.append(head)
         if stop.old is not None and stop.new is not None:
@@ -250,6 +244,19 @@ class CommandInterpreter:
             lines.append(f"New value = {fmt_array(stop.new)}")
         lines.append(self.where_line())
         return "\n".join(lines)
+
+    @staticmethod
+    def _head(stop: Stop) -> str:
+        """The stop's first words, as batch mode prints them (and the UI header, for a
+        catchpoint)."""
+        r = stop.reason
+        if r is StopReason.FAULT:
+            return "Program received a fault:\n" + stop.message
+        if r is StopReason.BUDGET:
+            return "Stopped: instruction budget exhausted:\n" + stop.message
+        if r is StopReason.NAN:
+            return "Catchpoint (nan): " + stop.message
+        return stop.message
 
     def status_line(self, snap: Snapshot | None = None) -> str:
         """One line for a status bar or header, the same whoever moved (a key, the console,
@@ -260,6 +267,12 @@ class CommandInterpreter:
         where = loc.node or "end"
         if loc.in_kernel and loc.line is not None:
             where += f", line {loc.line}"
+        head = self._head(stop).splitlines()
+        if head and head[0].startswith("Catchpoint"):
+            # a catchpoint's stop says what it caught (divergence, race, uninit, NaN), in the
+            # words batch mode prints
+            return head[0] + (f" (stopped at {where})" if loc.node and loc.node not in head[0]
+                              else "")
         label = stop.reason.label
         if stop.breakpoint is not None and stop.reason in (StopReason.BREAKPOINT,
                                                            StopReason.WATCHPOINT):

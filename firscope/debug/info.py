@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import FirError
 from .resolver import parse_register
+from .snapshot import token_range
 
 
 def where(ci) -> str:
@@ -30,7 +31,7 @@ def where(ci) -> str:
     out.append(f"#{frame}  node {loc.node} ({node.kind} {node.target}), node "
                f"{loc.node_index + 1} of {len(s.nodes)}")
     out.append(f"#{frame + 1}  token {loc.step} {ci.token_text(loc.token)} at position "
-               f"{loc.position} (step {loc.step + 1} of {s.total_steps})")
+               f"{loc.position} (of tokens {token_range(s.total_steps)})")
     return "\n".join(out)
 
 def listing(ci) -> str:
@@ -92,7 +93,11 @@ def info_registers(ci) -> str:
         cr = "*" if ("R", i) in changed else " "
         cu = "*" if ("U", i) in changed else " "
         out.append(f"R{i:<3}{float(r):>16.8g}{cr}   U{i:<3}{int(u):>12}{cu}")
+    out.append(CHANGED_LEGEND)
     return "\n".join(out)
+
+CHANGED_LEGEND = "* changed since the last stop (or since the kernel started)"
+
 
 def info_lanes(ci, reg: str | None) -> str:
     s = ci.s
@@ -117,6 +122,7 @@ def info_lanes(ci, reg: str | None) -> str:
             v = f"{float(vals[lane]):.8g}" if file == "R" else str(int(vals[lane]))
             focus = "  <- focused" if lane == ci.lane else ""
             out.append(f"  lane {lane:<5}{act} {reg} = {v}{mark}{focus}")
+        out.append("  ■ active, □ masked off; " + CHANGED_LEGEND)
     return "\n".join(out)
 
 def info_breakpoints(ci) -> str:

@@ -136,6 +136,19 @@ class DisplayValue:
     error: bool = False
 
 
+def token_of(step: int, total_steps: int) -> str:
+    """The one numbering of decode steps, for every surface (header, ``where``, diff,
+    ``info diff``, the Diff tab, ``goto NODE token N``, ``break token N``, DAP frames):
+    0-based, ``token S`` feeds the token at position S, as the dump format numbers steps.
+    ``token 2 of 0..11``: the step and the range a run covers."""
+    return f"token {step} of {token_range(total_steps)}"
+
+
+def token_range(total_steps: int) -> str:
+    """The tokens a run covers, in :func:`token_of`'s numbering: ``0..11``."""
+    return f"0..{max(total_steps - 1, 0)}"
+
+
 @dataclass(frozen=True)
 class Snapshot:
     stop: Stop

@@ -102,9 +102,13 @@ def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
     if not timing or not timing["steps"]:
         return None
     steps = timing["steps"][:MAX_TIMELINE_STEPS]
-    names = list(dict.fromkeys(n["name"] for n in nodes))
-    colors = _name_colors(names)
-    fig = _new(9.5, max(0.35 * len(steps) + 1.2, 0.17 * len(names) + 0.6))
+    # one colour per node kind (the kernel or ext op it runs), not per name: 19 names made
+    # 19 near-identical colours; the legend lists the names of each kind
+    kinds = list(dict.fromkeys(_kind_of(n) for n in nodes))
+    colors = _kind_colors(kinds)
+    members = {k: list(dict.fromkeys(n["name"] for n in nodes if _kind_of(n) == k))
+               for k in kinds}
+    fig = _new(9.5, max(0.35 * len(steps) + 1.2, 0.3 * len(kinds) + 0.6))
     ax = fig.add_subplot()
     verts, faces = [], []
     right = 0.0
@@ -117,7 +121,7 @@ def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
                 continue
             x0, x1 = (st - t0) / 1000, (st - t0 + d) / 1000
             verts.append([(x0, row - 0.4), (x1, row - 0.4), (x1, row + 0.4), (x0, row + 0.4)])
-            faces.append(colors[n["name"]])
+            faces.append(colors[_kind_of(n)])
             right = max(right, x1)
     ax.add_collection(PolyCollection(verts, facecolors=faces, linewidths=0))
     ax.set_xlim(0, right * 1.01 or 1)
@@ -127,10 +131,31 @@ def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
     ax.set_xlabel("ms from the start of the step")
     ax.set_title("Timeline: nodes within each step"
                  + (f" (first {len(steps)} steps)" if len(timing["steps"]) > len(steps) else ""))
-    handles = [Patch(color=colors[n], label=n) for n in names]
+    handles = [Patch(color=colors[k], label=_kind_label(k, members[k])) for k in kinds]
     ax.legend(handles=handles, fontsize=7, ncol=1 if len(handles) <= 24 else 2,
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+              title="node kind: nodes", title_fontsize=7, alignment="left")
     return _png(fig)
+
+
+def _kind_colors(kinds: list[str]) -> dict[str, tuple]:
+    """tab10 while it suffices (tab20 pairs a colour with its own lighter shade)."""
+    if len(kinds) > 10:
+        return _name_colors(kinds)
+    cmap = matplotlib.colormaps["tab10"]
+    return {k: cmap(i) for i, k in enumerate(kinds)}
+
+
+def _kind_of(node: dict) -> str:
+    """A node's kind for colouring: the kernel or ext op it runs (``g2.layernorm``)."""
+    return str(node.get("target") or node.get("kind") or "?")
+
+
+def _kind_label(kind: str, names: list[str], room: int = 44) -> str:
+    shown = ", ".join(names)
+    if len(shown) > room:
+        shown = shown[: room - 1].rsplit(",", 1)[0] + ", …"
+    return f"{kind}: {shown}"
 
 
 # -- instructions ---------------------------------------------------------------------------
@@ -200,11 +225,12 @@ def activation_error(quant: dict, nodes: list[dict]) -> bytes | None:
         ax1.set_yscale("log")
     ax1.set_ylabel("relative L2")
     ax1.set_title("Node output error, q4 vs f32 (mean over steps; colour = layer)")
-    if len(prim) <= MAX_LABELS:
-        ax1.set_xticks(x, [r["full_name"] for r in prim], rotation=90, fontsize=6)
-    else:
-        ax1.set_xticks([])
-        ax1.set_xlabel("node (plan order)")
+    _label_nodes(ax1, prim, y, layers)
+    shown = list(dict.fromkeys(layers))
+    ax1.legend(handles=[Patch(color="gray" if lay is None else cmap(lay % 10),
+                              label=_layer_label(lay)) for lay in shown][:MAX_LABELS],
+               fontsize=6, ncol=1 if len(shown) <= 14 else 2, loc="upper left",
+               bbox_to_anchor=(1.0, 1.0), frameon=False)
     per_layer = acts.get("per_layer") or []
     if per_layer:
         ax2.plot([r["layer"] for r in per_layer],
@@ -217,6 +243,32 @@ def activation_error(quant: dict, nodes: list[dict]) -> bytes | None:
     else:
         ax2.set_axis_off()
     return _png(fig)
+
+
+WORST_LABELLED = 6  # with too many bars for a label each: the worst ones are named
+
+
+def _label_nodes(ax, prim: list[dict], y: list, layers: list) -> None:
+    """A name under every bar when they fit; else the layer under its run of bars and the
+    worst nodes named above theirs."""
+    x = np.arange(len(prim))
+    if len(prim) <= MAX_LABELS:
+        ax.set_xticks(x, [r["full_name"] for r in prim], rotation=90, fontsize=6)
+        return
+    starts = [i for i in range(len(layers)) if i == 0 or layers[i] != layers[i - 1]]
+    ends = starts[1:] + [len(layers)]
+    ax.set_xticks([(a + b - 1) / 2 for a, b in zip(starts, ends)],
+                  ["-" if layers[a] is None else f"L{layers[a]}" for a in starts], fontsize=6)
+    for a in starts[1:]:
+        ax.axvline(a - 0.5, color="#ccc", linewidth=0.5)
+    ax.set_xlabel("node (plan order), by layer")
+    finite = [(v, i) for i, v in enumerate(y) if v is not None and np.isfinite(v) and v > 0]
+    for v, i in sorted(finite, reverse=True)[:WORST_LABELLED]:
+        ax.annotate(prim[i]["full_name"], (i, v), textcoords="offset points", xytext=(0, 2),
+                    ha="left", va="bottom", fontsize=6, rotation=45)
+    if finite:  # room above the tallest bar for its name (log scale: a factor)
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, max(high, max(finite)[0] * 6))
 
 
 def logits(quant: dict) -> bytes | None:

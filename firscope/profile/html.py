@@ -66,19 +66,32 @@ def table(header: list[str], rows: list[list[str]], left: set[int] = frozenset()
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
+# The UI's token pictures (model/tokens.py) that common fonts lack: Debian's default fonts
+# (DejaVu, Liberation) have no Control Pictures block, so Chromium drew ␠ as a box. In the
+# report they become characters every font has; report.json keeps the pieces as they are.
+_WEB_PICTURES = {0x2420: "·", 0x23CE: "↵", 0x21E5: "→", 0x2421: "\\x7f",
+                 **{0x2400 + b: f"\\x{b:02x}" for b in range(0x20) if b not in (0x09, 0x0A)}}
+
+
+def web_piece(text: str) -> str:
+    """A token piece as the report shows it: ``␠`` -> ``·``, ``⏎`` -> ``↵``, ``⇥`` -> ``→``,
+    other control pictures as ``\\x01``."""
+    return text.translate(_WEB_PICTURES)
+
+
 def _token_text(report: dict, ids: list[int]) -> str:
     pieces = report["run"]["pieces"]
     if not ids:
         return '<span class="muted">(none)</span>'
     if pieces:
-        text = "".join(pieces.get(str(i), f"[{i}]") for i in ids)
+        text = web_piece("".join(pieces.get(str(i), f"[{i}]") for i in ids))
         return f"<code>{esc(text)}</code> <span class='muted'>{esc(ids)}</span>"
     return f"<code>{esc(ids)}</code>"
 
 
 def _piece(report: dict, token) -> str:
     p = report["run"]["pieces"].get(str(token))
-    return f"{esc(token)} <code>{esc(p)}</code>" if p is not None else esc(token)
+    return f"{esc(token)} <code>{esc(web_piece(p))}</code>" if p is not None else esc(token)
 
 
 def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = ()) -> str:

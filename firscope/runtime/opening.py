@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the model layer is imported when a model is opened, not bef
     from .load import Model
 
 __all__ = ["DEFAULT_PROMPT", "DEFAULT_GROUP", "RunInput", "Opened", "resolve_model",
-           "open_model", "prompt_ids", "check_steps", "check_text", "check_output_folder",
+           "open_model", "prompt_ids", "refuse_prompt_early", "check_steps", "check_text", "check_output_folder",
            "check_output_file", "write_output", "write_into_folder"]
 
 DEFAULT_PROMPT = "    if "  # the prompt when none is given (the UI shows it being completed)
@@ -99,6 +99,23 @@ def prompt_ids(model: "Model", *, prompt: str | None = None,
         if not 0 <= i < model.vocab:
             raise FirError(f"token id {i} is outside the vocabulary 0..{model.vocab - 1}")
     return ids, tok
+
+
+def refuse_prompt_early(fir_path: Path, prompt: str | None, tokens) -> None:
+    """Before loading anything: a prompt text needs a tokenizer, and a model folder with no
+    tokenizer.json whose config.json says a vocabulary other than 256 bytes has none. (The
+    full check, from the loaded model's logits, still runs after loading.)"""
+    folder = Path(fir_path).parent
+    if prompt is None or tokens is not None or (folder / "tokenizer.json").exists():
+        return
+    try:
+        from ..model.config import load_config
+        vocab = load_config(folder / "config.json").get("vocab_size")
+    except FirError:
+        return  # no readable config.json here: the load says what is wrong
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab != 256:
+        from ..model.tokens import NoTokenizer
+        NoTokenizer(vocab, folder).encode(prompt)  # raises, in the words the load would use
 
 
 def check_steps(n: int) -> int:

@@ -44,7 +44,7 @@ from .safe_text import ControlCharacterFilter
 from .reload import carry
 from .screens import HelpScreen, HistoryScreen, PromptScreen, QuitScreen
 from .source_pane import SourceLines, SourcePane
-from .state import StopView, Wants, build_view
+from .state import StopView, Wants, build_view, status_bar
 
 DEFAULT_N = 12
 MAX_PENDING = 32
@@ -58,6 +58,7 @@ class Bottom(TabbedContent):
 
 class FirscopeApp(CostActions, App):
     CSS_PATH = "app.tcss"
+    ALLOW_IN_MAXIMIZED_VIEW = "Footer, #status"  # a maximized pane keeps the header
     TITLE = "firscope"
     COMMANDS = App.COMMANDS | {DebuggerCommands}
     BINDINGS = bindings()
@@ -126,7 +127,7 @@ class FirscopeApp(CostActions, App):
                 with TabPane("Lens", id="lens"):
                     yield LensView(id="lens-view")
                 with TabPane("Registers", id="regs"):
-                    yield RightColumn(id="right-tab")
+                    yield RightColumn(id="right-tab", classes="-row")
                 with TabPane("Diff", id="diff"):
                     yield DiffView(id="diff-view")
         yield Footer(compact=True)
@@ -220,16 +221,9 @@ class FirscopeApp(CostActions, App):
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:
         if text is not None:
             self.status_text, self.status_error = text, error
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(" firscope ", style="bold reverse")
-        style = "bold green" if self.busy else ("bold red" if self.status_error else "bold yellow")
-        t.append((" ▶ " if self.busy else " ■ ") + self.status_text, style=style)
-        if self.view is not None:
-            t.append("  ·  " + self.view.header)
-            if self.view.patched:
-                t.append(f"  · patched ({self.view.patched})", style="bold magenta")
-        t.truncate(max(self.size.width, 20), overflow="ellipsis")
-        self.query_one("#status", Static).update(t)
+        self.query_one("#status", Static).update(status_bar(
+            self.status_text, self.view, max(self.size.width, 20), busy=self.busy,
+            error=self.status_error))
 
     def _show_progress(self) -> None:
         if not self.busy:
@@ -254,7 +248,11 @@ class FirscopeApp(CostActions, App):
             return
         m = self.model
         self.query_one(GraphPane).show(m, view, follow=self._follow)
-        self.query_one(SourcePane).show(m, view)
+        if self._follow:
+            self.query_one(SourcePane).show(m, view)
+        else:  # nothing moved (F9 on a line, display, set): the source stays where it was
+            self.query_one(SourcePane).show(m, view, self.query_one(NodeList).cursor_node(),
+                                            keep=True)
         for col in self.query(RightColumn):
             col.show(m, view)
         self.query_one(BuffersView).show(view)
@@ -268,7 +266,9 @@ class FirscopeApp(CostActions, App):
         if isinstance(event.option_list, NodeList) and self.view is not None:
             idx = event.option_list.cursor_node()
             if idx is not None:
-                self.query_one(SourcePane).show(self.model, self.view, idx)
+                pane = self.query_one(SourcePane)
+                # the graph redrawn on the same node (F9, a refresh): the source cursor stays
+                pane.show(self.model, self.view, idx, keep=pane.shown_node == idx)
 
     # -- running commands --------------------------------------------------------------------
     def submit(self, job: Job) -> None:

@@ -131,5 +131,10 @@ class AttentionView(VerticalScroll, can_focus=True):
         if self.view is None:
             return
         layer = self.att_layers[self.layer_i] if self.att_layers else None
+        if self.size.width <= 0:
+            return  # hidden (another tab): drawn when shown, at its width
         self.query_one("#att-body", Static).update(
             attention_text(self.view, self.sites, layer, self.head, self.size.width))
+
+    def on_resize(self) -> None:
+        self.render_view()

@@ -164,7 +164,8 @@ class ValuesView(Static, can_focus=True):
 class BuffersView(Vertical):
     DEFAULT_CSS = """
     BuffersView #buf-bar { height: 3; }
-    BuffersView #buf-name { width: 50; }  /* the whole placeholder: 46 characters */
+    /* the whole placeholder (46 characters) + the padding (4), border (2) and cursor (1) */
+    BuffersView #buf-name { width: 53; }
     BuffersView #buf-hint { width: 1fr; padding: 1 1 0 1; color: $text-muted; }
     BuffersView #buf-stats { height: auto; max-height: 8; padding: 0 1; }
     BuffersView #buf-body { height: 1fr; }

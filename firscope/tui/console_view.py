@@ -78,6 +78,35 @@ class CommandInput(Input):
             console.write("  ".join(choices[:60]) + (" …" if len(choices) > 60 else ""), "dim")
 
 
+class ConsoleLog(RichLog):
+    """The log, wrapped at the width it has now: what was written while the tab was hidden
+    (width 0) waits for it to be shown, and a new width re-wraps every line."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.texts: list[Text] = []
+        self._written = 0  # texts[:_written] are in the log, wrapped at _width
+        self._width = 0
+
+    def add(self, text: Text) -> None:
+        self.texts.append(text)
+        self._catch_up()
+
+    def _catch_up(self) -> None:
+        width = self.scrollable_content_region.width
+        if width <= 0 or not self._size_known:
+            return  # hidden: wrapped once it is shown
+        if width != self._width:
+            self.clear()
+            self._written, self._width = 0, width
+        for t in self.texts[self._written:]:
+            self.write(t, width=width)  # not the app console's width: this log's
+        self._written = len(self.texts)
+
+    def on_resize(self, event) -> None:
+        self.call_after_refresh(self._catch_up)
+
+
 class ConsoleView(Vertical):
     DEFAULT_CSS = """
     ConsoleView RichLog { height: 1fr; }
@@ -92,10 +121,9 @@ class ConsoleView(Vertical):
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.lines: list[str] = []  # everything written, also while the tab is hidden
-        self._queue: list[Text] = []
 
     def compose(self) -> ComposeResult:
-        yield RichLog(id="console-log", wrap=True, markup=False, highlight=False, max_lines=None,
+        yield ConsoleLog(id="console-log", wrap=True, markup=False, highlight=False, max_lines=None,
                       min_width=20)
         yield CommandInput(placeholder="gdb command: break attention@1, print max(abs(x)) "
                            "(Tab completes, ↑/↓ history, escape leaves)", id="console-input")
@@ -109,16 +137,7 @@ class ConsoleView(Vertical):
 
     def write(self, text: str, style: str | None = None) -> None:
         self.lines.append(text)
-        # Wrapped at the log's width after the next refresh: lines written while the
-        # panes are hidden (a reload) would otherwise wrap at the minimum width.
-        self._queue.append(Text(printable(text, newlines=True), style=style or ""))
-        self.call_after_refresh(self._flush)
-
-    def _flush(self) -> None:
-        log = self.query_one(RichLog)
-        for t in self._queue:
-            log.write(t)
-        self._queue.clear()
+        self.query_one(ConsoleLog).add(Text(printable(text, newlines=True), style=style or ""))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id != "console-input":

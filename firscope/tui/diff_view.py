@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from rich.text import Text
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..compare.views import Severity
@@ -54,6 +55,25 @@ def diff_text(peek: DiffPeek | None, width: int = 100) -> Text:
     return t
 
 
-class DiffView(Static):
+class DiffView(VerticalScroll, can_focus=True):
+    """Scrolls: at 80x24 the element table is below the compared outputs."""
+
+    DEFAULT_CSS = """
+    DiffView > Static { width: 100%; }
+    """
+    view: StopView | None = None
+
+    def compose(self):
+        yield Static(id="diff-body")
+
     def show(self, view: StopView) -> None:
-        self.update(diff_text(view.diff, max(self.size.width, 40)))
+        self.view = view
+        self._draw()
+
+    def _draw(self) -> None:
+        width = self.scrollable_content_region.width
+        if self.view is not None and width > 0:  # hidden (another tab): drawn when shown
+            self.query_one("#diff-body", Static).update(diff_text(self.view.diff, width))
+
+    def on_resize(self) -> None:
+        self._draw()

@@ -103,6 +103,11 @@ class NodeList(OptionList):
             return None
         return int(opt.id)
 
+    def on_resize(self) -> None:
+        pane = self.parent
+        if isinstance(pane, GraphPane) and pane.view is not None:
+            pane.render_rows(None)  # rows fit the width the list has now
+
 
 class GraphPane(Vertical):
     ALLOW_MAXIMIZE = True
@@ -130,15 +135,13 @@ class GraphPane(Vertical):
     def show(self, model, view: StopView, follow: bool = True) -> None:
         self.model, self.view = model, view
         self.query_one("#tokens", Static).update(token_strip(view))
-        self._render_rows(view.node_index if follow and not view.snapshot.finished else None)
+        self.render_rows(view.node_index if follow and not view.snapshot.finished else None)
         self.border_subtitle = f"{len(model.nodes)} nodes"
 
-    def _render_rows(self, follow: int | None) -> None:
+    def render_rows(self, follow: int | None) -> None:
         nodes = self.query_one(NodeList)
-        width = nodes.scrollable_content_region.width or (self.size.width - 3)
+        width = nodes.scrollable_content_region.width
+        if width <= 0:  # hidden (loading, another pane maximized): drawn again once shown
+            width = max(self.size.width - 3, 0) or 200
         times = self.time_of(self.view.snapshot.node_times) if self.time_of else None
         nodes.show_rows(node_rows(self.model, self.view, width - 1, times), follow)
-
-    def on_resize(self) -> None:
-        if self.view is not None:
-            self._render_rows(None)

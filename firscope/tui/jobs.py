@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..debug.snapshot import token_of
 from ..errors import FirError
 from ..profile.progress import Progress
 
@@ -43,7 +44,7 @@ class Probe:
         self.node = (node.index + 1, len(session.nodes))
 
     def line(self, now: float | None = None) -> str | None:
-        """``running: continue · token 3/12 · node 45/120 · 1.2 s`` once past SHOW_AFTER."""
+        """``running: continue · token 3 of 0..11 · node 45/120 · 1.2 s`` once past SHOW_AFTER."""
         elapsed = (now if now is not None else time.perf_counter()) - self.started
         if elapsed < SHOW_AFTER:
             return None
@@ -51,7 +52,7 @@ class Probe:
         if self.phase:
             parts.append(self.phase + (f" {self.done}/{self.total}" if self.total else ""))
         if self.token is not None:
-            parts.append(f"token {self.token[0] + 1}/{self.token[1]}")
+            parts.append(token_of(*self.token))
         if self.node is not None:
             parts.append(f"node {self.node[0]}/{self.node[1]}")
         parts.append(f"{elapsed:.1f} s (escape interrupts)")

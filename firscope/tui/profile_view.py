@@ -37,7 +37,10 @@ def cost_header(cost) -> Text:
                 style="magenta")
 
 
-def time_tables(model, times: Mapping[int, float], cost=None):
+STACK_BELOW = 110  # columns under which the layer table goes below the node table
+
+
+def time_tables(model, times: Mapping[int, float], cost=None, width: int | None = None):
     if not times and cost is None:
         return Text("no timings yet: run some nodes (c, n, t)", style="dim")
     nodes = model.nodes
@@ -46,16 +49,33 @@ def time_tables(model, times: Mapping[int, float], cost=None):
     for i, t in times.items():
         by_name[nodes[i].name].append(t)
         by_layer[nodes[i].layer] += t
-    total = sum(times.values())
+    narrow = width is not None and width < STACK_BELOW
+    grid = _node_table(nodes, by_name, sum(times.values()),
+                       _predicted(cost) if cost is not None else None, narrow)
+    layers = _layer_table(by_layer)
+    head = [cost_header(cost)] if cost is not None else []
+    if narrow:
+        return Group(*head, grid, Text(""), layers)
+    outer = Table.grid(padding=(0, 4))
+    outer.add_row(grid, layers)
+    return Group(*head, outer) if head else outer
+
+
+def _node_table(nodes, by_name: dict[str, list[float]], total: float, gpu, narrow: bool):
+    """One row per node name: runs, CPU times, share; GPU prediction and bound when given."""
+    bar = 8 if narrow else 20  # share bar cells
     grid = Table(title="time per node name (last run of each node)", title_justify="left",
                  expand=False, box=None, padding=(0, 1))
-    gpu = _predicted(cost) if cost is not None else None
     for name in gpu or ():
         by_name.setdefault(name, [])  # predicted, not (yet) timed here
     cols = ("node", "kind", "runs", "total ms", "mean ms", "share") + \
         (("GPU us", "bound") if gpu is not None else ())
     for col in cols:
-        grid.add_column(col, justify="right" if col not in ("node", "kind", "bound") else "left")
+        # names whole on one line: the kind gives way (cut with …) at a narrow width
+        grid.add_column(col, justify="right" if col not in ("node", "kind", "bound") else "left",
+                        no_wrap=True, overflow="ellipsis" if col == "kind" else "fold",
+                        min_width=max(len(n.name) for n in nodes) if col == "node" else None,
+                        max_width=14 if col == "kind" and narrow else None)
     kinds = {n.name: f"{n.kind} {n.target}"[:22] for n in nodes}
     for name, ts in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
         share = sum(ts) / total if total else 0
@@ -65,15 +85,17 @@ def time_tables(model, times: Mapping[int, float], cost=None):
             extra = ("-" if us is None else f"{us:.2f}", bound)
         grid.add_row(name, kinds[name], str(len(ts)), f"{sum(ts) * 1e3:.3f}" if ts else "-",
                      f"{sum(ts) / len(ts) * 1e3:.3f}" if ts else "-",
-                     Text("█" * int(share * 20) + f" {share:.0%}", style="cyan"), *extra)
+                     Text("█" * int(share * bar) + f" {share:.0%}", style="cyan"), *extra)
+    return grid
+
+
+def _layer_table(by_layer: dict) -> Table:
     layers = Table(title="time per layer", title_justify="left", box=None, padding=(0, 1))
     layers.add_column("layer")
     layers.add_column("ms", justify="right")
     for layer, t in sorted(by_layer.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
         layers.add_row("-" if layer is None else str(layer), f"{t * 1e3:.3f}")
-    outer = Table.grid(padding=(0, 4))
-    outer.add_row(grid, layers)
-    return outer if cost is None else Group(cost_header(cost), outer)
+    return layers
 
 
 def activation_table(quant) -> Table:
@@ -139,6 +161,10 @@ class ProfileView(VerticalScroll, can_focus=True):
         yield Static(id="prof-time")
         yield Static(id="prof-quant")
 
+    def on_resize(self) -> None:
+        if getattr(self, "_shown", None) is not None:
+            self.show(*self._shown)
+
     def set_quant(self, weights, quant) -> None:
         self.weights, self.quant = weights, quant
 
@@ -146,9 +172,12 @@ class ProfileView(VerticalScroll, can_focus=True):
         self.cost = cost
 
     def show(self, model, view: StopView) -> None:
+        self._shown = (model, view)
         times = view.snapshot.node_times
         if self.time_of is not None:
             times = self.time_of(times)
-        self.query_one("#prof-time", Static).update(time_tables(model, times, self.cost))
+        width = self.scrollable_content_region.width
+        self.query_one("#prof-time", Static).update(
+            time_tables(model, times, self.cost, width or None))
         self.query_one("#prof-quant", Static).update(
             quant_renderable(model.fir_f32, self.weights, self.quant))

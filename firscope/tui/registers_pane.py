@@ -79,31 +79,36 @@ def register_table(model, view: StopView, cursor: tuple[str, int] | None) -> Tab
     return table
 
 
+LANE_CELL = 18  # " 12 ■ -1.23457e+06◆◀" without the spaces around the value
+
+
 def lanes_text(view: StopView, width: int) -> Text:
-    """The mask and the chosen register over lanes (first 16 lanes listed)."""
+    """The chosen register over lanes: a bar per lane, then the values of the first 16
+    lanes, in as many columns as the width holds (so a short pane shows every lane)."""
     snap = view.snapshot
     t = Text()
     across = snap.across
     if across is None or snap.lane is None:
         return t
-    width = max(width - 14, 8)
     mask = across.mask
     lanes = mask.size
-    t.append(f"\nmask {int(mask.sum())}/{lanes} ", style="bold")
-    t.append("".join("■" if m else "□" for m in mask[:width]) + ("…" if lanes > width else "")
-             + "\n")
-    vals = across.values.astype(np.float64)[:width]
-    t.append(f"{across.file}{across.reg} over lanes\n", style="bold")
-    for lane, v in enumerate(normalise(vals)):
+    t.append(f"{across.file}{across.reg} over lanes", style="bold")
+    t.append(f" · mask {int(mask.sum())}/{lanes} active\n")
+    bar = max(width - 2, 8)
+    vals = across.values.astype(np.float64)[:bar]
+    for lane, v in enumerate(normalise(vals)):  # █ active, ░ masked off
         colour = ramp(v).name if np.isfinite(v) else "magenta"
         t.append("█" if mask[lane] else "░", style=colour)
-    t.append("\n")
-    for lane in range(min(lanes, 16)):
+    t.append(("…" if lanes > bar else "") + "\n")
+    per_row = max(1, min(4, width // LANE_CELL))
+    listed = min(lanes, 16)
+    for lane in range(listed):
         mark = "◆" if across.changed[lane] else " "
         focus = "◀" if lane == view.lane else " "
         v = across.values[lane]
         text = fmt_reg(v) if across.file == "R" else str(int(v))
-        t.append(f" {lane:>3} {'■' if mask[lane] else '□'} {text:>12}{mark}{focus}\n")
+        end = "\n" if lane % per_row == per_row - 1 or lane == listed - 1 else ""
+        t.append(f"{lane:>3}{'■' if mask[lane] else '□'}{text:>12}{mark}{focus}{end}")
     if lanes > 16:
         t.append(f" … {lanes - 16} more lanes (info lanes {across.file}{across.reg})\n",
                  style="dim")
@@ -179,8 +184,18 @@ class RegistersPane(VerticalScroll):
         if self.cursor not in shown:
             self.cursor = shown[0] if shown else None
         self.query_one(".regs", Static).update(register_table(model, view, self.cursor))
-        self.query_one(".lanes", Static).update(lanes_text(view, self.size.width))
+        self._lanes()
         self.border_title = registers_title(view)
+
+    def _lanes(self) -> None:
+        lanes = self.query_one(".lanes", Static)
+        width = lanes.size.width or self.scrollable_content_region.width
+        if width > 0:  # hidden (the tab, or the column when narrow): drawn on resize
+            lanes.update(lanes_text(self.view, width))
+
+    def on_resize(self) -> None:
+        if self.view is not None:
+            self.call_after_refresh(self._lanes)  # once the lanes column has its width
 
     def action_move(self, dx: int, dy: int) -> None:
         if self.view is None or self.cursor is None:
@@ -235,10 +250,16 @@ class WatchPane(VerticalScroll):
 
 
 class RightColumn(Vertical):
-    """Registers above the watch list: beside the source when wide, a tab when narrow."""
+    """Registers above the watch list: beside the source when wide, a tab when narrow (there
+    side by side, the lanes beside the registers: the tab is a few rows high)."""
 
     DEFAULT_CSS = """
     RightColumn { height: 1fr; }
+    RightColumn.-row { layout: horizontal; }
+    RightColumn.-row RegistersPane { width: 1fr; layout: horizontal; }
+    RightColumn.-row RegistersPane > .regs { width: auto; min-width: 16; padding-right: 1; }
+    RightColumn.-row RegistersPane > .lanes { width: 1fr; }
+    RightColumn.-row WatchPane { width: 30%; height: 1fr; max-height: 100%; }
     """
 
     def compose(self):

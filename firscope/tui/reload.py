@@ -127,8 +127,9 @@ def restore(ci, carried: Carried) -> list[str]:
             issue(f"ignore {number} {c.ignore}", f"ignore {number} {c.ignore}")
         notes.append(f"restored: {line}")
     for expr in carried.displays:
-        if issue(f"display {expr}", f"display {expr}") is not None:
-            notes.append(f"restored: display {expr}")
+        shown = issue(f"display {expr}", f"display {expr}")
+        if shown is not None:  # "1: max(abs(x)) = 3.25": its value here, as gdb shows it
+            notes.append(f"restored: display {shown}")
     if carried.lane:
         try:
             ci.set_lane(carried.lane)

@@ -171,6 +171,11 @@ class SourceLines(OptionList):
             return None
         return int(opt.id)
 
+    def on_resize(self) -> None:
+        pane = self.parent
+        if isinstance(pane, SourcePane) and pane.view is not None:
+            pane.redraw(keep=True)  # rows fit the width the list has now
+
 
 class ExtInfo(Static, can_focus=True):
     """What an ext node does (focusable, so the pane can be focused and maximized)."""
@@ -194,6 +199,7 @@ class SourcePane(Vertical):
         self.model = None
         self.view: StopView | None = None
         self.node_index: int | None = None  # the node shown (None: follow the stop)
+        self.shown_node: int | None = None  # the node whose kernel is on screen
         self._shown: tuple | None = None
         self.cost_marks: dict[str, dict[int, str]] = {}  # GPU prediction's marks (cost_marks)
 
@@ -204,22 +210,22 @@ class SourcePane(Vertical):
     def on_mount(self) -> None:
         self.border_title = "Kernel"
 
-    def show(self, model, view: StopView, node_index: int | None = None) -> None:
-        """Show the kernel of the stop's node (or of ``node_index``, e.g. the graph cursor)."""
+    def show(self, model, view: StopView, node_index: int | None = None,
+             keep: bool = False) -> None:
+        """Show the kernel of the stop's node (or of ``node_index``, e.g. the graph cursor).
+        ``keep``: the cursor stays on its line when the same kernel is shown (a command that
+        did not move, e.g. F9 on a line); else it goes to the pc."""
         self.model, self.view, self.node_index = model, view, node_index
-        self._redraw()
+        self.redraw(keep)
 
-    def on_resize(self) -> None:
-        if self.view is not None:
-            self._redraw()
-
-    def _redraw(self) -> None:
+    def redraw(self, keep: bool = False) -> None:
         model, view = self.model, self.view
         idx = view.node_index if self.node_index is None else self.node_index
         if idx is None:
             self._show_text("end of generation", Text("generation is over", style="dim"))
             return
         node = model.nodes[idx]
+        self.shown_node = idx
         if node.kind == "ext":
             self._show_text(f"{node.target} · {printable(model.path.name)}:{node.loc.line}",
                             ext_text(model, node, view))
@@ -227,14 +233,19 @@ class SourcePane(Vertical):
             return
         self.remove_class("-ext")
         lines = self.query_one(SourceLines)
-        width = lines.scrollable_content_region.width or (self.size.width - 3)
+        width = lines.scrollable_content_region.width
+        if width <= 0:  # hidden (loading, another pane maximized): drawn once it is shown
+            width = max(self.size.width - 3, 0) or 200
         sv = source_rows(model, view, idx, width - 1, self.cost_marks)
         old = lines.highlighted
+        same = self._shown == (node.target,)
         lines.clear_options()
         lines.add_options([Option(t, id=str(ln)) for ln, t in sv.rows])
-        if sv.focus_line is not None:
+        if keep and same and old is not None:
+            lines.highlighted = min(old, len(sv.rows) - 1)
+        elif sv.focus_line is not None:
             lines.highlighted = sv.focus_line - sv.first_line
-        elif old is not None and self._shown == (node.target,):
+        elif old is not None and same:
             lines.highlighted = min(old, len(sv.rows) - 1)
         self._shown = (node.target,)
         self.border_title, self.border_subtitle = sv.title, sv.subtitle

@@ -17,9 +17,10 @@ from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
+from rich.text import Text
 
 from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint, SanitizerCatchpoint
-from ..debug.snapshot import Snapshot
+from ..debug.snapshot import Snapshot, token_of, token_range
 from ..errors import FirError
 from ..model import Ref
 from ..text import printable
@@ -119,7 +120,7 @@ class DiffPeek:
 class StopView:
     snapshot: Snapshot
     status: str  # ci.status_line: the header's stop description
-    header: str  # model · q4 · token 4/12 'f' pos 3
+    header: str  # model · q4 · token 3 of 0..11 'f' pos 3
     pieces: tuple[str, ...]  # the piece of every token in the sequence
     n_prompt: int
     lane: int  # the focused lane
@@ -132,6 +133,7 @@ class StopView:
     patched: int  # active patches (set): the header says the run is patched
     diff: DiffPeek | None = None  # against a dump (--against)
     findings: FindingMarks = FindingMarks()  # what break race / break uninit found so far
+    place: str = ""  # the header's token part alone (kept when the model part does not fit)
 
     @property
     def node_index(self) -> int | None:
@@ -147,13 +149,22 @@ def marks_of(session) -> Marks:
                  frozenset(lines), MappingProxyType({k: frozenset(v) for k, v in lines.items()}))
 
 
-def header_of(session, tokenizer) -> str:
+def model_of(session) -> str:
+    """The header's model part: ``tiny-gpt2 · q4``."""
     m = session.model
-    head = f"{printable(m.folder.name)} · {'f32' if m.fir_f32 else 'q4'} · "
+    return f"{printable(m.folder.name)} · {'f32' if m.fir_f32 else 'q4'}"
+
+
+def place_of(session, tokenizer) -> str:
+    """The header's token part, numbered as everywhere else (:func:`token_of`)."""
     if session.finished:
-        return head + f"finished {session.step}/{session.total_steps}"
+        return f"finished: tokens {token_range(session.total_steps)} ran"
     piece = tokenizer.piece(session.token) if session.token is not None else "?"
-    return head + f"token {session.step + 1}/{session.total_steps} {piece!r} pos {session.step}"
+    return f"{token_of(session.step, session.total_steps)} {piece!r} pos {session.step}"
+
+
+def header_of(session, tokenizer) -> str:
+    return f"{model_of(session)} · {place_of(session, tokenizer)}"
 
 
 def _frozen(a) -> np.ndarray:
@@ -236,6 +247,7 @@ def build_view(session, ci, tokenizer, recorder, wants: Wants) -> StopView:
         buffer = BufferPeek((), (), (), error=str(e), title=wants.buffer)
     return StopView(
         snapshot=snap, status=ci.status_line(snap), header=header_of(session, tokenizer),
+        place=place_of(session, tokenizer),
         pieces=tuple(tokenizer.piece(t) for t in session.sequence),
         n_prompt=len(session.prompt), lane=ci.lane, register=ci.register,
         marks=marks_of(session),
@@ -285,3 +297,27 @@ def peek_diff(session) -> DiffPeek | None:
                                                   else ""),)
     return DiffPeek(step, errors, MappingProxyType({e.node: e.severity for e in errors}),
                     first_text, buffer, notes)
+
+
+def status_bar(status: str, view: StopView | None, width: int, *, busy: bool = False,
+               error: bool = False):
+    """The header line: stop description (or a message), token and position, model. When it
+    is too long the model part goes first, then a stop description is cut, never the token
+    and position; a message (an error, where the report went) keeps its words."""
+    tail = "" if view is None else "  ·  " + view.header
+    patched = f"  · patched ({view.patched})" if view is not None and view.patched else ""
+    mark = " ▶ " if busy else " ■ "
+    room = width - len(" firscope ") - len(mark) - len(patched)
+    if view is not None and len(status) + len(tail) > room and view.place:
+        tail = "  ·  " + view.place
+        if len(status) + len(tail) > room and status == view.status:
+            status = status[: max(room - len(tail) - 1, 12)] + "…"
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(" firscope ", style="bold reverse")
+    t.append(mark + status, style="bold green" if busy else ("bold red" if error
+                                                             else "bold yellow"))
+    t.append(tail)
+    if patched:
+        t.append(patched, style="bold magenta")
+    t.truncate(width, overflow="ellipsis")
+    return t

@@ -1,0 +1,319 @@
+"""The UI's second round (issue 26, items 10-15): panes drawn while hidden, the cursor after
+F9, one stop description, one token numbering across every surface, maximized panes, the
+Registers tab at 80x24 and the smaller cuts. Pilot at 80x24, 120x36 and 200x50."""
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import pytest
+
+from firscope.dap.views import THREAD_GRAPH, Views
+from firscope.debug.commands import CommandInterpreter
+from firscope.debug.diverge import attach_reference
+from firscope.debug.session import Session
+from firscope.model.tokens import ByteTokenizer
+from firscope.runtime import load_model
+from firscope.tui.app import FirscopeApp
+from firscope.tui.graph_pane import NodeList
+from firscope.tui.source_pane import SourceLines
+from firscope.tui.state import Wants, build_view
+from model_util import scale_bug_dump
+from test_tui import SIZES, header, make_app
+from tui_util import plain, press, run, screen_text, settle, wait_loaded
+
+TOKENS = [3, 1, 4, 1]
+
+
+@pytest.fixture
+def bug_dump(random_model, tmp_path):
+    return scale_bug_dump(random_model, tmp_path, TOKENS)
+
+
+@asynccontextmanager
+async def opened(app, size, *commands):
+    """The app loaded at ``size``, each command run and settled."""
+    async with app.run_test(size=size) as pilot:
+        await wait_loaded(app, pilot)
+        for c in commands:
+            app.run_command(c)
+            await settle(app, pilot)
+        yield app, pilot
+
+
+def against(model, dump) -> FirscopeApp:
+    return FirscopeApp(model, n=0, engine="interp", against=str(dump), show_times=False)
+
+
+def rows_of(app) -> list[str]:
+    return screen_text(app).splitlines()
+
+
+# -- 10: panes drawn while hidden ------------------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+def test_console_lines_written_while_hidden_wrap_at_the_shown_width(size):
+    async def go():
+        async with opened(make_app(), size) as (app, pilot):
+            await press(app, pilot, "4", "escape", "1", "n", "n", "4")
+            rows = rows_of(app)
+            for line in ("before positional (ext fir.embedding)  [token 0 100 'd' pos 0]",
+                         "before embeddings (micro g2.add)  [token 0 100 'd' pos 0]"):
+                assert any(line in r for r in rows), "\n".join(rows)
+            # the first line is as long as the width allows, not cut at 20 columns
+            first = next(r for r in rows if r.startswith("firscope: "))
+            assert len(first.rstrip()) > min(size[0] - 10, 100), first
+            # and a new width re-wraps what is there
+            await pilot.resize_terminal(size[0] + 30, size[1])
+            await settle(app, pilot)
+            first = next(r for r in rows_of(app) if r.startswith("firscope: "))
+            assert len(first.rstrip()) > min(size[0] - 10, 100) or "loaded" in first
+    run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_diff_tab_opened_after_the_stop_has_every_column(size, random_model, bug_dump):
+    async def go():
+        async with opened(against(random_model, bug_dump), size, "break diverge",
+                          "continue") as (app, pilot):
+            await press(app, pilot, "7")  # opened after the stop was drawn
+            body = plain(app.query_one("#diff-body")).splitlines()
+            head = next(r for r in body if "reference" in r and "index" in r)
+            assert "difference" in head and "ULP" in head, body
+            marked = next(r for r in body if r.startswith("▶"))
+            assert len(marked.split()) == 6, marked  # ▶ index reference other difference ULP
+            # and it scrolls to the element table at every size
+            app.query_one("#diff-view").scroll_end(animate=False)
+            await settle(app, pilot)
+            assert any(r.strip().startswith("15 ") for r in rows_of(app))
+    run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_graph_drawn_while_hidden_is_redrawn_at_its_width(size):
+    async def go():
+        async with opened(make_app(), size) as (app, pilot):
+            app.screen.add_class("-loading")  # as during a reload: the panes are hidden
+            await settle(app, pilot)
+            app.run_command("until attention@0")
+            await settle(app, pilot)
+            app.screen.remove_class("-loading")
+            await settle(app, pilot)
+            rows = rows_of(app)
+            assert any("attention_linear" in r for r in rows), "\n".join(rows)
+            assert not any("attenti…" in r for r in rows)
+    run(go())
+
+
+# -- 11: F9 on a kernel line keeps the cursor ------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+def test_f9_on_a_kernel_line_keeps_the_source_cursor(size):
+    async def go():
+        async with opened(make_app(), size) as (app, pilot):
+            app.run_command("until attention@0")
+            await settle(app, pilot)
+            await press(app, pilot, "s")
+            lines = app.query_one(SourceLines)
+            lines.focus()
+            await settle(app, pilot)
+            pc_row = lines.highlighted
+            await press(app, pilot, "down", "down", "down")
+            want = lines.cursor_line()
+            await press(app, pilot, "f9")
+            assert lines.highlighted == pc_row + 3 and lines.cursor_line() == want
+            assert any(bp.spec == f"g2.attn_decode:{want}" for bp in app.session.breakpoints)
+            row = next(r for r in rows_of(app) if f"{want:4d} " in r and "●" in r)
+            assert row
+            await press(app, pilot, "b")  # and off again, still there
+            assert lines.cursor_line() == want
+            assert not any(bp.spec == f"g2.attn_decode:{want}" for bp in app.session.breakpoints)
+    run(go())
+
+
+# -- 12 and 13: one stop description, one numbering -------------------------------------------
+def test_one_numbering_and_stop_description_in_every_surface(random_model, bug_dump):
+    s = Session(load_model(random_model), TOKENS, 0, engine="interp")
+    attach_reference(s, bug_dump)
+    ci = CommandInterpreter(s)
+    ci.execute("break diverge")
+    batch = ci.execute("continue")
+    assert s.step == 1
+    # the header says what batch mode says
+    caught = batch.splitlines()[0]
+    assert caught.startswith("Catchpoint 1, attention@0 diverges from the dump at step 1")
+    view = build_view(s, ci, ByteTokenizer(), None, Wants())
+    assert view.status.startswith(caught)
+    # token 1 everywhere: header, where, diff, info diff, DAP
+    assert "token 1 of 0..3" in view.header
+    assert view.diff.step == 1 and "step 1," in view.diff.first
+    assert "#1  token 1 " in ci.execute("where") and "(of tokens 0..3)" in ci.execute("where")
+    assert "\nstep 1: " in "\n" + ci.execute("info diff")
+    from firscope.tui.diff_view import diff_text
+    assert "token 1: compared outputs" in diff_text(view.diff).plain
+    frames = Views(ci, {"path": str(random_model)}).frames(THREAD_GRAPH)
+    assert frames[-1]["name"].startswith("token 1 ") and "of tokens 0..3" in frames[-1]["name"]
+    # goto NODE token N lands on token N as the header numbers it
+    ci.execute("delete 1")
+    ci.execute("goto attention@1 token 2")
+    assert s.step == 2
+    view = build_view(s, ci, ByteTokenizer(), None, Wants())
+    assert "token 2 of 0..3" in view.header and "pos 2" in view.header
+    assert "[token 2 " in ci.where_line()
+    # and break token N stops at the start of that token, numbered the same
+    ci.execute("break token 3")
+    assert ci.execute("continue").startswith("Breakpoint 2, token 3")
+    assert s.step == 3 and s.node_index == 0
+    assert "token 3 of 0..3" in build_view(s, ci, ByteTokenizer(), None, Wants()).header
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_header_shows_a_divergence_as_batch_mode_does(size, random_model, bug_dump):
+    async def go():
+        async with opened(against(random_model, bug_dump), size, "break diverge",
+                          "continue") as (app, pilot):
+            top = header(app)
+            assert "Catchpoint 1, attention@0 diver" in top, top
+            assert "breakpoint 1" not in top
+            assert "token 1 of 0..3" in top  # never cut for the description
+            app.run_command("delete 1")
+            app.run_command("goto attention@1 token 2")
+            await settle(app, pilot)
+            assert "token 2 of 0..3" in header(app)
+    run(go())
+
+
+def test_sanitizer_and_nan_catchpoints_read_the_same_in_the_header():
+    from types import SimpleNamespace
+    from firscope.debug.snapshot import Stop, StopReason
+    s = Session(load_model(make_app().model_path), [1], 0, engine="interp")
+    ci = CommandInterpreter(s)
+    for reason, msg in ((StopReason.BREAKPOINT,
+                         "Catchpoint 2, race (write after read): lanes 0 and 1 write x[3]"),
+                        (StopReason.BREAKPOINT, "Catchpoint 3, uninit: lane 2 reads x[9]"),
+                        (StopReason.NAN, "x[3] = nan written by lane 1")):
+        stop = Stop(reason, msg, s.location(), 2)
+        batch = ci.describe_stop(stop).splitlines()[0]
+        assert batch.startswith("Catchpoint")
+        assert ci.status_line(SimpleNamespace(stop=stop)).startswith(batch)
+
+
+# -- 14: maximized panes, the Registers tab ----------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+def test_m_on_the_graph_widens_it_and_keeps_the_header(size):
+    async def go():
+        async with opened(make_app(), size) as (app, pilot):
+            app.run_command("until attention@0")
+            await settle(app, pilot)
+            app.query_one(NodeList).focus()
+            await press(app, pilot, "m")
+            rows = rows_of(app)
+            assert "stopped at attention@0" in rows[0]  # the stop description stays
+            box = next(r for r in rows if "Graph" in r)
+            assert box.startswith("╭") and box.rstrip().endswith("╮") and \
+                len(box.rstrip()) == size[0], box
+            assert "╱" not in "".join(rows[1:-1])  # no hatching beside it
+            await press(app, pilot, "m")
+            rows = rows_of(app)
+            assert any("positional" in r and "embeddings" not in r for r in rows)
+            assert not any("posi…" in r for r in rows)
+    run(go())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (90, 30)])
+def test_registers_tab_shows_the_watch_list_and_every_lane(size):
+    async def go():
+        async with opened(make_app(), size) as (app, pilot):
+            for c in ("until attention@0", "stepi", "display max(abs(x))", "display R3"):
+                app.run_command(c)
+                await settle(app, pilot)
+            await press(app, pilot, "6")
+            text = screen_text(app)
+            assert "1: max(abs(x)) =" in text and "2: R3 = 0" in text, text
+            assert "R0 over lanes" in text
+            for lane in range(4):  # attention@0 runs 4 lanes: each with its value
+                assert f"{lane:>3}■{lane:>12}" in text, text
+    run(go())
+
+
+# -- 15: the smaller cuts ----------------------------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+def test_buffers_placeholder_and_header_are_whole(size):
+    async def go():
+        async with opened(make_app(), size) as (app, pilot):
+            app.run_command("until g2.attn_decode:160")
+            await settle(app, pilot)
+            text = screen_text(app)
+            assert "the next node's inputs · or a name: x, qkvw@0" in text
+            top = text.splitlines()[0]
+            assert "token 0 of 0..6 'd' pos 0" in top, top  # token and position survive 80
+    run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_profile_tab_keeps_node_names_whole(size):
+    async def go():
+        async with opened(make_app(), size) as (app, pilot):
+            await press(app, pilot, "t", "3")
+            text = screen_text(app)
+            assert "attenti…" not in text
+            row = next(r for r in text.splitlines() if " attention " in r and "micro" in r)
+            assert "%" in row and "total ms" in text and "runs" in text, text
+    run(go())
+
+
+def test_info_lanes_and_registers_say_what_the_star_means():
+    app = make_app()
+    model = load_model(app.model_path)
+    s = Session(model, [1, 2], 0, engine="interp")
+    ci = CommandInterpreter(s)
+    ci.execute("until attention@0")
+    ci.execute("stepi 3")
+    ci.execute("lane 1")  # lane 1: U1 = 1 * headdim, changed
+    for out in (ci.execute("info lanes U1"), ci.execute("info registers")):
+        assert "*" in out.split("\n", 1)[1].rsplit("\n", 1)[0]  # something is marked
+        assert out.splitlines()[-1].lstrip().endswith(
+            "* changed since the last stop (or since the kernel started)")
+
+
+def test_a_restored_display_shows_its_value():
+    from firscope.model.tokens import load_tokenizer
+    from firscope.tui.reload import carry, restore
+    model = load_model(make_app().model_path)
+    tok = load_tokenizer(model.folder, model.vocab)
+    s = Session(model, tok.encode("def "), 2, engine="interp")
+    ci = CommandInterpreter(s, tok)
+    ci.execute("until ln1@0")
+    ci.execute("display max(abs(x))")
+    carried = carry(s, ci)
+    s2 = Session(model, tok.encode("def "), 2, engine="interp")
+    ci2 = CommandInterpreter(s2, tok)
+    notes = restore(ci2, carried)
+    shown = next(n for n in notes if n.startswith("restored: display"))
+    d = ci2.last.displays[0]  # the Watch pane's value at the restored stop
+    assert d.expr == "max(abs(x))" and not d.error
+    assert shown == f"restored: display 1: max(abs(x)) = {d.text}"  # as gdb prints it
+
+
+def test_ui_against_a_dump_stops_at_its_end_unless_n_is_given():
+    from firscope.cli import build_parser
+    from firscope.tui.launch import ui_steps
+    p = build_parser()
+    assert ui_steps(p.parse_args(["ui", "m.fir", "--against", "d.safetensors"])) == 0
+    assert ui_steps(p.parse_args(["ui", "m.fir", "--against", "d.safetensors", "-n", "5"])) == 5
+    assert ui_steps(p.parse_args(["ui", "m.fir", "--against", "d.st", "--prompt", "hi"])) == 12
+    assert ui_steps(p.parse_args(["ui", "m.fir"])) == 12
+
+
+def test_a_prompt_without_a_tokenizer_is_refused_before_loading(make_model, monkeypatch,
+                                                                capsys):
+    import firscope.runtime.load as load_mod
+    import firscope.tui.launch as launch
+    from firscope.cli import main
+    fir = make_model("novocab", vocab=300)
+
+    def never(*a, **kw):
+        raise AssertionError("loaded the model before refusing the prompt")
+    monkeypatch.setattr(launch, "FirscopeApp", never)
+    monkeypatch.setattr(load_mod, "load_model", never)
+    assert main(["ui", str(fir), "--prompt", "hello"]) == 1
+    err = capsys.readouterr().err
+    assert "no tokenizer.json beside the model" in err and "--tokens 1,2,3" in err
+    assert "Traceback" not in err
