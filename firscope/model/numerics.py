@@ -42,7 +42,8 @@ EXP_MIN = -104.0  # exp(x) < 2^-150 below this: f32 0 (half the smallest subnorm
 
 
 def exp64_numpy(t: np.ndarray) -> np.ndarray:
-    """exp of f64 ``t`` in [EXP_MIN, EXP_MAX] (callers clamp): t = n ln2 + r with
+    """exp of f64 ``t`` (the f32 functions clamp it to [EXP_MIN, EXP_MAX]; the sampler uses
+    it on [-800, 0], where ldexp underflows to 0 as it should): t = n ln2 + r with
     n = rint(t / ln2) and r = (t - n LN2_HI) - n LN2_LO; exp(r) by Horner's rule on the
     degree-13 Taylor polynomial (highest coefficient first); times 2^n (ldexp, exact)."""
     n = np.rint(t * INV_LN2)
