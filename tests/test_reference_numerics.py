@@ -78,7 +78,8 @@ def test_exp_and_sigmoid_are_correctly_rounded_but_for_rare_ties():
     assert sigmoid_f32(np.array([-np.inf, np.inf], np.float32)).tolist() == [0.0, 1.0]
 
 
-SHAPES = [(1, 1), (5, 7), (3, 16), (4, 17), (37, 33), (300, 131), (700, 768), (2, 3072)]
+SHAPES = [(1, 1), (5, 7), (3, 32), (4, 33), (37, 47), (9, 64), (300, 131), (700, 768),
+          (2, 3072)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -89,11 +90,11 @@ def test_f32_matvec_is_the_defined_sum(shape):
     y = np.empty(shape[0], dtype=np.float32)
     f32_matvec(w, x, y)
     assert np.array_equal(bits(y), bits(dot_f32_numpy(w, x)))
-    # the definition is the written order, not just any order: sum i mod 16, then the tree
-    s = np.zeros((shape[0], 16), np.float32)
+    # the definition is the written order, not just any order: sum i mod 32, then the tree
+    s = np.zeros((shape[0], 32), np.float32)
     for i in range(shape[1]):
-        s[:, i % 16] += w[:, i] * x[i]
-    for h in (8, 4, 2, 1):
+        s[:, i % 32] += w[:, i] * x[i]
+    for h in (16, 8, 4, 2, 1):
         s[:, :h] = s[:, :h] + s[:, h: 2 * h]
     assert np.array_equal(bits(y), bits(s[:, 0]))
 

@@ -10,10 +10,10 @@ conversions, all correctly rounded), ``rint`` and ``ldexp`` (both exact) are
 used: no libm transcendental, no fused multiply-add, no reassociation.
 
 Dot products (``fir.linear``, ``fir.linear_t``, on f32 and q4 weights):
-``LANES`` = 16 partial sums; element ``i`` of a row is added, in increasing
-``i``, to partial sum ``i mod 16`` (each product ``w[i] * x[i]`` rounded to
+``LANES`` = 32 partial sums; element ``i`` of a row is added, in increasing
+``i``, to partial sum ``i mod 32`` (each product ``w[i] * x[i]`` rounded to
 f32, then the sum rounded to f32; partial sums start at +0.0). Then a fixed
-tree: ``s[j] += s[j + h]`` for h = 8, 4, 2, 1 (j < h); the result is
+tree: ``s[j] += s[j + h]`` for h = 16, 8, 4, 2, 1 (j < h); the result is
 ``s[0]``. A q4 weight is first dequantized to f32 as ``q * scale + min`` (a
 rounded product, then a rounded sum), so the packed path and the dequantized
 path are one computation.
@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-LANES = 16  # partial sums of every dot product
+LANES = 32  # partial sums of every dot product
 LN2_HI = float.fromhex("0x1.62e42fee00000p-1")  # ln 2, its high 32 bits (n * LN2_HI is exact)
 LN2_LO = float.fromhex("0x1.a39ef35793c76p-33")  # ln 2 - LN2_HI
 INV_LN2 = float.fromhex("0x1.71547652b82fep+0")  # 1 / ln 2, rounded to f64
@@ -45,13 +45,17 @@ def exp64_numpy(t: np.ndarray) -> np.ndarray:
     """exp of f64 ``t`` (the f32 functions clamp it to [EXP_MIN, EXP_MAX]; the sampler uses
     it on [-800, 0], where ldexp underflows to 0 as it should): t = n ln2 + r with
     n = rint(t / ln2) and r = (t - n LN2_HI) - n LN2_LO; exp(r) by Horner's rule on the
-    degree-13 Taylor polynomial (highest coefficient first); times 2^n (ldexp, exact)."""
+    degree-13 Taylor polynomial (highest coefficient first); times 2^(n>>1), then times
+    2^(n - (n>>1)) (powers of two that are normal f64: the first product is exact, the
+    second rounds once, so this is ldexp(p, n))."""
     n = np.rint(t * INV_LN2)
     r = (t - n * LN2_HI) - n * LN2_LO
     p = np.full_like(r, EXP_COEFFS[13])
     for c in EXP_COEFFS[12::-1]:
         p = p * r + c
-    return np.ldexp(p, n.astype(np.int32))
+    k = n.astype(np.int64)
+    half = k >> 1
+    return p * np.ldexp(1.0, half) * np.ldexp(1.0, k - half)
 
 
 def exp_f32_numpy(x: np.ndarray) -> np.ndarray:
@@ -82,7 +86,7 @@ def sigmoid_f32_numpy(x: np.ndarray) -> np.ndarray:
 
 
 def fold_lanes_numpy(s: np.ndarray) -> np.ndarray:
-    """[..., 16] partial sums -> [...]: s[j] + s[j + h] for h = 8, 4, 2, 1."""
+    """[..., 32] partial sums -> [...]: s[j] + s[j + h] for h = 16, 8, 4, 2, 1."""
     h = LANES
     while h > 1:
         h //= 2

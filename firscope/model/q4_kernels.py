@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..jitcache import prepare_numba
-from .numeric_kernels import fold_lanes, lanes_q4
+from .numeric_kernels import ROWS, fold_lanes, lanes_q4_row, lanes_q4_rows
 from .numerics import LANES
 
 prepare_numba()
@@ -145,19 +145,34 @@ def dequantize(packed, scale, minimum, group, out):  # pragma: no cover - compil
 
 
 @njit(**opts)
+def q4_tail32(packed, scale, minimum, xe, xo, cols, r, acc):  # pragma: no cover - compiled
+    """Row r's columns past the last full block of 32 into its partial sums ``acc``."""
+    first = cols // LANES * LANES
+    for c in range(first, cols):
+        k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
+        xc = xe[c >> 1] if (c & 1) == 0 else xo[c >> 1]
+        acc[c - first] += (np.float32(k) * scale[r, c >> 5] + minimum[r, c >> 5]) * xc
+
+
+@njit(**opts)
 def q4_rows32(packed, scale, minimum, xe, xo, cols, y, r0, r1):  # pragma: no cover - compiled
-    # Group 32: the full blocks of 16 columns run in one vector (lanes_q4, which
-    # deinterleaves nothing: even columns come from xe, odd ones from xo), the tail
-    # (cols not a multiple of 16) into its partial sums, then the fixed tree.
+    # Group 32: the full blocks of 32 columns (one group) of ROWS rows at a time run in vectors
+    # (lanes_q4_rows, which deinterleaves nothing: even columns come from xe, odd ones
+    # from xo), then each row's tail into its partial sums, then the fixed tree.
     blocks = cols // LANES
-    acc = np.empty(LANES, dtype=np.float32)
-    for r in range(r0, r1):
-        lanes_q4(acc, packed[r], scale[r], minimum[r], xe, xo, blocks)
-        for c in range(blocks * LANES, cols):
-            k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
-            xc = xe[c >> 1] if (c & 1) == 0 else xo[c >> 1]
-            acc[c - blocks * LANES] += (np.float32(k) * scale[r, c >> 5] + minimum[r, c >> 5]) * xc
-        y[r] = fold_lanes(acc)
+    acc = np.empty((ROWS, LANES), dtype=np.float32)
+    r = r0
+    while r + ROWS <= r1:
+        lanes_q4_rows(acc, packed, scale, minimum, xe, xo, r, blocks)
+        for k in range(ROWS):
+            q4_tail32(packed, scale, minimum, xe, xo, cols, r + k, acc[k])
+            y[r + k] = fold_lanes(acc[k])
+        r += ROWS
+    while r < r1:
+        lanes_q4_row(acc, packed, scale, minimum, xe, xo, r, blocks)
+        q4_tail32(packed, scale, minimum, xe, xo, cols, r, acc[0])
+        y[r] = fold_lanes(acc[0])
+        r += 1
 
 
 @njit(**opts)
