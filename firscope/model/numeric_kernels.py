@@ -27,6 +27,10 @@ from numba.core import cgutils, types  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
 _OPTS = dict(cache=True, nogil=True, error_model="numpy")
+# The scalar functions the generated kernels call once per lane: inlined into the caller
+# (a call per lane cost more than the function), which also keeps the caller's cache
+# entry holding their code.
+_INLINE = dict(_OPTS, inline="always")
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
 C0, C1, C2, C3, C4, C5, C6 = EXP_COEFFS[:7]
@@ -180,31 +184,25 @@ def fold_lanes(s):  # pragma: no cover - compiled
     return s[0]
 
 
-@njit(**_OPTS)
+@njit(**_INLINE)
 def exp64(t):  # pragma: no cover - compiled
-    """exp of f64 t in [EXP_MIN, EXP_MAX]: numerics.exp64_numpy, operation for operation."""
+    """exp of f64 t: numerics.exp64_numpy, operation for operation."""
     n = np.rint(t * INV_LN2)
     r = (t - n * LN2_HI) - n * LN2_LO
-    p = C13
-    p = p * r + C12
-    p = p * r + C11
-    p = p * r + C10
-    p = p * r + C9
-    p = p * r + C8
-    p = p * r + C7
-    p = p * r + C6
-    p = p * r + C5
-    p = p * r + C4
-    p = p * r + C3
-    p = p * r + C2
-    p = p * r + C1
-    p = p * r + C0
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    s0 = (C0 + C1 * r) + (C2 + C3 * r) * r2
+    s1 = (C4 + C5 * r) + (C6 + C7 * r) * r2
+    s2 = (C8 + C9 * r) + (C10 + C11 * r) * r2
+    s3 = C12 + C13 * r
+    p = (s0 + s1 * r4) + (s2 + s3 * r4) * r8
     k = int(n)
     half = k >> 1
     return p * pow2(half) * pow2(k - half)
 
 
-@njit(**_OPTS)
+@njit(**_INLINE)
 def exp_f32(x):  # pragma: no cover - compiled
     """f32 exp, as numerics.exp_f32_numpy defines it."""
     if x != x:
@@ -216,7 +214,7 @@ def exp_f32(x):  # pragma: no cover - compiled
     return np.float32(exp64(np.float64(x)))
 
 
-@njit(**_OPTS)
+@njit(**_INLINE)
 def sigmoid_f32(x):  # pragma: no cover - compiled
     """f32 1 / (1 + exp(-x)), as numerics.sigmoid_f32_numpy defines it."""
     if x != x:

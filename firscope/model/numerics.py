@@ -43,16 +43,23 @@ EXP_MIN = -104.0  # exp(x) < 2^-150 below this: f32 0 (half the smallest subnorm
 
 def exp64_numpy(t: np.ndarray) -> np.ndarray:
     """exp of f64 ``t`` (the f32 functions clamp it to [EXP_MIN, EXP_MAX]; the sampler uses
-    it on [-800, 0], where ldexp underflows to 0 as it should): t = n ln2 + r with
-    n = rint(t / ln2) and r = (t - n LN2_HI) - n LN2_LO; exp(r) by Horner's rule on the
-    degree-13 Taylor polynomial (highest coefficient first); times 2^(n>>1), then times
-    2^(n - (n>>1)) (powers of two that are normal f64: the first product is exact, the
-    second rounds once, so this is ldexp(p, n))."""
+    it on [-800, 0], where the result underflows to 0 as it should): t = n ln2 + r with
+    n = rint(t / ln2) and r = (t - n LN2_HI) - n LN2_LO; exp(r) by the degree-13 Taylor
+    polynomial evaluated in Estrin's scheme, exactly as written below (a short chain of
+    dependent operations, unlike Horner's 13 steps); then times 2^(n>>1) and times
+    2^(n - (n>>1)), powers of two that are normal f64 (the first product is exact, the
+    second rounds once: this is ldexp(p, n))."""
+    c = EXP_COEFFS
     n = np.rint(t * INV_LN2)
     r = (t - n * LN2_HI) - n * LN2_LO
-    p = np.full_like(r, EXP_COEFFS[13])
-    for c in EXP_COEFFS[12::-1]:
-        p = p * r + c
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    s0 = (c[0] + c[1] * r) + (c[2] + c[3] * r) * r2
+    s1 = (c[4] + c[5] * r) + (c[6] + c[7] * r) * r2
+    s2 = (c[8] + c[9] * r) + (c[10] + c[11] * r) * r2
+    s3 = c[12] + c[13] * r
+    p = (s0 + s1 * r4) + (s2 + s3 * r4) * r8
     k = n.astype(np.int64)
     half = k >> 1
     return p * np.ldexp(1.0, half) * np.ldexp(1.0, k - half)
