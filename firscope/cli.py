@@ -8,6 +8,9 @@ usage error (argparse style) or a bug in firscope, 130 interrupted (ctrl+c).
 
 Only light modules are imported here: NumPy, numba and the model layer load
 inside the commands, where ctrl+c is already turned into exit 130.
+
+size: the argument parsers of all fourteen subcommands live here, because argparse
+stops at this module; the commands themselves are a few lines each.
 """
 from __future__ import annotations
 
@@ -25,11 +28,14 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "cost",
+               "dap", "serve", "gpu", "wgsl")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
-ENGINES = ("compiled", "interp")
+ENGINES = ("compiled", "interp", "gpu")
+# Commands that stop at instructions (or watch every access): not on a GPU
+NO_GPU_COMMANDS = ("debug", "ui", "serve", "sanitize")
 
 
 # -- argument types: a bad value is a usage error (exit 2) before anything is loaded ----------
@@ -121,8 +127,9 @@ def _input_args(p: argparse.ArgumentParser, required: bool, steps: int) -> None:
 
 def _engine_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=ENGINES, default="compiled",
-                   help="how micro-kernels run: compiled (numba, default) or interp (the "
-                        "step interpreter, the reference)")
+                   help="how micro-kernels run: compiled (numba, default), interp (the "
+                        "step interpreter, the reference) or gpu (WGSL through wgpu; needs "
+                        "firscope[gpu]; not for stepping)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,36 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"firscope {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    ui = sub.add_parser("ui", help="open the terminal UI (the default)")
-    ui.add_argument("--against", type=path_arg, metavar="DUMP",
-                    help="compare every node with this dump (the Diff tab, break diverge); "
-                         "without --prompt/--tokens, feed the dump's tokens")
-    _model_arg(ui)
-    _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
-    _engine_arg(ui)
+    _ui_parser(sub)
 
     c = sub.add_parser("check", help="load and validate a model; print a summary")
     _model_arg(c)
 
-    r = sub.add_parser("run", help="decode tokens headlessly")
-    _model_arg(r)
-    _input_args(r, required=True, steps=DEFAULT_STEPS)
-    r.add_argument("--logits-out", type=path_arg, metavar="FILE",
-                   help="save the logits of every step as float32 [steps, vocab] in NumPy "
-                        ".npy format, to exactly this file")
-    r.add_argument("--temperature", type=temperature_arg, default=0.0,
-                   help="sample with this temperature (default: greedy)")
-    r.add_argument("--seed", type=count_arg, default=None, help="random seed for sampling")
-    _engine_arg(r)
-    r.add_argument("--ids", action="store_true", help="print token ids instead of text")
-    r.add_argument("--budget", type=int, default=None, metavar="N",
-                   help="instructions one dispatch may run before it counts as runaway")
-    r.add_argument("--dump", type=path_arg, metavar="FILE",
-                   help="write every node output of every step to FILE (.safetensors or .npz; "
-                        "see docs/dump-format.md)")
-    r.add_argument("--dump-nodes", metavar="PATTERN",
-                   help="only these outputs: globs over instances or INSTANCE/BUFFER, "
-                        "comma-separated ('attention@*,*/x')")
+    _run_parser(sub)
 
     d = sub.add_parser("debug", help="batch debugger (gdb-style commands from -x or stdin)")
     _model_arg(d)
@@ -190,11 +173,64 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also run the kernel sanitizer on the same tokens and list its "
                          "findings in the report")
 
+    pr.add_argument("--device", metavar="NAME",
+                    help="also predict each node's time on this GPU (report.json 'gpu', "
+                         "gpu_nodes.csv, the speed-of-light table and roofline)")
+
     _sanitize_parser(sub)
     _diff_parser(sub)
+    _capture_parser(sub)
+    _cost_parser(sub)
 
     _editor_parsers(sub)
+    _gpu_parsers(sub)
     return p
+
+
+def _ui_parser(sub) -> None:
+    ui = sub.add_parser("ui", help="open the terminal UI (the default)")
+    ui.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="compare every node with this dump (the Diff tab, break diverge); "
+                         "without --prompt/--tokens, feed the dump's tokens")
+    ui.add_argument("--isolate", action="store_true",
+                    help="with --against: colour each node by its own error (run from the "
+                         "dump's inputs), not by what it inherited")
+    _model_arg(ui)
+    _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
+    _engine_arg(ui)
+    ui.add_argument("--device", metavar="NAME",
+                    help="GPU whose predicted times the Profile tab shows (default: the "
+                         "devices.toml default, else h200)")
+
+
+def _run_parser(sub) -> None:
+    r = sub.add_parser("run", help="decode tokens headlessly")
+    _model_arg(r)
+    _input_args(r, required=True, steps=DEFAULT_STEPS)
+    r.add_argument("--logits-out", type=path_arg, metavar="FILE",
+                   help="save the logits of every step as float32 [steps, vocab] in NumPy "
+                        ".npy format, to exactly this file")
+    r.add_argument("--temperature", type=temperature_arg, default=0.0,
+                   help="sample with this temperature (default: greedy)")
+    r.add_argument("--seed", type=count_arg, default=None, help="random seed for sampling")
+    _engine_arg(r)
+    r.add_argument("--ids", action="store_true", help="print token ids instead of text")
+    r.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="instructions one dispatch may run before it counts as runaway")
+    r.add_argument("--dump", type=path_arg, metavar="FILE",
+                   help="write every node output of every step to FILE (.safetensors or .npz; "
+                        "see docs/dump-format.md)")
+    r.add_argument("--dump-nodes", metavar="PATTERN",
+                   help="only these outputs: globs over instances or INSTANCE/BUFFER, "
+                        "comma-separated ('attention@*,*/x')")
+
+
+def _gpu_parsers(sub) -> None:
+    sub.add_parser("gpu", help="show the GPU adapter wgpu finds (name, backend, driver, limits)")
+    w = sub.add_parser("wgsl", help="print the WGSL compute shaders generated for the kernels")
+    _model_arg(w)
+    w.add_argument("kernel", nargs="?", metavar="KERNEL",
+                   help="one kernel, node (attention@2) or ext shader (default: every kernel)")
 
 
 def _sanitize_parser(sub) -> None:
@@ -218,6 +254,31 @@ def _sanitize_parser(sub) -> None:
     _engine_arg(sa)
 
 
+def _cost_parser(sub) -> None:
+    co = sub.add_parser(
+        "cost", help="predict what each node would cost on a GPU (speed of light)",
+        description="Run one decode step with every lane's instructions and addresses "
+                    "recorded, and predict each node's time on a GPU from its work, memory "
+                    "traffic (32-byte sectors per warp request), SIMD efficiency and latency "
+                    "chain: max(memory, compute, latency) + launch overhead. A prediction, "
+                    "not a measurement (docs/cost-model.md). Devices: firscope cost "
+                    "--device list; add your own in ~/.config/firscope/devices.toml.")
+    _model_arg(co)
+    g = co.add_mutually_exclusive_group()
+    g.add_argument("--prompt", type=text_arg, help="prompt text (default: the sample prompt)")
+    g.add_argument("--tokens", type=text_arg, help="prompt as token ids, e.g. 1,2,3")
+    co.add_argument("--device", metavar="NAME",
+                    help="device profile (default: the devices.toml default, else h200); "
+                         "'list' lists them")
+    co.add_argument("--at", type=count_arg, metavar="POSITION",
+                    help="the position of the step analysed (default: the prompt's last "
+                         "token; later positions are fed greedy tokens)")
+    co.add_argument("--top", type=count_arg, default=40, metavar="N",
+                    help="nodes in the ranked table (default 40; 0: all)")
+    co.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    _engine_arg(co)
+
+
 def _editor_parsers(sub) -> None:
     dp = sub.add_parser("dap", help="Debug Adapter Protocol server for editors (stdio)")
     dp.add_argument("--port", type=int, default=None, metavar="N",
@@ -229,6 +290,24 @@ def _editor_parsers(sub) -> None:
     _engine_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+
+
+def _capture_parser(sub) -> None:
+    cp = sub.add_parser("capture", help="cut one node at one step out as a test case folder",
+                        description="firscope capture [MODEL.fir] --node attention@2 --step 5 "
+                                    "[--against DUMP] -o case/")
+    _model_arg(cp)
+    cp.add_argument("--node", required=True, type=text_arg, metavar="INSTANCE",
+                    help="the node instance, e.g. attention@2")
+    cp.add_argument("--step", type=int, default=0, metavar="S", help="the step (default 0)")
+    cp.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="take the node's inputs from this dump (the other run's values)")
+    g = cp.add_mutually_exclusive_group()
+    g.add_argument("--prompt", type=text_arg, help="prompt text (default: the dump's tokens)")
+    g.add_argument("--tokens", type=text_arg, help="token ids (default: the dump's tokens)")
+    _engine_arg(cp)
+    cp.add_argument("-o", "--output", required=True, type=path_arg, metavar="FOLDER",
+                    help="the case folder to write (new or empty)")
 
 
 def _diff_parser(sub) -> None:
@@ -256,6 +335,15 @@ def _diff_parser(sub) -> None:
                     help="strict mode: at most N ULPs per element (instead of --rtol/--atol)")
     df.add_argument("--json", action="store_true", help="print JSON")
     df.add_argument("--per-step", action="store_true", help="one row per step, not per output")
+    df.add_argument("--chained", action="store_true",
+                    help="--engine gpu: the GPU runs on its own values throughout (default: "
+                         "isolate, each GPU node starts from the reference's inputs)")
+    df.add_argument("--sanitize", action="store_true",
+                    help="--engine gpu: also run the race checker, and say when a race "
+                         "explains a divergence")
+    df.add_argument("--isolate", action="store_true",
+                    help="judge every node on its own: run it from the other run's inputs and "
+                         "compare only its outputs (finds every wrong node, not just the first)")
 
 
 def with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -335,6 +423,15 @@ def _main(argv: list[str]) -> int:
         args = parser.parse_args(with_command(parser, argv))
         if args.command == "ui" and args.model is not None and not os.path.exists(args.model):
             parser.error(f"{printable(args.model)}: no such file")
+        if getattr(args, "engine", None) == "gpu" and args.command in NO_GPU_COMMANDS:
+            from .gpu import NO_STEPPING
+            raise FirError(f"{args.command} --engine gpu: {NO_STEPPING}")
+        if getattr(args, "isolate", False) and getattr(args, "chained", False):
+            parser.error("--isolate and --chained contradict each other (--engine gpu isolates "
+                         "by default)")
+        if getattr(args, "isolate", False) and args.command == "ui" and not args.against:
+            parser.error("--isolate needs --against DUMP (it judges each node on the dump's "
+                         "inputs)")
         return COMMANDS[args.command](args)
     except Interrupted as e:  # ctrl+c during a run: say which kernel and line it was in
         print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
@@ -406,16 +503,22 @@ def cmd_run(args) -> int:
         raise FirError(f"--budget {args.budget}: must be at least 1 instruction")
     if args.logits_out is not None:  # before the run, not after it
         check_output_file(args.logits_out, "--logits-out")
+    from .runtime.progress import TerminalProgress
     shown = TerminalProgress()
     opened = _run_input(args).open(progress=shown)
     ids, tok = list(opened.ids), opened.tokenizer
-    machine = Machine(opened.model, engine=args.engine,
-                      budget=args.budget if args.budget is not None else DEFAULT_BUDGET)
+    budget = args.budget if args.budget is not None else DEFAULT_BUDGET
+    if args.engine == "gpu":
+        from .gpu import machine_for
+        machine = machine_for(opened.model, args.engine, budget=budget)
+    else:
+        machine = Machine(opened.model, engine=args.engine, budget=budget)
     from .runtime.interrupt import ctrl_c_stops, stop_between_nodes
     if machine.kernel_runner is not None:  # compiled now, where the progress line shows it
         machine.kernel_runner.warmup(progress=shown)
     shown.done()
-    stop_between_nodes(machine)
+    if args.engine != "gpu":  # the GPU engine looks at the stop flag between tokens
+        stop_between_nodes(machine)
     t = time.perf_counter()
     from .compare.command import dump_recording
     with ctrl_c_stops(machine.stop_flag), dump_recording(machine, args.dump, args.dump_nodes,
@@ -437,30 +540,6 @@ def cmd_run(args) -> int:
     return 0
 
 
-class TerminalProgress:
-    """``loading: weights 45%`` or ``compiling g2.attn_decode 50%`` on one line of stderr,
-    on a terminal only and once the work has taken half a second: a first run compiles
-    its kernels for a few seconds (later runs load them from the cache and show
-    nothing)."""
-
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.tty = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, what: str, frac: float) -> None:
-        if self.tty and time.perf_counter() - self.t0 >= 0.5:
-            label = what if what.startswith("compil") else f"loading: {what}"
-            sys.stderr.write(f"\r\x1b[K{label} {min(max(frac, 0.0), 1.0):4.0%}")
-            sys.stderr.flush()
-            self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-
-
 def cmd_ui(args) -> int:
     try:
         from .tui.launch import run_app
@@ -480,21 +559,34 @@ def cmd_debug(args) -> int:
 
 
 def cmd_profile(args) -> int:
+    if args.engine == "gpu":
+        if args.against or args.sanitize:
+            raise FirError("profile --engine gpu times the GPU only: --against and --sanitize "
+                           "need a reference engine (compare with `diff --engine gpu`)")
+        from .gpu.commands import run_gpu_profile
+        return run_gpu_profile(_run_input(args), n=args.n, out=args.out)
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
-                       against=args.against, sanitize=args.sanitize)
+                       against=args.against, sanitize=args.sanitize, device=args.device)
+
+
+def _load_model(ns):  # diff and capture: the load options mean what they mean for run
+    from .runtime.opening import open_model
+    return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
+
+
+def _ids_of(ns, model):
+    from .runtime.opening import prompt_ids
+    return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
 
 
 def cmd_diff(args) -> int:
     from .compare.command import run_diff
-    from .runtime.opening import open_model, prompt_ids
-
-    def load(ns):  # the load options mean what they mean for run
-        return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
-
-    def ids_of(ns, model):
-        return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
-    return run_diff(args, load=load, prompt_ids=ids_of)
+    if args.engine == "gpu":
+        from .gpu.diff import gpu_diff_command
+        return gpu_diff_command(args, load=_load_model, prompt_ids=_ids_of, out=sys.stdout,
+                                err=sys.stderr)
+    return run_diff(args, load=_load_model, prompt_ids=_ids_of)
 
 
 def cmd_dap(args) -> int:
@@ -514,6 +606,29 @@ def cmd_sanitize(args) -> int:
                         tools=parse_tools(",".join(args.tools)), as_json=args.json)
 
 
+def cmd_gpu(args) -> int:
+    from .gpu.commands import gpu_info
+    return gpu_info()
+
+
+def cmd_wgsl(args) -> int:
+    from .gpu.commands import print_wgsl
+    return print_wgsl(args)
+
+
+def cmd_capture(args) -> int:
+    from .compare.command import run_capture
+    return run_capture(args, load=_load_model, prompt_ids=_ids_of)
+
+
+def cmd_cost(args) -> int:
+    from .cost.render import run_cost
+    args.n = 0
+    return run_cost(_run_input(args), device=args.device, at=args.at, as_json=args.json,
+                    top=args.top, engine=args.engine)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
-            "serve": cmd_serve}
+            "serve": cmd_serve, "capture": cmd_capture, "cost": cmd_cost, "gpu": cmd_gpu,
+            "wgsl": cmd_wgsl}

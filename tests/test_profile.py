@@ -74,7 +74,7 @@ def cli_report(tmp_path_factory):
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "firscope", "profile", str(fir), "--tokens",
                         ",".join(map(str, PROMPT)), "-n", str(N), "-o", str(out),
-                        "--engine", "compiled"],
+                        "--engine", "compiled", "--device", "h200"],
                        capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - t
     assert p.returncode == 0, p.stderr
@@ -262,7 +262,7 @@ def test_trace_is_chrome_trace_format_with_nested_spans(cli_report):
     assert sorted(e["dur"] for e in first) == sorted(t["node_us"][0])
 
 
-def test_line_counts_and_lane_utilisation(cli_report):
+def test_line_counts_and_simd_efficiency(cli_report):
     r = cli_report["report"]
     ins = r["instructions"]
     k = {x["kernel"]: x for x in ins["kernels"]}
@@ -274,7 +274,8 @@ def test_line_counts_and_lane_utilisation(cli_report):
     n_add = sum(1 for n in r["nodes"] if n["target"] == "g2.add")
     assert add["dispatches"] == n_add * steps
     assert [ln["count"] for ln in add["lines"]] == [n_add * steps] * len(add["lines"])
-    assert add["utilisation"] == 1.0
+    # tg=1: each lane is a threadgroup, and so a warp of its own: 1 of 32 SIMD lanes busy
+    assert add["simd_efficiency"] == pytest.approx(1 / 32)
     # g2.layernorm: the first loop body runs in0.size (= 64) times per dispatch
     ln = k["g2.layernorm"]
     assert ln["dispatches"] == (2 * layers + 1) * steps
@@ -284,17 +285,45 @@ def test_line_counts_and_lane_utilisation(cli_report):
     at = k["g2.attn_decode"]
     score = next(x for x in at["lines"] if x["text"] == "mulconst 3 3 1/sqrt(headdim)")
     assert score["count"] == layers * sum(p + 1 for p in range(steps))
-    assert score["active_lanes"] == 4 * score["count"] and score["utilisation"] == 1.0
+    assert score["active_lanes"] == 4 * score["count"]
+    assert score["simd_efficiency"] == pytest.approx(1 / 32)
     inside_if = next(x for x in at["lines"] if x["text"] == "mulconst 10 3 1")
     assert inside_if["count"] <= score["count"]
     assert 0 < inside_if["active_lanes"] <= 4 * inside_if["count"]
     assert at["lane_steps"] == sum(x["active_lanes"] for x in at["lines"])
     assert at["steps"] == sum(x["count"] for x in at["lines"])
-    assert at["utilisation"] == pytest.approx(at["lane_steps"] / (4 * at["steps"]))
-    assert at["utilisation"] < 1.0
+    assert at["warp_instructions"] == at["lane_steps"]  # one-lane warps (tg=1)
+    assert at["simd_efficiency"] == pytest.approx(1 / 32)
+    assert "utilisation" not in json.dumps(r)
     with (cli_report["out"] / "line_counts.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert sum(int(x["count"]) for x in rows) == sum(x["steps"] for x in ins["kernels"])
+
+
+def test_gpu_section(cli_report):
+    r = cli_report["report"]
+    gpu = r["gpu"]
+    assert gpu["device"]["key"] == "h200" and gpu["device"]["dram_bandwidth_gbs"] == 4800
+    assert gpu["position"] == len(r["run"]["fed"]) - 1
+    assert len(gpu["nodes"]) == len(r["nodes"])
+    need = {"node", "kernel", "kind", "lanes", "threadgroups", "tg", "tgbytes", "warps",
+            "lane_instructions", "max_lane_instructions", "simd_efficiency", "flops", "sfu_ops",
+            "bytes_read", "bytes_written", "unique_bytes", "sectors_per_request",
+            "coalescing_efficiency", "predicted_us", "bound", "terms"}
+    for n in gpu["nodes"]:
+        assert need <= set(n), need - set(n)
+        assert n["predicted_us"] == pytest.approx(
+            max(n["terms"]["memory"], n["terms"]["compute"], n["terms"]["latency"])
+            + n["terms"]["launch"])
+    gelu = next(k for k in gpu["kernels"] if k["kernel"] == "g2.gelu_new")
+    assert gelu["sfu_ops"] == 4 * 64 * 2  # one sigmoid per lane (mlp = 4 x 64), 2 layers
+    assert all({"sectors_per_request", "coalescing_efficiency", "simd_efficiency"}
+               <= set(ln) for ln in gelu["lines"])
+    with (cli_report["out"] / "gpu_nodes.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [x["node"] for x in rows] == [n["full_name"] for n in r["nodes"]]
+    html = (cli_report["out"] / "report.html").read_text()
+    assert "GPU speed of light (predicted)" in html and 'alt="roofline"' in html
 
 
 def test_attention_maps_are_the_softmax_of_each_head(cli_report, monkeypatch):
@@ -322,7 +351,8 @@ def test_html_is_self_contained_and_escaped(cli_report):
     assert html.startswith("<!DOCTYPE html>")
     srcs = re.findall(r"""\bsrc\s*=\s*["']?([^"' >]*)""", html, re.I)
     hrefs = re.findall(r"""\bhref\s*=\s*["']?([^"' >]*)""", html, re.I)
-    assert len(srcs) == 9 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    # 9 figures, and with --device the roofline and the predicted split by kernel
+    assert len(srcs) == 11 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert all(h.startswith("#") for h in hrefs)
     assert "<script" not in html.lower() and "<link" not in html.lower() and "url(" not in html
     assert "@import" not in html

@@ -14,7 +14,6 @@ import socket
 import sys
 
 from ..errors import FirError
-from .adapter import Adapter
 from .protocol import Writer, read_message
 
 LOOPBACK = "127.0.0.1"
@@ -27,17 +26,46 @@ def serve_stdio() -> int:
     sys.stdout = sys.stderr
     out = os.fdopen(protocol_fd, "wb", buffering=0)
     inp = os.fdopen(os.dup(0), "rb", buffering=0)
+    closing, quiet = _quiet_interrupt_when_closing()
     try:
-        run_session(inp, out)
+        run_session(inp, out, closing)
     finally:
         out.close()
+    if quiet and closing.is_set():
+        # The session is over: leave now, so that a SIGINT landing while Python shuts down
+        # (nvim-dap sends one as it closes stdin) cannot turn exit 0 into 130.
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
-def run_session(inp, out) -> None:
+def _quiet_interrupt_when_closing():
+    """nvim-dap ends a session by closing stdin and sending SIGINT: once the client said
+    disconnect or terminate, or stdin is closed, SIGINT ends the adapter with 0 and says
+    nothing (not "exited with 130"); before that it interrupts as usual."""
+    import signal
+    import threading
+    closing = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        return closing, False
+
+    def interrupt(signum, frame):
+        if closing.is_set():
+            sys.stderr.flush()
+            os._exit(0)
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, interrupt)
+    return closing, True
+
+
+def run_session(inp, out, closing=None) -> None:
+    from .capabilities import first_message
     reader = _buffered(inp)
-    adapter = Adapter(Writer(out))
-    adapter.serve(lambda: read_message(reader))
+    writer = Writer(out)
+    first = first_message(lambda: read_message(reader), writer)  # before the engine loads
+    from .adapter import Adapter
+    adapter = Adapter(writer, closing=closing)
+    adapter.serve(lambda: read_message(reader), first=first)
 
 
 def _buffered(raw):

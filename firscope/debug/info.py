@@ -146,6 +146,23 @@ def info_node(ci) -> str:
         out.append(f"  last run: {t * 1e3:.3f} ms")
     return "\n".join(out)
 
+def info_cost(ci, device: str | None) -> str:
+    """``info cost [DEVICE]``: what the current node would cost on a GPU, counted from a run
+    of it on a copy of the arena as it is now (firscope/cost)."""
+    from ..cost import analyse_node, find_device
+    from ..cost.render import node_text
+    s = ci.s
+    node = s.node
+    if node is None:
+        return "finished: no node to cost"
+    dev = find_device(device or None)
+    nc = analyse_node(s.model, node, dev, s.arena)
+    where = "(this node's inputs as they are now)"
+    if s.dispatch is not None:
+        where = "(counted from its start on a copy; the live dispatch is part-way through)"
+    return node_text(nc, dev, where=where)
+
+
 def fmt_value(v) -> str:
     if isinstance(v, np.ndarray):
         return fmt_array(v)

@@ -21,10 +21,11 @@ from typing import Iterator
 
 import numpy as np
 
+from ..cost.record import geometry, kernel_shape
 from ..runtime import Model, PlanNode
 from ..runtime.machine import Hooks, Machine
-from .data import (AttentionMaps, AttentionSite, InstructionProfile, NodeInstructions,
-                   ProfileData, TokenTiming)
+from .data import (SIMD_WIDTH, AttentionMaps, AttentionSite, InstructionProfile,
+                   NodeInstructions, ProfileData, TokenTiming)
 from .progress import Progress, Silent
 
 ATTENTION_MAX_TOKENS = 64  # rows kept per attention site (the report's heatmaps)
@@ -173,11 +174,21 @@ class Profiler:
         dispatch.line_counts = np.zeros(len(dispatch.ops), dtype=np.int64)
         self._dispatch = dispatch
         self._lane_acc = np.zeros(len(dispatch.ops), dtype=np.int64)
+        self._warp_acc = np.zeros(len(dispatch.ops), dtype=np.int64)
+        tg, _ = kernel_shape(self.model, node.program)
+        _, self._n_warps, warp_of = geometry(dispatch.lanes, tg, SIMD_WIDTH)
+        self._warp_starts = np.flatnonzero(np.r_[True, warp_of[1:] != warp_of[:-1]]) \
+            if dispatch.lanes else None
 
     def _before_instruction(self, dispatch, op) -> None:
         if dispatch is self._dispatch:
-            self._lane_acc[op.pc] += dispatch.lanes if dispatch.full \
-                else int(np.count_nonzero(dispatch.mask))
+            if dispatch.full:
+                self._lane_acc[op.pc] += dispatch.lanes
+                self._warp_acc[op.pc] += self._n_warps
+            else:
+                self._lane_acc[op.pc] += int(np.count_nonzero(dispatch.mask))
+                self._warp_acc[op.pc] += int(np.count_nonzero(
+                    np.logical_or.reduceat(dispatch.mask, self._warp_starts)))
 
     def _harvest(self, node: PlanNode) -> None:
         d = self._dispatch
@@ -187,13 +198,15 @@ class Profiler:
         if ni is None:
             n = len(d.ops)
             ni = NodeInstructions(node.index, node.target, d.lanes, 0, 0, 0,
-                                  np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+                                  np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                                  np.zeros(n, dtype=np.int64))
             self.instructions.nodes[node.index] = ni
         ni.dispatches += 1
         ni.steps += d.steps
         ni.lane_steps += d.lane_steps
         ni.line_counts += d.line_counts
         ni.lane_counts += self._lane_acc
+        ni.warp_counts += self._warp_acc
         self._dispatch = None
 
     def _capture(self, machine: Machine, node: PlanNode) -> None:

@@ -85,6 +85,9 @@ class TokenTiming:
         return int(self.node_ns[self.ran].sum())
 
 
+SIMD_WIDTH = 32  # lanes per warp for the profile's SIMD efficiency (firscope cost: per device)
+
+
 @dataclass
 class NodeInstructions:
     """Instruction counts of one micro node, summed over the instrumented tokens."""
@@ -97,12 +100,16 @@ class NodeInstructions:
     lane_steps: int  # sum over executed instructions of the active lanes
     line_counts: np.ndarray  # int64 [n_ops]: executions per pc
     lane_counts: np.ndarray  # int64 [n_ops]: active lanes summed per pc
+    # int64 [n_ops]: warps (of SIMD_WIDTH lanes, formed inside each threadgroup) with an
+    # active lane, summed per pc: the warp instructions a GPU would issue
+    warp_counts: np.ndarray | None = None
 
     @property
-    def utilisation(self) -> float | None:
-        """Active lanes over dispatched lanes, averaged over executed instructions."""
-        slots = self.steps * self.threads
-        return self.lane_steps / slots if slots else None
+    def simd_efficiency(self) -> float | None:
+        """Active lane-instructions over issued warp instructions x SIMD width: 1/32 for a
+        one-lane kernel, as a GPU runs it (not 'utilisation 100%')."""
+        warps = int(self.warp_counts.sum()) if self.warp_counts is not None else 0
+        return self.lane_steps / (warps * SIMD_WIDTH) if warps else None
 
 
 @dataclass
@@ -118,7 +125,8 @@ class InstructionProfile:
             k = out.setdefault(ni.kernel, {"nodes": 0, "dispatches": 0, "steps": 0,
                                            "lane_steps": 0, "lane_slots": 0,
                                            "line_counts": np.zeros_like(ni.line_counts),
-                                           "lane_counts": np.zeros_like(ni.lane_counts)})
+                                           "lane_counts": np.zeros_like(ni.lane_counts),
+                                           "warp_counts": np.zeros_like(ni.lane_counts)})
             k["nodes"] += 1
             k["dispatches"] += ni.dispatches
             k["steps"] += ni.steps
@@ -126,6 +134,8 @@ class InstructionProfile:
             k["lane_slots"] += ni.steps * ni.threads
             k["line_counts"] = k["line_counts"] + ni.line_counts
             k["lane_counts"] = k["lane_counts"] + ni.lane_counts
+            if ni.warp_counts is not None:
+                k["warp_counts"] = k["warp_counts"] + ni.warp_counts
         return out
 
 
@@ -292,6 +302,7 @@ class ProfileData:
     quant_note: str | None = None  # why there are no quantization numbers
     divergence: Divergence | None = None  # against a dump, when one was given
     sanitizer: dict | None = None  # `profile --sanitize`: the sanitizer's JSON report
+    gpu: dict | None = None  # `profile --device`: the cost analysis (firscope/cost) as JSON
 
     @classmethod
     def for_model(cls, model: Model, **meta) -> "ProfileData":

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..text import json_text, printable
-from .data import ProfileData
+from .data import SIMD_WIDTH, ProfileData
 from .divergence import divergence_section
 from .quant import activation_summary, logit_summary, total_stats
 
@@ -130,29 +130,28 @@ def instruction_section(data: ProfileData) -> dict | None:
     for name, k in ip.by_kernel().items():
         info = data.kernels.get(name)
         lines = []
-        for pc, (c, lanes) in enumerate(zip(k["line_counts"], k["lane_counts"])):
+        for pc, (c, lanes, warps) in enumerate(zip(k["line_counts"], k["lane_counts"],
+                                                   k["warp_counts"])):
             op = info.ops[pc] if info and pc < len(info.ops) else None
             lines.append({"pc": pc, "line": op.line if op else None,
                           "text": op.text if op else "", "depth": op.depth if op else 0,
                           "category": op.category if op else "",
-                          "count": int(c), "active_lanes": int(lanes)})
+                          "count": int(c), "active_lanes": int(lanes),
+                          "warp_instructions": int(warps),
+                          "simd_efficiency": _f(lanes / (warps * SIMD_WIDTH)) if warps else None})
+        warps = int(k["warp_counts"].sum())
         kernels.append({"kernel": name, "line": info.line if info else None,
                         "nodes": k["nodes"], "dispatches": k["dispatches"], "steps": k["steps"],
                         "lane_steps": k["lane_steps"], "lane_slots": k["lane_slots"],
-                        "utilisation": _f(k["lane_steps"] / k["lane_slots"]) if k["lane_slots"]
+                        "warp_instructions": warps, "simd_width": SIMD_WIDTH,
+                        "simd_efficiency": _f(k["lane_steps"] / (warps * SIMD_WIDTH)) if warps
                         else None, "lines": lines})
     nodes = []
     for ni in sorted(ip.nodes.values(), key=lambda n: n.node):
         nodes.append({"index": ni.node, "full_name": data.nodes[ni.node].full_name,
                       "kernel": ni.kernel, "threads": ni.threads, "dispatches": ni.dispatches,
                       "steps": ni.steps, "lane_steps": ni.lane_steps,
-                      "utilisation": _f(ni.utilisation)})
-    # Per-line utilisation: a line's active lanes over the lanes of the dispatches that ran it.
-    for k in kernels:
-        users = [n for n in ip.nodes.values() if n.kernel == k["kernel"]]
-        for ln in k["lines"]:
-            slots = sum(int(n.line_counts[ln["pc"]]) * n.threads for n in users)
-            ln["utilisation"] = _f(ln["active_lanes"] / slots) if slots else None
+                      "simd_efficiency": _f(ni.simd_efficiency)})
     return {"engine": ip.engine, "tokens": list(ip.tokens), "kernels": kernels, "nodes": nodes}
 
 
@@ -264,6 +263,7 @@ def report_dict(data: ProfileData) -> dict:
         "attention": attention_section(data),
         "divergence": divergence_section(data),
         "sanitizer": data.sanitizer,  # None: the profile ran without --sanitize
+        "gpu": data.gpu,  # None: the profile ran without --device
     }
 
 
@@ -365,11 +365,11 @@ def csv_tables(data: ProfileData, report: dict) -> dict[str, str]:
         for r in timing["by_node"]:
             i = per_node_instr.get(r["index"], {})
             rows.append(dict(r, instr_steps=i.get("steps"), lane_steps=i.get("lane_steps"),
-                             threads=i.get("threads"), lane_utilisation=i.get("utilisation")))
+                             threads=i.get("threads"), simd_efficiency=i.get("simd_efficiency")))
         files["node_timing.csv"] = _csv(
             ["index", "full_name", "name", "layer", "kind", "target", "calls", "total_us",
              "mean_us", "min_us", "max_us", "share", "threads", "instr_steps", "lane_steps",
-             "lane_utilisation"], rows)
+             "simd_efficiency"], rows)
         long_rows = []
         for t, durs, starts in zip(timing["steps"], timing["node_us"], timing["node_start_us"]):
             for n, d, s in zip(report["nodes"], durs, starts):
@@ -403,8 +403,24 @@ def csv_tables(data: ProfileData, report: dict) -> dict[str, str]:
             for ln in k["lines"]:
                 rows.append(dict(ln, kernel=k["kernel"], instruction=ln["text"]))
         files["line_counts.csv"] = _csv(
-            ["kernel", "pc", "line", "instruction", "count", "active_lanes", "utilisation"], rows)
+            ["kernel", "pc", "line", "instruction", "count", "active_lanes", "warp_instructions",
+             "simd_efficiency"], rows)
+    if report.get("gpu"):
+        files["gpu_nodes.csv"] = _csv(GPU_NODE_COLUMNS,
+                                      [_gpu_row(n) for n in report["gpu"]["nodes"]])
     return files
+
+
+GPU_NODE_COLUMNS = ["index", "node", "kernel", "kind", "layer", "predicted_us", "bound",
+                    "memory_us", "compute_us", "latency_us", "launch_us", "lanes", "threadgroups",
+                    "tg", "tgbytes", "warps", "lane_instructions", "max_lane_instructions",
+                    "simd_efficiency", "flops", "sfu_ops", "bytes_read", "bytes_written",
+                    "unique_bytes", "dram_bytes", "sectors_per_request", "coalescing_efficiency",
+                    "advice"]
+
+
+def _gpu_row(n: dict) -> dict:
+    return dict(n, **{f"{t}_us": v for t, v in n["terms"].items()})
 
 
 def _raw_weight(w) -> dict:

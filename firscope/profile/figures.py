@@ -144,9 +144,9 @@ def instructions(instr: dict | None) -> bytes | None:
     ax1.barh(labels, [k["steps"] for k in ks], color="#8172b3")
     ax1.set_xscale("log")
     ax1.set_xlabel("instructions executed")
-    ax2.barh(labels, [100 * (k["utilisation"] or 0) for k in ks], color="#64b5cd")
+    ax2.barh(labels, [100 * (k["simd_efficiency"] or 0) for k in ks], color="#64b5cd")
     ax2.set_xlim(0, 100)
-    ax2.set_xlabel("lane utilisation (%)")
+    ax2.set_xlabel(f"SIMD efficiency (%, warps of {ks[0].get('simd_width', 32)})")
     fig.suptitle(f"Kernels over {len(instr['tokens'])} instrumented step(s)")
     return _png(fig)
 
@@ -275,4 +275,56 @@ def attention(sites: list[dict]) -> bytes | None:
     fig.colorbar(im, ax=ax, shrink=0.8, label="probability")
     ax.set_title(f"softmax of '{sites[0]['buffer']}' per layer and head (in a cell: rows = query "
                  "position, columns = key position)", fontsize=8)
+    return _png(fig)
+
+
+# -- GPU speed of light (profile --device) ---------------------------------------------------
+def roofline(gpu: dict | None) -> bytes | None:
+    """Arithmetic intensity (flop per DRAM byte) vs attainable FLOP/s, one point per kernel
+    at its predicted rate, under the device's memory and compute roofs."""
+    if not gpu or not gpu.get("kernels"):
+        return None
+    dev = gpu["device"]
+    peak = dev["f32_tflops"] * 1e12
+    bw = dev["dram_bandwidth_gbs"] * 1e9
+    pts = [(k["kernel"], k["flops"] / k["dram_bytes"], k["flops"] / (k["predicted_us"] * 1e-6))
+           for k in gpu["kernels"]
+           if k.get("dram_bytes") and k.get("flops") and k.get("predicted_us")]
+    fig = _new(7.5, 4.6)
+    ax = fig.subplots()
+    lo = min([p[1] for p in pts] + [peak / bw]) / 10
+    hi = max([p[1] for p in pts] + [peak / bw]) * 10
+    x = np.geomspace(lo, hi, 200)
+    ax.plot(x, np.minimum(x * bw, peak), color="#333", lw=1.5)
+    ax.text(lo * 1.3, lo * 1.3 * bw * 1.25, f"DRAM {dev['dram_bandwidth_gbs']:g} GB/s",
+            fontsize=8, rotation=0)
+    ax.text(hi / 1.3, peak * 1.12, f"f32 peak {dev['f32_tflops']:g} TFLOP/s", fontsize=8,
+            ha="right")
+    for name, ai, rate in pts:
+        ax.scatter([ai], [rate], s=30, zorder=3)
+        ax.annotate(name, (ai, rate), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (flop / DRAM byte)")
+    ax.set_ylabel("FLOP/s (predicted, launch included)")
+    ax.set_title(f"Roofline: {dev['name']} (predicted, not measured)", fontsize=10)
+    return _png(fig)
+
+
+def gpu_split(gpu: dict | None) -> bytes | None:
+    """Predicted time per token split by kernel, coloured by the bound of most of its time."""
+    if not gpu or not gpu.get("kernels"):
+        return None
+    colors = {"memory": "#4c72b0", "compute": "#c44e52", "latency": "#dd8452",
+              "launch": "#8c8c8c"}
+    ks = gpu["kernels"]
+    fig = _new(7.5, 0.32 * len(ks) + 1.4)
+    ax = fig.subplots()
+    labels = [k["kernel"] for k in ks][::-1]
+    vals = [k["predicted_us"] for k in ks][::-1]
+    ax.barh(labels, vals, color=[colors.get(k["bound"], "#999") for k in ks][::-1])
+    ax.set_xlabel(f"predicted us per token ({gpu['predicted_us_per_token']:.1f} us in all)")
+    ax.legend(handles=[Patch(color=c, label=b) for b, c in colors.items()], fontsize=7,
+              loc="lower right")
+    ax.set_title(f"Predicted time per token on {gpu['device']['name']}", fontsize=10)
     return _png(fig)

@@ -89,7 +89,9 @@ def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = 
              f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{esc(title)}</h1>",
              "<nav><a href='#summary'>Summary</a><a href='#time'>Time</a>"
-             "<a href='#instructions'>Instructions</a><a href='#quant'>Quantization</a>"
+             "<a href='#instructions'>Instructions</a>"
+             + ("<a href='#gpu'>GPU</a>" if report.get("gpu") else "")
+             + "<a href='#quant'>Quantization</a>"
              "<a href='#attention'>Attention</a>"
              + ("<a href='#divergence'>Divergence</a>" if report.get("divergence") else "")
              + ("<a href='#sanitizer'>Sanitizer</a>" if report.get("sanitizer") is not None
@@ -98,6 +100,7 @@ def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = 
     parts.append(_divergence(report))
     parts.append(_time(report, figs))
     parts.append(_instructions(report, figs))
+    parts.append(gpu_section(report, figs))
     parts.append(_quant(report, figs))
     parts.append(_attention(report, figs))
     if report.get("sanitizer") is not None:
@@ -217,23 +220,71 @@ def _instructions(report: dict, figs) -> str:
         return "".join(out)
     out.append(f"<p>Counts from {num(len(ins['tokens']))} step(s) on the {esc(ins['engine'])} "
                "engine, from position 0. One count is one instruction issued for all active "
-               "lanes of a dispatch; utilisation is active lanes over dispatched lanes.</p>")
+               "lanes of a dispatch; SIMD efficiency is active lane-instructions over the warp "
+               "instructions a GPU would issue (warps of 32 lanes inside each threadgroup) x 32: "
+               "a one-lane kernel is 1/32.</p>")
     out.append(img(figs.get("instructions"), "instructions per kernel"))
     out.append(table(["kernel", "line", "nodes", "dispatches", "instructions", "lane-instructions",
-                      "utilisation"],
+                      "SIMD efficiency"],
                      [[esc(k["kernel"]), num(k["line"]), num(k["nodes"]), num(k["dispatches"]),
-                       num(k["steps"]), num(k["lane_steps"]), pct(k["utilisation"])]
+                       num(k["steps"]), num(k["lane_steps"]), pct(k["simd_efficiency"])]
                       for k in ins["kernels"]], {0}))
     for k in ins["kernels"]:
         top = max((ln["count"] for ln in k["lines"]), default=0) or 1
         rows = [[num(ln["pc"]), num(ln["line"]),
                  f"<code>{'  ' * ln['depth']}{esc(ln['text'])}</code>", num(ln["count"]),
-                 num(ln["active_lanes"]), pct(ln["utilisation"]),
+                 num(ln["active_lanes"]), pct(ln["simd_efficiency"]),
                  f"<span class='bar' style='width:{100 * ln['count'] / top:.1f}px'></span>"]
                 for ln in k["lines"]]
         out.append(f"<details><summary>{esc(k['kernel'])}: counts per line</summary>"
-                   + table(["pc", "line", "instruction", "count", "active lanes", "utilisation",
+                   + table(["pc", "line", "instruction", "count", "active lanes", "SIMD eff.",
                             ""], rows, {2, 6}) + "</details>")
+    return "".join(out)
+
+
+def gpu_section(report: dict, figs) -> str:
+    gpu = report.get("gpu")
+    if not gpu:
+        return ""
+    dev = gpu["device"]
+    out = ["<h2 id='gpu'>GPU speed of light (predicted)</h2>",
+           f"<p class='note'>Predicted, not measured: the step at position {num(gpu['position'])} "
+           f"costed on <b>{esc(dev['name'])}</b> from the interpreter's recorded execution "
+           "(warps of "
+           f"{num(dev['simd_width'])} lanes per threadgroup, 32-byte sectors per warp request). "
+           "Per node: max(memory, compute, latency) + launch overhead; see "
+           "docs/cost-model.md for what the model ignores.</p>",
+           f"<p>Predicted per token: <b>{num(gpu['predicted_us_per_token'], '.1f')} µs</b> "
+           f"({num(gpu['tokens_per_s'], '.0f')} tokens/s).</p>",
+           img(figs.get("gpu_split"), "predicted time per token by kernel"),
+           img(figs.get("roofline"), "roofline")]
+    out.append(table(
+        ["kernel", "nodes", "predicted µs", "share", "bound", "SIMD eff.", "sectors/request",
+         "coalescing", "flop/byte"],
+        [[esc(k["kernel"]), num(k["nodes"]), num(k["predicted_us"], ".2f"), pct(k["share"]),
+          esc(k["bound"]), pct(k["simd_efficiency"]), num(k["sectors_per_request"], ".2f"),
+          pct(k["coalescing_efficiency"]), num(k["arithmetic_intensity"], ".3g")]
+         for k in gpu["kernels"]], {0, 4}))
+    ranked = sorted(gpu["nodes"], key=lambda n: -n["predicted_us"])
+    rows = [[esc(n["node"]), esc(n["kernel"]), num(n["predicted_us"], ".2f"), esc(n["bound"]),
+             num(n["terms"]["memory"], ".3f"), num(n["terms"]["compute"], ".3f"),
+             num(n["terms"]["latency"], ".3f"), num(n["terms"]["launch"], ".2f"),
+             num(n["lanes"]), num(n["warps"]), pct(n["simd_efficiency"]),
+             num(n["sectors_per_request"], ".2f"), pct(n["coalescing_efficiency"]),
+             num(n["dram_bytes"]), esc(n["advice"])] for n in ranked]
+    out.append("<details open><summary>every node, ranked by predicted time</summary>" + table(
+        ["node", "kernel", "µs", "bound", "memory", "compute", "latency", "launch", "lanes",
+         "warps", "SIMD eff.", "sect/req", "coalescing", "DRAM bytes", "advice"], rows,
+        {0, 1, 3, 14}) + "</details>")
+    for k in gpu["kernels"]:
+        if not k.get("lines"):
+            continue
+        lines = [[num(ln["line"]), f"<code>{esc(ln['text'])}</code>", num(ln["executions"]),
+                  num(ln["sectors_per_request"], ".2f"), pct(ln["coalescing_efficiency"]),
+                  pct(ln["simd_efficiency"])] for ln in k["lines"]]
+        out.append(f"<details><summary>{esc(k['kernel'])}: per source line</summary>"
+                   + table(["line", "source", "executions", "sectors/request", "coalescing",
+                            "SIMD eff."], lines, {1}) + "</details>")
     return "".join(out)
 
 

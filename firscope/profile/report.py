@@ -134,6 +134,8 @@ def build_figures(report: dict) -> dict[str, bytes | None]:
         "logits": F.logits(report["quant"]),
     }
     figs["attention"] = F.attention(report["attention"])
+    figs["roofline"] = F.roofline(report.get("gpu"))
+    figs["gpu_split"] = F.gpu_split(report.get("gpu"))
     return figs
 
 
@@ -183,13 +185,33 @@ def add_sanitizer(data: ProfileData, model: Model, *, engine: str = "compiled",
     progress.end()
 
 
+def add_gpu(data: ProfileData, model: Model, device, *, engine: str = "compiled",
+            progress: Progress | None = None) -> None:
+    """The speed-of-light analysis of the profile's last step on ``device`` (report.json's
+    ``gpu``); the model's buffers are put back afterwards."""
+    from ..cost import analyse_position
+    progress = progress or Silent()
+    fed = list(data.fed) or list(data.prompt)
+    if not fed:
+        return
+    progress.phase(f"GPU cost analysis ({device.key})")
+    with preserved_state(model):
+        data.gpu = analyse_position(model, device, fed, len(fed) - 1, engine=engine).as_dict()
+    progress.end()
+
+
 def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "compiled",
                 out: str | Path, against: str | Path | None = None,
-                sanitize: bool = False) -> int:
+                sanitize: bool = False, device: str | None = None) -> int:
     """``firscope profile``: the CLI glue (argument parsing lives in cli.py). ``against``: a
     dump the profiled run is compared with (the report's divergence section); ``sanitize``:
-    also run the kernel sanitizer on the same tokens."""
+    also run the kernel sanitizer on the same tokens; ``device``: add the GPU speed-of-light
+    section (firscope/cost) for that device profile."""
     check_steps(n)
+    dev = None
+    if device is not None:  # a typo in the name fails before the run, not after it
+        from ..cost import find_device
+        dev = find_device(device)
     # A folder we cannot write is reported before minutes of profiling, not after.
     out = check_output_folder(out)
     progress = Progress(sys.stderr)
@@ -206,6 +228,8 @@ def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "comp
         progress.end()
     if sanitize:
         add_sanitizer(data, opened.model, engine=engine, progress=progress)
+    if dev is not None:
+        add_gpu(data, opened.model, dev, engine=engine, progress=progress)
     files = write_report(data, out, progress=progress)
     print(f"wrote {printable(files['report.html'])}")
     for name in sorted(files):

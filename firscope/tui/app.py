@@ -37,6 +37,7 @@ from .messages import Job, JobDone, LoadFailed, Loaded, LoadProgress
 from .diff_view import DiffView
 from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
+from .cost_actions import CostActions
 from .profile_view import ProfileView
 from .registers_pane import RegistersPane, RightColumn
 from .safe_text import ControlCharacterFilter
@@ -55,7 +56,7 @@ class Bottom(TabbedContent):
     ALLOW_MAXIMIZE = True
 
 
-class FirscopeApp(App):
+class FirscopeApp(CostActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "firscope"
     COMMANDS = App.COMMANDS | {DebuggerCommands}
@@ -67,8 +68,13 @@ class FirscopeApp(App):
                  n: int = DEFAULT_N, fir_f32: bool = False, group: int = 32,
                  engine: str = "compiled", show_times: bool = True,
                  time_of: Callable | None = None, q4_path: str = "packed",
-                 against: str | None = None):
+                 against: str | None = None, isolate: bool = False,
+                 device: str | None = None):
         super().__init__()
+        self.isolate = isolate  # with against: nodes coloured by their own error
+        # --device: the Profile tab shows GPU predictions (firscope/cost), kept current
+        self.device_name = device
+        self._cost_key = None  # the step the last prediction was asked for
         self.q4_path = q4_path
         self.against = against  # a dump every node is compared with (the Diff tab)
         # every line of every widget: no control character from a file reaches the terminal
@@ -153,7 +159,8 @@ class FirscopeApp(App):
     def load(self, carried) -> None:
         options = dict(prompt_ids=self.prompt_ids, prompt_text=self.prompt_text, n=self.n,
                        fir_f32=self.fir_f32, group=self.group, engine=self.engine_name,
-                       q4_path=self.q4_path, against=self.against)
+                       q4_path=self.q4_path, against=self.against,
+                       isolate=self.isolate)
         try:
             parts = open_session(self.model_path, options, carried, self.probe, self.wants,
                                  lambda what, frac: self.post_message(LoadProgress(what, frac)))
@@ -320,6 +327,7 @@ class FirscopeApp(App):
             self.pending = [j for j in self.pending if not j.moves]  # look before moving on
         if self.pending and not self.busy:
             self.submit(self.pending.pop(0))
+        self._refresh_cost()
 
     def _report(self, job: Job, out, console: ConsoleView) -> None:
         text = out.text if isinstance(out, Result) else (out if isinstance(out, str) else "")
@@ -453,6 +461,8 @@ class FirscopeApp(App):
             self.query_one(CommandInput).focus()
 
     def on_tabbed_content_tab_activated(self, event) -> None:
+        if event.pane.id == "profile":
+            self._refresh_cost()
         lens = event.pane.id == "lens"
         if lens != self.wants.lens:
             self.wants = replace(self.wants, lens=lens)
@@ -521,7 +531,8 @@ class FirscopeApp(App):
             out = Path(value).expanduser().resolve()
             cancel = threading.Event()
             job = Job(f"export to {out}", lambda: export_session(
-                s, tok, out, JobProgress(self.probe, cancel)), cancel=cancel, quiet=True,
+                s, tok, out, JobProgress(self.probe, cancel), self.device_name),
+                cancel=cancel, quiet=True,
                 then=lambda done: self._exported(done))
             self.submit(job)
 

@@ -124,8 +124,10 @@ def patch_note(session) -> str | None:
     return note
 
 
-def export_session(session, tokenizer, out: Path, progress: JobProgress) -> ExportDone:
-    """The same report as `firscope profile`, for the tokens this session decodes.
+def export_session(session, tokenizer, out: Path, progress: JobProgress,
+                   device: str | None = None) -> ExportDone:
+    """The same report as `firscope profile`, for the tokens this session decodes
+    (``device``: with the GPU speed-of-light section, as ``profile --device``).
 
     Written to a hidden folder next to ``out`` and renamed at the end: an
     interrupted or failed export leaves no files.
@@ -145,6 +147,11 @@ def export_session(session, tokenizer, out: Path, progress: JobProgress) -> Expo
             data = profile_model(session.model, list(session.prompt), session.n_generate,
                                  engine=session.machine.engine, tokenizer=tokenizer,
                                  progress=progress)
+            if device is not None:
+                from ..cost import find_device
+                from ..profile.report import add_gpu
+                add_gpu(data, session.model, find_device(device),
+                        engine=session.machine.engine, progress=progress)
         note = patch_note(session)
         if note:
             data.meta.setdefault("notes", []).append(note)
@@ -168,3 +175,11 @@ def measure_quant(session):
     with preserved_state(session.model):
         return (weight_stats(session.model),
                 compare_run(session.model, tokens, engine=session.machine.engine), len(tokens))
+
+
+def measure_cost(session, device: str | None):
+    """The GPU speed-of-light analysis of the session's current (or last) step, on a copy of
+    its arena (firscope/cost); None before the first token."""
+    from ..cost import analyse_current, find_device
+    return analyse_current(session.model, session.machine, find_device(device),
+                           stop=session.cancel)

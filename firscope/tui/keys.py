@@ -49,6 +49,7 @@ KEYS: tuple[Key, ...] = (
     Key("tab,shift+tab", None, "focus", "move focus between panes"),
     Key("m", "maximize_focused", "max", "maximize the focused pane (m again restores)"),
     Key("p", "quant", "quant err", "measure quantization error (q4 vs f32) for tokens so far"),
+    Key("G", "gpu_cost", "GPU cost", "predict this step's time per node on a GPU (--device)"),
     Key("e", "export", "export", "export the profiling report (asks where; escape cancels)"),
     Key("f2", "reload", "reload", "reload the model file, keeping breakpoints, displays and place"),
     Key("escape", "interrupt", "stop", "interrupt a run or an export; leave an input"),

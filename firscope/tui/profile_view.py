@@ -18,8 +18,27 @@ from textual.widgets import Static
 from .state import StopView
 
 
-def time_tables(model, times: Mapping[int, float]):
-    if not times:
+def _predicted(cost) -> dict[str, tuple[float, str]]:
+    """node name -> (mean predicted us per instance, the bound most of them have)."""
+    acc: dict[str, list] = defaultdict(list)
+    for n in cost.nodes:
+        acc[n.name].append(n.prediction)
+    out = {}
+    for name, ps in acc.items():
+        bounds = [p.bound for p in ps]
+        out[name] = (sum(p.predicted_us for p in ps) / len(ps),
+                     max(set(bounds), key=bounds.count))
+    return out
+
+
+def cost_header(cost) -> Text:
+    return Text(f"GPU prediction on {cost.device.name} (step at position {cost.position}): "
+                f"{cost.total_us:.1f} us/token, not measured — firscope cost for the detail",
+                style="magenta")
+
+
+def time_tables(model, times: Mapping[int, float], cost=None):
+    if not times and cost is None:
         return Text("no timings yet: run some nodes (c, n, t)", style="dim")
     nodes = model.nodes
     by_name: dict[str, list[float]] = defaultdict(list)
@@ -30,14 +49,23 @@ def time_tables(model, times: Mapping[int, float]):
     total = sum(times.values())
     grid = Table(title="time per node name (last run of each node)", title_justify="left",
                  expand=False, box=None, padding=(0, 1))
-    for col in ("node", "kind", "runs", "total ms", "mean ms", "share"):
-        grid.add_column(col, justify="right" if col not in ("node", "kind") else "left")
+    gpu = _predicted(cost) if cost is not None else None
+    for name in gpu or ():
+        by_name.setdefault(name, [])  # predicted, not (yet) timed here
+    cols = ("node", "kind", "runs", "total ms", "mean ms", "share") + \
+        (("GPU us", "bound") if gpu is not None else ())
+    for col in cols:
+        grid.add_column(col, justify="right" if col not in ("node", "kind", "bound") else "left")
     kinds = {n.name: f"{n.kind} {n.target}"[:22] for n in nodes}
     for name, ts in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
         share = sum(ts) / total if total else 0
-        grid.add_row(name, kinds[name], str(len(ts)), f"{sum(ts) * 1e3:.3f}",
-                     f"{sum(ts) / len(ts) * 1e3:.3f}",
-                     Text("█" * int(share * 20) + f" {share:.0%}", style="cyan"))
+        extra = ()
+        if gpu is not None:
+            us, bound = gpu.get(name, (None, ""))
+            extra = ("-" if us is None else f"{us:.2f}", bound)
+        grid.add_row(name, kinds[name], str(len(ts)), f"{sum(ts) * 1e3:.3f}" if ts else "-",
+                     f"{sum(ts) / len(ts) * 1e3:.3f}" if ts else "-",
+                     Text("█" * int(share * 20) + f" {share:.0%}", style="cyan"), *extra)
     layers = Table(title="time per layer", title_justify="left", box=None, padding=(0, 1))
     layers.add_column("layer")
     layers.add_column("ms", justify="right")
@@ -45,7 +73,7 @@ def time_tables(model, times: Mapping[int, float]):
         layers.add_row("-" if layer is None else str(layer), f"{t * 1e3:.3f}")
     outer = Table.grid(padding=(0, 4))
     outer.add_row(grid, layers)
-    return outer
+    return outer if cost is None else Group(cost_header(cost), outer)
 
 
 def activation_table(quant) -> Table:
@@ -105,6 +133,7 @@ class ProfileView(VerticalScroll, can_focus=True):
         self.quant = None  # QuantComparison, once measured
         self.weights = None  # [WeightStats]
         self.time_of = None  # tests: deterministic times
+        self.cost = None  # CostReport of the GPU prediction (--device), once computed
 
     def compose(self):
         yield Static(id="prof-time")
@@ -113,10 +142,13 @@ class ProfileView(VerticalScroll, can_focus=True):
     def set_quant(self, weights, quant) -> None:
         self.weights, self.quant = weights, quant
 
+    def set_cost(self, cost) -> None:
+        self.cost = cost
+
     def show(self, model, view: StopView) -> None:
         times = view.snapshot.node_times
         if self.time_of is not None:
             times = self.time_of(times)
-        self.query_one("#prof-time", Static).update(time_tables(model, times))
+        self.query_one("#prof-time", Static).update(time_tables(model, times, self.cost))
         self.query_one("#prof-quant", Static).update(
             quant_renderable(model.fir_f32, self.weights, self.quant))

@@ -58,11 +58,33 @@ def _fit(body: str, indent: int, room: int) -> str:
     return text
 
 
-def _gutter(line: int, breakpoint: bool, flagged: bool, mark: str) -> Text:
-    """Breakpoint (or sanitizer finding) mark, pc mark, line number."""
+UNCOALESCED_MARK = "≠"  # GPU prediction: this line's loads/stores waste most of each sector
+LOW_SIMD_MARK = "◌"  # GPU prediction: most SIMD lanes idle when this line issues
+LOW = 0.5  # below this coalescing or SIMD efficiency a line is marked
+
+
+def cost_marks(report) -> dict[str, dict[int, str]]:
+    """kernel -> line -> gutter mark, from a firscope/cost report (uncoalesced wins)."""
+    out: dict[str, dict[int, str]] = {}
+    for name, k in report.by_kernel().items():
+        marks = {}
+        for ln in k["lines"]:
+            if ln["coalescing_efficiency"] is not None and ln["coalescing_efficiency"] < LOW:
+                marks[ln["line"]] = UNCOALESCED_MARK
+            elif ln["simd_efficiency"] is not None and ln["simd_efficiency"] < LOW:
+                marks[ln["line"]] = LOW_SIMD_MARK
+        if marks:
+            out[name] = marks
+    return out
+
+
+def _gutter(line: int, breakpoint: bool, flagged: bool, mark: str, cost: str = "") -> Text:
+    """Breakpoint (or sanitizer finding, or GPU cost) mark, pc mark, line number."""
     t = Text(no_wrap=True, overflow="crop")
     if breakpoint:
         t.append("●", style="red bold")
+    elif cost and not flagged:  # the GPU prediction's mark (key G / --device)
+        t.append(cost, style="dark_orange bold")
     else:  # a line a sanitizer finding involves
         t.append(FINDING_MARK if flagged else " ", style="magenta bold")
     t.append(mark, style="yellow bold")
@@ -70,8 +92,10 @@ def _gutter(line: int, breakpoint: bool, flagged: bool, mark: str) -> Text:
     return t
 
 
-def source_rows(model, view: StopView, node_index: int, width: int) -> SourceView:
-    """The kernel of node ``node_index`` as the source pane shows it at this stop."""
+def source_rows(model, view: StopView, node_index: int, width: int,
+                marks: dict[str, dict[int, str]] | None = None) -> SourceView:
+    """The kernel of node ``node_index`` as the source pane shows it at this stop;
+    ``marks``: the GPU prediction's gutter marks (:func:`cost_marks`)."""
     node = model.nodes[node_index]
     snap = view.snapshot
     loc = snap.location
@@ -94,9 +118,10 @@ def source_rows(model, view: StopView, node_index: int, width: int) -> SourceVie
                  default=0)
     show_counts = bool(top) and 8 + 7 + widest <= width  # counts give way to whole lines
     rows = []
+    mine = (marks or {}).get(node.target, {})
     for ln, body in bodies.items():
         t = _gutter(ln, ln in bps, view.findings.line_marked(node.target, ln),
-                    "▶" if ln == pc_line else ("▷" if ln == next_line else " "))
+                    "▶" if ln == pc_line else ("▷" if ln == next_line else " "), mine.get(ln, ""))
         if show_counts:
             cell, style = _count_cell(per_line.get(ln), top)
             t.append(cell, style=style)
@@ -170,6 +195,7 @@ class SourcePane(Vertical):
         self.view: StopView | None = None
         self.node_index: int | None = None  # the node shown (None: follow the stop)
         self._shown: tuple | None = None
+        self.cost_marks: dict[str, dict[int, str]] = {}  # GPU prediction's marks (cost_marks)
 
     def compose(self) -> ComposeResult:
         yield SourceLines(id="source-lines")
@@ -202,7 +228,7 @@ class SourcePane(Vertical):
         self.remove_class("-ext")
         lines = self.query_one(SourceLines)
         width = lines.scrollable_content_region.width or (self.size.width - 3)
-        sv = source_rows(model, view, idx, width - 1)
+        sv = source_rows(model, view, idx, width - 1, self.cost_marks)
         old = lines.highlighted
         lines.clear_options()
         lines.add_options([Option(t, id=str(ln)) for ln, t in sv.rows])

@@ -113,6 +113,9 @@ class OpSpec:
     opens: FrameKind | None = None
     closes: FrameKind | None = None
     mem: MemAccess | None = None  # set for loads and stores
+    # A transcendental (exp, sigmoid, rsqrt): a GPU runs it on its special-function units;
+    # the cost model (firscope/cost) counts these lane-instructions apart as sfu_ops.
+    sfu: bool = False
 
     @property
     def reads(self) -> tuple[tuple[str, int], ...]:
@@ -122,6 +125,11 @@ class OpSpec:
     @property
     def writes(self) -> tuple[tuple[str, int], ...]:
         return tuple((k.register_file, i) for i, k in enumerate(self.operands) if k.is_written)
+
+    @property
+    def is_f32_arith(self) -> bool:
+        """Arithmetic that writes an f32 register (a flop per active lane, for the cost model)."""
+        return self.category is Category.ALU and any(f == "R" for f, _ in self.writes)
 
     @property
     def is_control(self) -> bool:

@@ -27,9 +27,9 @@ STORE = MemAccess(AccessKind.STORE, address=2, index=1, value=0)
 
 
 def _row(mnemonic: str, operands: str, names: str, category: Category, summary: str, *,
-         interp, render, lanes=None, opens=None, closes=None, mem=None) -> OpSpec:
+         interp, render, lanes=None, opens=None, closes=None, mem=None, sfu=False) -> OpSpec:
     return OpSpec(mnemonic, tuple(Operand(k) for k in operands.split()), tuple(names.split()),
-                  category, summary, interp, render, lanes, opens, closes, mem)
+                  category, summary, interp, render, lanes, opens, closes, mem, sfu)
 
 
 # Templates are per-lane Python for vm/codegen: Rn/Un are the lane's registers (f32 and
@@ -70,11 +70,14 @@ _ROWS = [
     _row("addconst", "Rd Rs F", "d a c", ALU, "R[d] = R[a] + c",
          interp=H.const_binary(np.add), render=G.template("R{0} = R{1} + {2}")),
     _row("sigmoid", "Rd Rs", "d a", ALU, "R[d] = 1 / (1 + exp(-R[a]))",
-         interp=H.unary(H.sigmoid_into), render=G.template("R{0} = sigmoid_f32(R{1})")),
+         interp=H.unary(H.sigmoid_into), render=G.template("R{0} = sigmoid_f32(R{1})"),
+         sfu=True),
     _row("exp", "Rd Rs", "d a", ALU, "R[d] = exp(R[a])",
-         interp=H.unary(H.exp_into), render=G.template("R{0} = exp_f32(R{1})")),
+         interp=H.unary(H.exp_into), render=G.template("R{0} = exp_f32(R{1})"),
+         sfu=True),
     _row("rsqrt", "Rd Rs", "d a", ALU, "R[d] = 1 / sqrt(R[a])",
-         interp=H.unary(H.rsqrt_into), render=G.template("R{0} = ONE / np.sqrt(R{1})")),
+         interp=H.unary(H.rsqrt_into), render=G.template("R{0} = ONE / np.sqrt(R{1})"),
+         sfu=True),
     _row("cmplt", "Rd Rs Rs", "d a b", ALU, "R[d] = 1.0 if R[a] < R[b] else 0.0",
          interp=H.compare(np.less), render=G.template("R{0} = ONE if R{1} < R{2} else ZERO")),
     _row("forbegin", "Rs", "c", CTRL, "run the body floor(R[c]) times",

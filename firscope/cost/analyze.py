@@ -1,0 +1,278 @@
+"""One decode step analysed node by node: counts, predictions, and sums per kernel and layer.
+
+:func:`analyse_step` runs every node of one step on an arena (the model's, or a
+copy a debugger hands over) at a position whose earlier steps are already in
+the arena (the KV cache). A micro node is recorded on the step interpreter
+(:mod:`.record`), except when an earlier node of the same step ran the same
+program and the program is data-independent (:func:`.record.data_independent`):
+then its trace is provably the same and its counts are reused, and the node
+runs on the compiled engine where there is one. :func:`analyse_position` feeds
+a prompt up to a position first, on the compiled engine.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import FirError
+from ..runtime.extops import EXT_IMPLS
+from ..runtime.machine import DEFAULT_BUDGET, Machine
+from ..vm.interp import Dispatch
+from .devices import Device
+from .model import Prediction, ext_counts, predict
+from .record import Counts, LineStats, count, data_independent, identity_key, kernel_shape, \
+    record
+
+
+@dataclass
+class NodeCost:
+    index: int
+    node: str  # full name, name@layer
+    name: str
+    layer: int | None
+    kind: str  # micro / ext
+    kernel: str  # kernel or ext op
+    counts: Counts
+    prediction: Prediction
+    reused_from: str | None = None  # a node whose identical trace these counts are
+
+    def as_dict(self) -> dict:
+        c, p = self.counts, self.prediction
+        out = {"index": self.index, "node": self.node, "layer": self.layer, "kind": self.kind,
+               "kernel": self.kernel}
+        out.update(counts_dict(c))
+        out.update({"predicted_us": p.predicted_us, "bound": p.bound, "terms": dict(p.terms),
+                    "occupancy": p.occupancy, "waves": p.waves, "advice": p.advice,
+                    "reused_from": self.reused_from})
+        return out
+
+
+def counts_dict(c: Counts) -> dict:
+    return {"lanes": c.lanes, "threadgroups": c.threadgroups, "tg": c.tg, "tgbytes": c.tgbytes,
+            "warps": c.warps, "simd_width": c.simd_width,
+            "lane_instructions": c.lane_instructions,
+            "max_lane_instructions": c.max_lane_instructions,
+            "warp_instructions": c.warp_instructions, "simd_efficiency": c.simd_efficiency,
+            "flops": c.flops, "sfu_ops": c.sfu_ops, "bytes_read": c.bytes_read,
+            "bytes_written": c.bytes_written, "unique_bytes": c.unique_bytes,
+            "dram_bytes": c.dram_bytes, "requests": c.requests, "sectors": c.sectors,
+            "sectors_per_request": c.sectors_per_request,
+            "coalescing_efficiency": c.coalescing_efficiency}
+
+
+def line_dict(ls: LineStats, width: int) -> dict:
+    return {"line": ls.line, "text": ls.text, "executions": ls.executions,
+            "lane_instructions": ls.lane_instructions, "requests": ls.requests,
+            "sectors": ls.sectors, "sectors_per_request": ls.sectors_per_request,
+            "coalescing_efficiency": ls.coalescing_efficiency,
+            "simd_efficiency": ls.simd_efficiency(width)}
+
+
+_SUMMED = ("lanes", "threadgroups", "warps", "lane_instructions", "warp_instructions", "flops",
+           "sfu_ops", "bytes_read", "bytes_written", "unique_bytes", "dram_bytes", "requests",
+           "sectors", "ideal_sectors")
+
+
+@dataclass
+class CostReport:
+    device: Device
+    position: int
+    token: int
+    nodes: list[NodeCost]
+    seconds: float = 0.0  # the analysis itself, on this CPU
+    recorded: int = 0  # micro nodes recorded on the interpreter (the rest reused counts)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_us(self) -> float:
+        return sum(n.prediction.predicted_us for n in self.nodes)
+
+    def node(self, full_name: str) -> NodeCost | None:
+        return next((n for n in self.nodes if n.node == full_name), None)
+
+    def by_kernel(self) -> dict[str, dict]:
+        """Per kernel (or ext op): counts summed over its nodes, per-line stats, predicted
+        time and the bound that most of its time has."""
+        out: dict[str, dict] = {}
+        for n in self.nodes:
+            k = out.get(n.kernel)
+            if k is None:
+                k = out[n.kernel] = {"kernel": n.kernel, "kind": n.kind, "nodes": 0,
+                                     "predicted_us": 0.0, "terms": {}, "by_bound": {},
+                                     "lines": {}, "max_lane_instructions": 0,
+                                     "simd_width": n.counts.simd_width,
+                                     **{f: 0 for f in _SUMMED}}
+            c = n.counts
+            k["nodes"] += 1
+            k["predicted_us"] += n.prediction.predicted_us
+            for t, v in n.prediction.terms.items():
+                k["terms"][t] = k["terms"].get(t, 0.0) + v
+            b = n.prediction.bound
+            k["by_bound"][b] = k["by_bound"].get(b, 0.0) + n.prediction.predicted_us
+            for f in _SUMMED:
+                k[f] += getattr(c, f)
+            k["max_lane_instructions"] = max(k["max_lane_instructions"], c.max_lane_instructions)
+            for line, ls in c.lines.items():
+                acc = k["lines"].setdefault(line, LineStats(line, ls.text))
+                acc.add(ls)
+        total = self.total_us
+        for k in out.values():
+            w = k["simd_width"]
+            k["bound"] = max(k["by_bound"], key=k["by_bound"].get)
+            k["share"] = k["predicted_us"] / total if total else 0.0
+            k["simd_efficiency"] = (k["lane_instructions"] / (k["warp_instructions"] * w)
+                                    if k["warp_instructions"] else None)
+            k["sectors_per_request"] = k["sectors"] / k["requests"] if k["requests"] else None
+            k["coalescing_efficiency"] = (k["ideal_sectors"] / k["sectors"] if k["sectors"]
+                                          else None)
+            k["arithmetic_intensity"] = k["flops"] / k["dram_bytes"] if k["dram_bytes"] else None
+            k["lines"] = [line_dict(ls, w) for _, ls in sorted(k["lines"].items())]
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]["predicted_us"]))
+
+    def by_layer(self) -> dict:
+        out: dict = {}
+        for n in self.nodes:
+            out[n.layer] = out.get(n.layer, 0.0) + n.prediction.predicted_us
+        return out
+
+    def ranked(self) -> list[NodeCost]:
+        return sorted(self.nodes, key=lambda n: -n.prediction.predicted_us)
+
+    def as_dict(self) -> dict:
+        """report.json's ``gpu`` section (and ``firscope cost --json``)."""
+        kernels = self.by_kernel()
+        return {"device": self.device.as_dict(), "position": self.position, "token": self.token,
+                "predicted_us_per_token": self.total_us,
+                "tokens_per_s": 1e6 / self.total_us if self.total_us else None,
+                "nodes": [n.as_dict() for n in self.nodes],
+                "kernels": [{k: v for k, v in d.items() if k not in ("by_bound",)}
+                            for d in kernels.values()],
+                "layers": [{"layer": la, "predicted_us": us}
+                           for la, us in self.by_layer().items()],
+                "analysis_seconds": self.seconds, "recorded_nodes": self.recorded,
+                "notes": list(self.notes),
+                "model": "predicted, not measured: see docs/cost-model.md"}
+
+
+def _runner(model):
+    try:
+        from ..vm.compiled import CompiledRunner
+        return CompiledRunner(model, parallel=False)
+    except ImportError:  # numba missing: the interpreter runs the reused nodes too
+        return None
+
+
+def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, position: int,
+                 token: int, budget: int | None = DEFAULT_BUDGET, runner=None,
+                 stop=None, dedup: bool = True) -> CostReport:
+    """Run one decode step (``token`` at ``position``) on ``arena`` and cost every node.
+    ``arena`` (default: the model's) must hold positions 0..position-1's KV cache."""
+    t0 = time.perf_counter()
+    arena = model.arena if arena is None else arena
+    arena[model.inputs["token"].base] = token
+    arena[model.inputs["position"].base] = position
+    width = device.simd_width
+    seen: dict[tuple, tuple[Counts, str]] = {}
+    nodes, recorded = [], 0
+    for node in model.nodes:
+        reused = None
+        if node.kind == "ext":
+            with np.errstate(all="ignore"):
+                EXT_IMPLS[node.target](arena, node)
+            c = ext_counts(node, width)
+        else:
+            tg, tgbytes = kernel_shape(model, node.program)
+            key = identity_key(node.program, tg, tgbytes) \
+                if dedup and data_independent(node.program) else None
+            if key is not None and key in seen:
+                c, reused = seen[key]
+                if runner is not None:
+                    runner.run(node, arena, budget, stop=stop)
+                else:  # the same trace again: run it unobserved
+                    Dispatch(node.program, arena).run(budget, stop)
+            else:
+                trace, _ = record(node.program, arena, budget, stop)
+                c = count(node.program, trace, tg, tgbytes, width)
+                recorded += 1
+                if key is not None:
+                    seen[key] = (c, node.full_name)
+        p = predict(c, device, library=node.kind == "ext", op=node.target)
+        nodes.append(NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
+                              node.target, c, p, reused))
+    return CostReport(device, position, int(token), nodes, time.perf_counter() - t0, recorded)
+
+
+def tokens_to(ids: list[int], at: int, machine: Machine) -> list[int]:
+    """``ids`` cut or extended (greedily, from the model's own logits) to ``at + 1`` tokens;
+    runs positions 0..at-1 on ``machine`` (reset first)."""
+    machine.reset()
+    toks = list(ids)
+    for p in range(at):
+        res = machine.step(toks[p])
+        if p + 1 >= len(toks):
+            toks.append(int(np.argmax(res.logits)))
+    return toks[: at + 1]
+
+
+def analyse_position(model, device: Device, ids: list[int], at: int | None = None, *,
+                     engine: str = "compiled", dedup: bool = True) -> CostReport:
+    """Feed ``ids`` up to position ``at`` (default: the last prompt token's) and cost that
+    step. The model's buffers hold that step's results afterwards."""
+    if not ids:
+        raise FirError("no tokens: give a prompt or --tokens")
+    at = len(ids) - 1 if at is None else at
+    limit = model.n_positions
+    if at < 0 or (limit is not None and at >= limit):
+        top = f"0..{limit - 1}" if limit is not None else "0 or more"
+        raise FirError(f"--at {at}: the position must be in {top} (n_positions {limit})")
+    try:
+        machine = Machine(model, engine=engine)
+    except ImportError:
+        machine = Machine(model, engine="interp")
+    toks = tokens_to(ids, at, machine)
+    runner = machine.kernel_runner or None
+    report = analyse_step(model, device, position=at, token=toks[at], runner=runner,
+                          dedup=dedup)
+    if at >= len(ids):
+        report.notes.append(f"positions {len(ids)}..{at} were fed the model's greedy tokens")
+    return report
+
+
+def analyse_node(model, node, device: Device, arena: np.ndarray, *,
+                 budget: int | None = DEFAULT_BUDGET) -> NodeCost:
+    """One node costed from a run on a copy of ``arena`` as it is now (a debugger's stop:
+    the node's inputs are there); ``arena`` itself is not changed."""
+    work = arena.copy()
+    if node.kind == "ext":
+        c = ext_counts(node, device.simd_width)
+    else:
+        tg, tgbytes = kernel_shape(model, node.program)
+        trace, _ = record(node.program, work, budget)
+        c = count(node.program, trace, tg, tgbytes, device.simd_width)
+    p = predict(c, device, library=node.kind == "ext", op=node.target)
+    return NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
+                    node.target, c, p)
+
+
+def current_step(machine) -> tuple[int, int] | None:
+    """(position, token) of the step a debugger is in, or of the last one it finished;
+    None before any token."""
+    if machine.current_token is not None:
+        return machine.position, int(machine.current_token)
+    if machine.history:
+        return machine.position - 1, int(machine.history[-1])
+    return None
+
+
+def analyse_current(model, machine, device: Device, *, stop=None) -> CostReport | None:
+    """The step ``machine`` is in (or last finished), costed on a copy of its arena: the
+    KV cache of earlier positions is there, and running the step again on the copy
+    rewrites this position's entries with the same values. The machine is untouched."""
+    at = current_step(machine)
+    if at is None:
+        return None
+    position, token = at
+    return analyse_step(model, device, arena=machine.arena.copy(), position=position,
+                        token=token, runner=None, stop=stop)

@@ -1,0 +1,171 @@
+"""The speed-of-light model: counts + a device -> a predicted time, its terms and its bound.
+
+Every node is one kernel launch. Its predicted time is
+
+    max(memory, compute, latency) + launch
+
+* ``memory``  = dram_bytes / DRAM bandwidth. dram_bytes is the distinct 32-byte
+  sectors the node touches x 32: each byte is fetched from DRAM once (perfect
+  cache reuse), but a whole sector moves for any byte of it, so uncoalesced
+  (strided) access pays for the sectors it wastes.
+* ``compute`` = warp instructions of f32 arithmetic x SIMD width / (f32 lane rate x
+  share). The lane rate is the peak over 2 (an FMA is 2 flops, firscope's ops 1);
+  ``share`` is the part of the device's f32 lanes the node's resident warps can
+  occupy, so a one-warp kernel gets one warp's worth of the chip. Inactive lanes
+  of an issued warp instruction cost as much as active ones (SIMD efficiency).
+* ``latency`` = waves x (max_lane_instructions x dependent-issue cycles / clock +
+  load batches on the longest lane x mean load latency). A wave is as many
+  threadgroups as the device holds at once; the mean load latency mixes cache
+  and DRAM latency by the node's cache hit fraction.
+* ``launch``  = the device's launch overhead; ``bound`` is ``launch`` when it
+  exceeds the largest other term.
+
+ext ops are costed as a well-written library kernel of their definition (full
+occupancy, coalesced): fir.linear reads the weight as stored (q4: packed codes,
+scale and min per group) plus its input and writes its output, 2 x in x out flops.
+What the model ignores is in docs/cost-model.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .devices import Device
+from .record import SECTOR_BYTES, Counts
+
+BOUNDS = ("memory", "compute", "latency", "launch")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    terms: dict  # term -> microseconds (memory, compute, latency, launch)
+    predicted_us: float
+    bound: str
+    occupancy: float  # resident lanes / device lanes
+    waves: int
+    advice: str
+
+
+def occupancy(c: Counts, dev: Device) -> tuple[int, int]:
+    """(threadgroups resident per compute unit, waves of threadgroups)."""
+    width = dev.simd_width
+    warps_per_tg = max(-(-min(c.tg, max(c.lanes, 1)) // width), 1)
+    per_cu = min(dev.max_threadgroups_per_cu,
+                 dev.max_lanes_per_cu // (warps_per_tg * width) or 1)
+    if c.tgbytes:
+        per_cu = min(per_cu, max(dev.tg_memory_per_cu // c.tgbytes, 1))
+    per_cu = max(per_cu, 1)
+    waves = max(math.ceil(c.threadgroups / (per_cu * dev.compute_units)), 1)
+    return per_cu, waves
+
+
+def predict(c: Counts, dev: Device, *, library: bool = False, op: str = "") -> Prediction:
+    """``library``: an ext op (``op``), costed as a tuned kernel (no recorded lanes)."""
+    clock = dev.clock_ghz * 1e9
+    lane_rate = dev.f32_tflops * 1e12 / 2
+    total_lanes = dev.compute_units * dev.f32_lanes_per_cu
+    launch = dev.launch_overhead_us
+    memory = c.dram_bytes / (dev.dram_bandwidth_gbs * 1e9) * 1e6
+    if library:
+        compute = c.flops / lane_rate * 1e6
+        latency = (dev.memory_latency_ns + 2 * dev.cache_latency_ns) / 1e3
+        occ, waves = 1.0, 1
+    else:
+        per_cu, waves = occupancy(c, dev)
+        resident_tgs = min(c.threadgroups, per_cu * dev.compute_units)
+        resident_warps = c.warps * resident_tgs / max(c.threadgroups, 1)
+        occ = min(resident_warps * dev.simd_width / (dev.compute_units * dev.max_lanes_per_cu),
+                  1.0)
+        share = min(resident_warps * dev.simd_width / total_lanes, 1.0) or 1.0 / total_lanes
+        eff = c.simd_efficiency or 1.0
+        compute = c.flops / eff / (lane_rate * share) * 1e6
+        hit = c.cache_hit_fraction
+        load_ns = hit * dev.cache_latency_ns + (1 - hit) * dev.memory_latency_ns
+        path_ns = (c.max_lane_instructions * dev.alu_latency_cycles / clock * 1e9
+                   + c.max_lane_load_batches * load_ns)
+        latency = waves * path_ns / 1e3
+    terms = {"memory": memory, "compute": compute, "latency": latency, "launch": launch}
+    work = max(("memory", "compute", "latency"), key=lambda k: terms[k])
+    bound = "launch" if launch > terms[work] else work
+    total = terms[work] + launch
+    return Prediction(terms, total, bound, occ, waves, advice(c, bound, dev, library, op))
+
+
+def advice(c: Counts, bound: str, dev: Device, library: bool = False, op: str = "") -> str:
+    """One line of plain advice for the bound."""
+    if bound == "launch":
+        if op == "fir.embedding":
+            return ("launch-bound: a row copy; gather the token and position rows and add "
+                    "them in one kernel")
+        if library:
+            return ("launch-bound: the work is smaller than one launch; fuse the bias add "
+                    "(and residual) that follow into this op")
+        return ("launch-bound: the work is smaller than one launch; fuse this kernel into "
+                "its neighbour (a bias add into the linear before it)")
+    if library:
+        if bound == "memory":
+            return ("memory-bound at the weight's stored size: fewer bytes per weight (q4) or "
+                    "batching tokens is what helps")
+        return "compute-bound: batch tokens so each weight byte does more work"
+    if bound == "latency":
+        if c.lanes <= dev.simd_width and c.max_lane_instructions > 1000:
+            who = "one lane walks" if c.lanes == 1 else f"each of {c.lanes} lanes walks"
+            return (f"latency-bound: {who} {_walks(c)} ({c.max_lane_instructions} "
+                    "instructions in a row); split the rows over a threadgroup (tg lanes, "
+                    "each a slice) and reduce")
+        if (c.simd_efficiency or 1) < 0.5:
+            return (f"latency-bound with SIMD efficiency {c.simd_efficiency:.0%}: give each "
+                    f"threadgroup a multiple of {dev.simd_width} lanes (tg={c.tg} now) so "
+                    "warps fill")
+        return "latency-bound: shorten the longest lane's chain (more lanes, less per lane)"
+    if bound == "memory":
+        eff = c.coalescing_efficiency
+        if eff is not None and eff < 0.5:
+            worst = min((ls for ls in c.lines.values() if ls.sectors),
+                        key=lambda ls: ls.coalescing_efficiency or 1, default=None)
+            where = f" (line {worst.line})" if worst else ""
+            return (f"memory-bound and uncoalesced{where}: {c.sectors_per_request:.1f} sectors "
+                    "per request; make neighbouring lanes read neighbouring elements")
+        return "memory-bound: it moves what it must; fuse it with the node that produced the data"
+    return (f"compute-bound: {c.flops} flops at SIMD efficiency "
+            f"{(c.simd_efficiency or 1):.0%}; more lanes per warp or fewer instructions")
+
+
+def _walks(c: Counts) -> str:
+    """'768 elements 3 times' from the kernel's loops (the outermost trip counts)."""
+    if not c.loops:
+        return "one long chain"
+    trips = [round(t) for _, t in c.loops]
+    common = max(set(trips), key=trips.count)
+    same = trips.count(common)
+    return f"{common} elements" + (f" {same} times" if same > 1 else "") + \
+        (f" (and {len(trips) - same} other loop(s))" if same < len(trips) else "")
+
+
+def ext_counts(node, width: int) -> Counts:
+    """An ext op's work from its definition (the same fields a kernel's trace gives)."""
+    x, w = node.args
+    y = node.outs[0]
+    c = Counts(simd_width=width)
+    if node.target == "fir.embedding":
+        cols = w.weight.shape[1]
+        c.bytes_read = 4 + 4 * cols
+        c.bytes_written = 4 * cols
+        c.lanes = cols
+    else:
+        n_in, n_out = x.size, y.size
+        entry = w.weight
+        if entry.matrix is not None:  # an f32 copy (--fir-f32, or q4 on the dequant path)
+            weight_bytes = entry.matrix.nbytes
+        elif entry.q4 is not None:
+            weight_bytes = entry.q4.nbytes  # packed codes + scale and min per group
+        else:
+            weight_bytes = 4 * entry.size
+        c.bytes_read = weight_bytes + 4 * n_in
+        c.bytes_written = 4 * n_out
+        c.flops = 2 * n_in * n_out
+        c.lanes = n_out
+    c.unique_bytes = c.bytes_read + c.bytes_written
+    c.dram_bytes = -(-c.unique_bytes // SECTOR_BYTES) * SECTOR_BYTES
+    c.lane_instructions = c.flops
+    return c

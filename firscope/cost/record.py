@@ -1,0 +1,329 @@
+"""What a GPU would see of one dispatch, counted from the step interpreter's execution.
+
+:class:`Trace` observes the one instruction loop (vm/interp ``Dispatch.run``)
+and keeps, per executed instruction, its pc and its active mask (a mask is
+stored once, by identity: the interpreter replaces masks, never edits them),
+and for each load and store its index register (the address is the
+region's base + offset + index, as ``handlers.lane_addresses`` computes it
+for one instruction; here all at once, at the end).
+:func:`count` turns that into GPU terms with NumPy over lanes and executions:
+
+* lanes are grouped into threadgroups of ``tg`` and each threadgroup into warps
+  of the device's SIMD width (a threadgroup of 1 lane is a warp of 1 lane);
+* a warp instruction is issued when at least one of its lanes is active:
+  ``simd_efficiency`` = active lane-instructions / (warp instructions x width);
+* a memory request is one (instruction execution, warp); it touches the
+  distinct 32-byte sectors of its active lanes' 4-byte elements, addresses
+  counted from the start of each buffer (on a GPU each buffer instance is its
+  own aligned allocation); the ideal is ceil(active lanes x 4 / 32) sectors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..fir.expr import Env, eval_int
+from ..vm.interp import Dispatch, Observer
+
+SECTOR_BYTES = 32
+ELEMENT_BYTES = 4
+PER_SECTOR = SECTOR_BYTES // ELEMENT_BYTES
+_REGION_SHIFT = 40  # sector keys: region ordinal << 40 | sector within the region
+
+
+class Trace(Observer):
+    """Records pc, mask and (for memory instructions) addresses of every instruction."""
+
+    wants_before = True
+
+    def __init__(self, d: Dispatch):
+        self.pcs: list[int] = []
+        self.keys: list[int] = []  # index into masks; 0: every lane active
+        self.masks: list[np.ndarray] = [np.ones(d.lanes, dtype=bool)]
+        self._ids: dict[int, int] = {}
+        # memory instructions: which execution, and the index register's value in every lane
+        # (an access outside its region faults, so every active lane's access happened)
+        self.mem: list[int] = []
+        self.index: list[np.ndarray] = []
+
+    def before(self, d, op) -> bool:
+        self.pcs.append(op.pc)
+        if d.full:
+            self.keys.append(0)
+        else:
+            m = d.mask
+            k = self._ids.get(id(m))
+            if k is None:
+                k = self._ids[id(m)] = len(self.masks)
+                self.masks.append(m)
+            self.keys.append(k)
+        mem = op.spec.mem
+        if mem is not None:  # the index register as it is before the access (all lanes)
+            self.mem.append(len(self.pcs) - 1)
+            self.index.append(d.Ur[op.args[mem.index]].copy())
+        return False
+
+
+class _Coalescing:
+    """Rates from ``requests``, ``sectors`` and ``ideal_sectors`` (a line's or a node's)."""
+
+    requests: int
+    sectors: int
+    ideal_sectors: int
+
+    @property
+    def sectors_per_request(self) -> float | None:
+        return self.sectors / self.requests if self.requests else None
+
+    @property
+    def coalescing_efficiency(self) -> float | None:
+        return self.ideal_sectors / self.sectors if self.sectors else None
+
+
+@dataclass
+class LineStats(_Coalescing):
+    """One kernel source line (all its instructions), summed over what ran."""
+
+    line: int
+    text: str
+    executions: int = 0
+    lane_instructions: int = 0
+    warp_instructions: int = 0
+    requests: int = 0  # memory requests (instruction execution x warp)
+    sectors: int = 0
+    ideal_sectors: int = 0
+
+    def add(self, o: "LineStats") -> None:
+        for f in ("executions", "lane_instructions", "warp_instructions", "requests", "sectors",
+                  "ideal_sectors"):
+            setattr(self, f, getattr(self, f) + getattr(o, f))
+
+    def simd_efficiency(self, width: int) -> float | None:
+        return self.lane_instructions / (self.warp_instructions * width) \
+            if self.warp_instructions else None
+
+
+@dataclass
+class Counts(_Coalescing):
+    """What one node does, in GPU terms (the fields of report.json's ``gpu.nodes``)."""
+
+    lanes: int = 0
+    tg: int = 1
+    tgbytes: int = 0
+    threadgroups: int = 0
+    warps: int = 0
+    simd_width: int = 32
+    instructions: int = 0  # lockstep issues over the whole dispatch (the interpreter's steps)
+    warp_instructions: int = 0
+    lane_instructions: int = 0
+    max_lane_instructions: int = 0
+    max_lane_load_batches: int = 0  # load groups on the longest lane (each waits for memory)
+    flops: int = 0
+    sfu_ops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    unique_bytes: int = 0
+    dram_bytes: int = 0  # distinct sectors touched x 32: the traffic a sector-grained DRAM moves
+    requests: int = 0
+    sectors: int = 0
+    ideal_sectors: int = 0
+    lines: dict[int, LineStats] = field(default_factory=dict)
+    loops: list[tuple[int, float]] = field(default_factory=list)  # (line, trips per entry)
+    per_pc: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def simd_efficiency(self) -> float | None:
+        if not self.warp_instructions:
+            return None
+        return self.lane_instructions / (self.warp_instructions * self.simd_width)
+
+    @property
+    def cache_hit_fraction(self) -> float:
+        """Sector requests that find their sector already touched by this node (L1/L2 hits
+        under the model's assumption of perfect reuse)."""
+        return 1 - self.dram_bytes / (self.sectors * SECTOR_BYTES) if self.sectors else 0.0
+
+
+def geometry(lanes: int, tg: int, width: int) -> tuple[int, int, np.ndarray]:
+    """(threadgroups, warps, warp of each lane): warps are formed inside each threadgroup."""
+    tg = max(int(tg), 1)
+    per_tg = -(-min(tg, max(lanes, 1)) // width)
+    lane = np.arange(lanes, dtype=np.int64)
+    warp = (lane // tg) * per_tg + (lane % tg) // width
+    groups = -(-lanes // tg)
+    full, rest = divmod(lanes, tg)
+    warps = full * (-(-tg // width)) + (-(-rest // width) if rest else 0)
+    return groups, warps, warp
+
+
+def kernel_shape(model, program) -> tuple[int, int]:
+    """(tg, tgbytes) of the program's kernel, evaluated for its node."""
+    k = program.kernel.syntax
+    env = Env(model.symbols, {name: r.size for name, r in program.operands})
+    return (max(eval_int(k.tg, env, "tg"), 1), max(eval_int(k.tgbytes, env, "tgbytes"), 0))
+
+
+def load_batch_leaders(program) -> np.ndarray:
+    """bool [n_ops]: loads not directly preceded by a load. A run of back-to-back loads
+    waits for memory once: in-order issue stalls at the first use of the first result."""
+    ops = program.ops
+    out = np.zeros(len(ops), dtype=bool)
+    for i, op in enumerate(ops):
+        m = op.spec.mem
+        if m is not None and not m.stores:
+            prev = ops[i - 1].spec.mem if i else None
+            out[i] = prev is None or prev.stores
+    return out
+
+
+def record(program, arena: np.ndarray, budget: int | None, stop=None) -> tuple[Trace, Dispatch]:
+    """Run ``program`` once on the step interpreter, recording it (the arena changes as a
+    plain run would change it)."""
+    d = Dispatch(program, arena)
+    trace = Trace(d)
+    d.run(budget, stop, observer=trace)
+    return trace, d
+
+
+def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
+    """length: one pass of vectorized bookkeeping over the trace, kept in one place so each
+    quantity is computed from the same arrays the others are."""
+    ops = program.ops
+    n_ops = len(ops)
+    lanes = program.threads
+    groups, n_warps, warp_of = geometry(lanes, tg, width)
+    c = Counts(lanes=lanes, tg=tg, tgbytes=tgbytes, threadgroups=groups, warps=n_warps,
+               simd_width=width)
+    pcs = np.asarray(trace.pcs, dtype=np.int64)
+    keys = np.asarray(trace.keys, dtype=np.int64)
+    c.instructions = int(pcs.size)
+    masks = np.stack(trace.masks) if lanes else np.zeros((len(trace.masks), 0), dtype=bool)
+    active = masks.sum(axis=1)
+    if lanes:
+        starts = np.flatnonzero(np.r_[True, warp_of[1:] != warp_of[:-1]])
+        warps_active = np.logical_or.reduceat(masks, starts, axis=1).sum(axis=1)
+    else:
+        warps_active = np.zeros(len(trace.masks), dtype=np.int64)
+    lane_pc = np.bincount(pcs, weights=active[keys], minlength=n_ops).astype(np.int64)
+    warp_pc = np.bincount(pcs, weights=warps_active[keys], minlength=n_ops).astype(np.int64)
+    exec_pc = np.bincount(pcs, minlength=n_ops).astype(np.int64)
+    c.lane_instructions = int(lane_pc.sum())
+    c.warp_instructions = int(warp_pc.sum())
+    uses = np.bincount(keys, minlength=len(trace.masks)).astype(np.float64)
+    per_lane = uses @ masks if lanes else np.zeros(0)
+    c.max_lane_instructions = int(per_lane.max()) if lanes else 0
+    leaders = load_batch_leaders(program)
+    lead_uses = np.bincount(keys[leaders[pcs]], minlength=len(trace.masks)).astype(np.float64)
+    c.max_lane_load_batches = int((lead_uses @ masks).max()) if lanes else 0
+    arith = np.array([op.spec.is_f32_arith for op in ops], dtype=bool)
+    sfu = np.array([op.spec.sfu for op in ops], dtype=bool)
+    c.flops = int(lane_pc[arith].sum())
+    c.sfu_ops = int(lane_pc[sfu].sum())
+    req_pc, sec_pc, ideal_pc = _memory(c, program, trace, pcs, warp_of, n_warps, lane_pc)
+    c.per_pc = {"executions": exec_pc, "lane": lane_pc, "warp": warp_pc, "requests": req_pc,
+                "sectors": sec_pc, "ideal": ideal_pc}
+    for op in ops:
+        if op.spec.opens is not None and op.spec.opens.value == "for" and lane_pc[op.pc] \
+                and op.pc + 1 < n_ops:
+            c.loops.append((op.line, float(lane_pc[op.pc + 1] / lane_pc[op.pc])))
+        ls = c.lines.get(op.line)
+        if ls is None:
+            ls = c.lines[op.line] = LineStats(op.line, op.loc.text.strip() or op.text)
+        ls.add(LineStats(op.line, "", int(exec_pc[op.pc]), int(lane_pc[op.pc]),
+                         int(warp_pc[op.pc]), int(req_pc[op.pc]), int(sec_pc[op.pc]),
+                         int(ideal_pc[op.pc])))
+    return c
+
+
+def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
+    """Bytes, distinct elements and sectors, and per pc requests / sectors / ideal sectors."""
+    ops = program.ops
+    n_ops = len(ops)
+    zeros = np.zeros(n_ops, dtype=np.int64)
+    is_store = np.array([op.spec.stores for op in ops], dtype=bool)
+    is_load = np.array([op.spec.mem is not None and not op.spec.stores for op in ops])
+    c.bytes_read = int(lane_pc[is_load].sum()) * ELEMENT_BYTES
+    c.bytes_written = int(lane_pc[is_store].sum()) * ELEMENT_BYTES
+    if not trace.mem or not program.threads:
+        return zeros, zeros.copy(), zeros.copy()
+    regions: dict[str, int] = {}
+    ordinal = np.zeros(n_ops, dtype=np.int64)
+    offset = np.zeros(n_ops, dtype=np.int64)
+    for op in ops:
+        if op.spec.mem is not None:
+            a = op.args[op.spec.mem.address]
+            ordinal[op.pc] = regions.setdefault(a.region.name, len(regions))
+            offset[op.pc] = a.offset
+    rows = np.asarray(trace.mem, dtype=np.int64)  # execution of each memory instruction
+    index = np.stack(trace.index)  # [memory executions, lanes]
+    active = np.stack(trace.masks)[np.asarray(trace.keys, dtype=np.int64)[rows]]
+    row, lanes = np.nonzero(active)  # row-major: executions in order, lanes ascending
+    execs = rows[row]
+    pc = pcs[execs]
+    rel = index[row, lanes].astype(np.int64) + offset[pc]  # element within its region
+    element = (ordinal[pc] << _REGION_SHIFT) | rel
+    sector = (ordinal[pc] << _REGION_SHIFT) | (rel // PER_SECTOR)
+    c.unique_bytes = int(np.unique(element).size) * ELEMENT_BYTES
+    c.dram_bytes = int(np.unique(sector).size) * SECTOR_BYTES
+    request = execs * max(n_warps, 1) + warp_of[lanes]
+    order = np.lexsort((sector, request))
+    req_s, sec_s, pc_s = request[order], sector[order], pc[order]
+    new_req = np.r_[True, req_s[1:] != req_s[:-1]]
+    new_sec = new_req | np.r_[True, sec_s[1:] != sec_s[:-1]]
+    req_pc = np.bincount(pc_s[new_req], minlength=n_ops).astype(np.int64)
+    sec_pc = np.bincount(pc_s[new_sec], minlength=n_ops).astype(np.int64)
+    starts = np.flatnonzero(new_req)
+    in_request = np.diff(np.r_[starts, req_s.size])  # active lanes of each request
+    group = np.cumsum(new_req) - 1
+    actual = np.bincount(group, weights=new_sec).astype(np.int64)
+    # a broadcast (lanes sharing a sector) needs fewer sectors than its lanes' bytes: it
+    # is as good as it gets, not better than ideal
+    ideal = np.minimum(-(-in_request * ELEMENT_BYTES // SECTOR_BYTES), actual)
+    ideal_pc = np.bincount(pc_s[starts], weights=ideal, minlength=n_ops).astype(np.int64)
+    c.requests, c.sectors, c.ideal_sectors = (int(req_pc.sum()), int(sec_pc.sum()),
+                                              int(ideal_pc.sum()))
+    return req_pc, sec_pc, ideal_pc
+
+
+def data_independent(program) -> bool:
+    """True when no loop count, branch condition or memory index can depend on a loaded
+    value: then the whole trace (pcs, masks, region offsets) is a function of the program's
+    constants, and two nodes with the same constants and aliasing execute alike.
+
+    A flow-insensitive taint over registers: a load's value is tainted, and so is every
+    register written from a tainted one, anywhere in the program (sound for loops)."""
+    tainted: set[tuple[str, int]] = set()
+    changed = True
+    while changed:
+        changed = False
+        for op in program.ops:
+            spec = op.spec
+            if spec.mem is not None:
+                if not spec.mem.stores:
+                    reg = ("R", op.args[spec.mem.value])
+                    if reg not in tainted:
+                        tainted.add(reg)
+                        changed = True
+                continue
+            src = any((f, op.args[i]) in tainted for f, i in spec.reads)
+            for f, i in spec.writes:
+                if src and (f, op.args[i]) not in tainted:
+                    tainted.add((f, op.args[i]))
+                    changed = True
+    for op in program.ops:
+        spec = op.spec
+        if spec.opens is not None and ("R", op.args[0]) in tainted:
+            return False
+        if spec.mem is not None and ("U", op.args[spec.mem.index]) in tainted:
+            return False
+    return True
+
+
+def identity_key(program, tg: int, tgbytes: int) -> tuple:
+    """What a data-independent program's trace depends on: kernel, lanes, every constant,
+    offset and extent, and which of its addresses name the same buffer."""
+    seen: dict[str, int] = {}
+    alias = tuple(seen.setdefault(op.args[op.spec.mem.address].region.name, len(seen))
+                  for op in program.ops if op.spec.mem is not None)
+    return (program.name, program.threads, tg, tgbytes, program.constants_key(), alias)

@@ -1,0 +1,153 @@
+"""``firscope cost``: the analysis as text tables (or JSON), and the command itself."""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..text import printable
+from .analyze import CostReport, NodeCost
+from .devices import device_table, find_device, load_devices
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.0%}" if v >= 0.01 or v == 0 else f"{v:.1%}"
+
+
+def _f(v, fmt=".2f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _bytes(n: int) -> str:
+    for unit, div in (("MB", 1e6), ("KB", 1e3)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+
+    def line(r):
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def node_rows(nodes: list[NodeCost], total: float) -> list[list[str]]:
+    rows = []
+    for n in nodes:
+        c, p = n.counts, n.prediction
+        t = p.terms
+        rows.append([printable(n.node), printable(n.kernel), f"{p.predicted_us:.2f}",
+                     _pct(p.predicted_us / total if total else 0), p.bound,
+                     f"{t['memory']:.2f}", f"{t['compute']:.2f}", f"{t['latency']:.2f}",
+                     f"{t['launch']:.2f}", str(c.lanes), str(c.warps),
+                     _pct(c.simd_efficiency) if n.kind == "micro" else "-",
+                     _f(c.sectors_per_request, ".1f"),
+                     _pct(c.coalescing_efficiency), _bytes(c.dram_bytes)])
+    return rows
+
+
+NODE_HEADER = ["node", "kernel", "pred us", "share", "bound", "mem us", "alu us", "lat us",
+               "launch", "lanes", "warps", "SIMD eff", "sect/req", "coalesced", "DRAM"]
+
+
+def render(report: CostReport, *, limit: int | None = None) -> str:
+    d = report.device
+    total = report.total_us
+    out = [f"speed of light on {printable(d.name)} (predicted, not measured): decode step at "
+           f"position {report.position}, token {report.token}",
+           f"  SIMD width {d.simd_width}, {d.compute_units} compute units, "
+           f"{d.dram_bandwidth_gbs:g} GB/s, {d.f32_tflops:g} TFLOP/s f32, launch "
+           f"{d.launch_overhead_us:g} us; model: max(memory, compute, latency) + launch "
+           "(docs/cost-model.md)", ""]
+    out.append(f"per token: {total:.1f} us predicted ({1e6 / total if total else 0:.0f} "
+               f"tokens/s), {len(report.nodes)} nodes")
+    out.append("")
+    kernels = report.by_kernel()
+    rows = [[printable(k), str(v["nodes"]), f"{v['predicted_us']:.1f}", _pct(v["share"]),
+             v["bound"], _pct(v["simd_efficiency"]) if v["kind"] == "micro" else "-",
+             _f(v["sectors_per_request"], ".1f"), _pct(v["coalescing_efficiency"]),
+             _f(v["arithmetic_intensity"], ".2f")] for k, v in kernels.items()]
+    out += ["per kernel"] + _table(["kernel", "nodes", "pred us", "share", "bound", "SIMD eff",
+                                    "sect/req", "coalesced", "flop/B"], rows)
+    out.append("")
+    layers = sorted(report.by_layer().items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+    out += ["per layer"] + _table(["layer", "pred us"], [["-" if la is None else str(la),
+                                                        f"{us:.1f}"] for la, us in layers])
+    out.append("")
+    ranked = report.ranked()
+    shown = ranked if limit is None else ranked[:limit]
+    out += ["per node, ranked by predicted time"] + _table(NODE_HEADER,
+                                                           node_rows(shown, total), left=2)
+    if len(shown) < len(ranked):
+        out.append(f"  ... {len(ranked) - len(shown)} more (--top 0 shows every node)")
+    out.append("")
+    out.append("advice per kernel")
+    for k, v in kernels.items():
+        first = next(n for n in ranked if n.kernel == k)
+        out.append(f"  {printable(k)}: {printable(first.prediction.advice)}")
+    for note in report.notes:
+        out.append(f"note: {printable(note)}")
+    out.append(f"[analysed in {report.seconds:.2f} s on this CPU: {report.recorded} nodes "
+               "recorded on the interpreter, the rest reused identical traces]")
+    return "\n".join(out)
+
+
+def run_cost(opened_input, *, device: str | None, at: int | None, as_json: bool,
+             top: int | None, engine: str = "compiled") -> int:
+    """The ``firscope cost`` command; ``device == 'list'`` lists the profiles."""
+    devices = load_devices()
+    if device == "list":
+        print(device_table(devices))
+        return 0
+    dev = find_device(device, devices)  # before the model loads: a typo fails at once
+    opened = opened_input.open()
+    from .analyze import analyse_position
+    report = analyse_position(opened.model, dev, list(opened.ids), at, engine=engine)
+    if as_json:
+        json.dump(report.as_dict(), sys.stdout, indent=1, default=_jsonable)
+        print()
+    else:
+        print(render(report, limit=top or None))
+    return 0
+
+
+def _jsonable(v):
+    if hasattr(v, "item"):
+        return v.item()
+    raise TypeError(type(v).__name__)
+
+
+def node_text(n: NodeCost, device, *, where: str = "") -> str:
+    """``info cost``: one node's counts, the model's terms, its bound and the advice."""
+    c, p = n.counts, n.prediction
+    t = p.terms
+    out = [f"node {printable(n.node)} ({n.kind} {printable(n.kernel)}) on "
+           f"{printable(device.name)}: {p.predicted_us:.2f} us predicted, {p.bound}-bound"
+           + (f" {where}" if where else ""),
+           f"  terms (us): memory {t['memory']:.3f}  compute {t['compute']:.3f}  latency "
+           f"{t['latency']:.3f}  launch {t['launch']:.2f}  (max of the first three + launch)"]
+    if n.kind == "micro":
+        out.append(f"  geometry: {c.lanes} lanes, tg {c.tg} -> {c.threadgroups} threadgroups, "
+                   f"{c.warps} warps of {c.simd_width}, tgbytes {c.tgbytes}, "
+                   f"{p.waves} wave(s), occupancy {p.occupancy:.2%}")
+        out.append(f"  work: {c.lane_instructions} lane-instructions, longest lane "
+                   f"{c.max_lane_instructions}, SIMD efficiency {_pct(c.simd_efficiency)}, "
+                   f"{c.flops} flops ({c.sfu_ops} on SFUs)")
+    else:
+        out.append(f"  work: {c.flops} flops (from the op's definition)")
+    out.append(f"  memory: read {_bytes(c.bytes_read)}, written {_bytes(c.bytes_written)}, "
+               f"unique {_bytes(c.unique_bytes)}, DRAM (sectors) {_bytes(c.dram_bytes)}"
+               + (f", {c.sectors_per_request:.2f} sectors/request, coalescing "
+                  f"{_pct(c.coalescing_efficiency)}" if c.requests else ""))
+    worst = sorted((ls for ls in c.lines.values() if ls.sectors),
+                   key=lambda ls: ls.coalescing_efficiency or 1)[:3]
+    for ls in worst:
+        if (ls.coalescing_efficiency or 1) < 1:
+            out.append(f"  line {ls.line}: {ls.sectors_per_request:.1f} sectors/request "
+                       f"({_pct(ls.coalescing_efficiency)} coalesced): {printable(ls.text)}")
+    out.append(f"  advice: {printable(p.advice)}")
+    out.append("  (a prediction from the recorded execution, not a measurement; "
+               "docs/cost-model.md)")
+    return "\n".join(out)
