@@ -14,6 +14,7 @@ a cache someone else can write is a place to plant code.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -96,6 +97,24 @@ def choose_omp_wait() -> None:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
+# The reference's numerics (model/numeric_kernels) are compiled into every kernel that
+# calls them, and numba's cache looks only at the calling function's own file: a kernel
+# cached before they changed would keep the old definitions. So each version of them has
+# a cache folder of its own.
+_NUMERICS = ("model/numerics.py", "model/numeric_kernels.py")
+
+
+def numerics_stamp() -> str:
+    """A short hash of the files that define the reference's numerics."""
+    h = hashlib.sha256()
+    for rel in _NUMERICS:
+        try:
+            h.update((Path(__file__).parent / rel).read_bytes())
+        except OSError:
+            h.update(rel.encode())
+    return h.hexdigest()[:12]
+
+
 def prepare_numba() -> None:
     """Point numba's on-disk cache at a folder firscope owns (before numba compiles), and
     choose OpenMP's wait policy (before numba's threads start)."""
@@ -103,7 +122,7 @@ def prepare_numba() -> None:
         choose_omp_wait()
     if os.environ.get("NUMBA_CACHE_DIR"):
         return  # the user (or the test suite) chose one
-    folder = str(cache_dir("numba"))
+    folder = str(cache_dir(f"numba-{numerics_stamp()}"))
     os.environ["NUMBA_CACHE_DIR"] = folder
     numba = sys.modules.get("numba")
     if numba is not None:  # imported before us: its config was read already

@@ -30,7 +30,8 @@ def _private_caches() -> None:
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     os.environ["XDG_CACHE_HOME"] = str(folder)
-    os.environ["NUMBA_CACHE_DIR"] = str(folder / "numba")
+    from firscope.jitcache import numerics_stamp  # a kept folder must not serve old numerics
+    os.environ["NUMBA_CACHE_DIR"] = str(folder / f"numba-{numerics_stamp()}")
 
 
 _private_caches()

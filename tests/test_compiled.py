@@ -2,8 +2,8 @@
 
 Every comparison is bitwise (arenas viewed as uint32, so -0.0 and NaN payloads
 count): both engines do IEEE f32 arithmetic op for op in the same order, and
-exp/sigmoid use the same libm expf (vm/opcodes.exp_f32), so there is no
-rounding difference to tolerate. Lockstep vs per-lane execution order cannot
+exp/sigmoid are the same functions (model/numeric_kernels, the reference's
+definitions), so there is no rounding difference to tolerate. Lockstep vs per-lane execution order cannot
 matter for these kernels: lanes only touch their own slice of what they write
 (checked by the compiled path at run time).
 """

@@ -38,11 +38,15 @@ def ulps(a, b):
 
 
 def test_sigmoid_exp_rsqrt_in_f32():
-    # exp is C's expf (one implementation for both engines): within 1 ulp of exact
+    # exp and sigmoid are the reference's (model/numerics: f64, rounded once to f32), here
+    # equal to the correctly rounded values
+    from firscope.model.numerics import exp_f32_numpy, sigmoid_f32_numpy
     exact = np.exp(X.astype(np.float64)).astype(np.float32)
-    assert ulps(unary_case("exp", X), exact).max() <= 1
-    e = unary_case("exp", -X)
-    assert np.array_equal(unary_case("sigmoid", X), F(1) / (F(1) + e))
+    assert ulps(unary_case("exp", X), exact).max() == 0
+    assert np.array_equal(unary_case("exp", X), exp_f32_numpy(X))
+    sig = (1 / (1 + np.exp(-X.astype(np.float64)))).astype(np.float32)
+    assert np.array_equal(unary_case("sigmoid", X), sig)
+    assert np.array_equal(unary_case("sigmoid", X), sigmoid_f32_numpy(X))
     pos = np.abs(X) + F(0.5)
     assert np.array_equal(unary_case("rsqrt", pos), F(1) / np.sqrt(pos))
     assert unary_case("exp", X).dtype == np.float32

@@ -14,6 +14,10 @@ scores by 1/sqrt(n_embd) instead of 1/sqrt(head_dim); ``lasthead`` computes
 attention for n_head - 1 heads only (a launch grid one short), so the last
 head's output stays zero.
 
+Its products, exp and tanh are computed in f64 and rounded to f32: f32 BLAS
+and NumPy's f32 SIMD loops give other last bits on other CPUs, and the
+README quotes this runtime's figures (a runtime of your own need not).
+
 Then:  firscope diff --fir-f32 --against OUT.safetensors
 """
 from __future__ import annotations
@@ -32,13 +36,22 @@ from firscope.dump import DumpWriter  # noqa: E402  (NumPy only, no other firsco
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_models" / "tiny-gpt2"
 
 
+def f32(a):  # f64 work -> the f32 value this runtime stores
+    return np.asarray(a).astype(np.float32)
+
+
+def mm(a, b):  # a @ b, accumulated in f64
+    return f32(np.asarray(a, np.float64) @ np.asarray(b, np.float64))
+
+
 def layer_norm(x, g, b, eps):  # [n] -> [n]
     mean = x.mean()
     return (x - mean) / np.sqrt(((x - mean) ** 2).mean() + np.float32(eps)) * g + b
 
 
 def gelu(x):  # [n] -> [n]
-    return 0.5 * x * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x**3)))
+    inner = np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * (x * x * x))
+    return 0.5 * x * (1 + f32(np.tanh(inner.astype(np.float64))))
 
 
 def run(folder: Path, tokens: list[int], out: Path, bug: str | None) -> None:
@@ -57,25 +70,26 @@ def run(folder: Path, tokens: list[int], out: Path, bug: str | None) -> None:
             for i in range(cfg["n_layer"]):
                 p = lambda n: w(f"h.{i}.{n}")  # noqa: E731
                 h = layer_norm(x, p("ln_1.weight"), p("ln_1.bias"), cfg["layer_norm_epsilon"])
-                q, k, v = np.split(h @ p("attn.c_attn.weight") + p("attn.c_attn.bias"), 3)
+                q, k, v = np.split(mm(h, p("attn.c_attn.weight")) + p("attn.c_attn.bias"), 3)
                 K[i, pos], V[i, pos] = k, v
-                s = np.einsum("hd,thd->ht", q.reshape(H, hd),
-                              K[i, :pos + 1].reshape(-1, H, hd)) * scale  # [H, T]
-                s = np.exp(s - s.max(-1, keepdims=True))
+                s = f32(np.einsum("hd,thd->ht", q.reshape(H, hd).astype(np.float64),
+                                  K[i, :pos + 1].reshape(-1, H, hd))) * scale  # [H, T]
+                s = f32(np.exp((s - s.max(-1, keepdims=True)).astype(np.float64)))
                 s /= s.sum(-1, keepdims=True)
-                a = np.einsum("ht,thd->hd", s, V[i, :pos + 1].reshape(-1, H, hd)).reshape(E)
+                a = f32(np.einsum("ht,thd->hd", s.astype(np.float64),
+                                  V[i, :pos + 1].reshape(-1, H, hd))).reshape(E)
                 if bug == "lasthead":
                     a[(H - 1) * hd:] = 0
                 dump.add(pos, f"attention@{i}", "attn", a)  # the kernel's output buffer
                 dump.add(pos, f"attention@{i}", "key_cache", K[i])  # the whole cache, as laid out
-                x = x + a @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
+                x = x + mm(a, p("attn.c_proj.weight")) + p("attn.c_proj.bias")
                 dump.add(pos, f"attention_residual@{i}", "x", x)
                 h = layer_norm(x, p("ln_2.weight"), p("ln_2.bias"), cfg["layer_norm_epsilon"])
-                x = x + gelu(h @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias")) \
-                    @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
+                x = x + mm(gelu(mm(h, p("mlp.c_fc.weight")) + p("mlp.c_fc.bias")),
+                           p("mlp.c_proj.weight")) + p("mlp.c_proj.bias")
                 dump.add(pos, f"mlp_residual@{i}", "x", x)
             h = layer_norm(x, w("ln_f.weight"), w("ln_f.bias"), cfg["layer_norm_epsilon"])
-            dump.add(pos, "head", "logits", w("wte.weight") @ h)
+            dump.add(pos, "head", "logits", mm(w("wte.weight"), h))
 
 
 def main() -> int:

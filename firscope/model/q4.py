@@ -8,8 +8,9 @@ per byte, low nibble first. Rounding is NumPy's round-half-to-even.
 
 The matrix stays in this form in memory: :meth:`Q4Matrix.matvec` multiplies
 by the packed codes directly (a numba kernel, parallel over output rows), and
-equals "dequantize, then f32 matvec" up to the order of the f32 sum and one
-fused multiply-add per dequantized weight. An f32 copy is made only when one
+equals "dequantize, then f32 matvec" bit for bit: the weight ``q * scale + min``
+is an f32 product then an f32 sum, and the row's sum has the reference's order
+(model/numerics, docs/reference-numerics.md). An f32 copy is made only when one
 is asked for (:meth:`Q4Matrix.dequantize`, or :meth:`Q4Matrix.dense`, which
 keeps it for a viewer that looks at the same weight again).
 
@@ -132,7 +133,7 @@ class Q4Matrix:
             xo = np.zeros(half, dtype=np.float32)  # padding codes then add exactly 0
             xe[: (self.cols + 1) // 2] = x[0::2]
             xo[: self.cols // 2] = x[1::2]
-            args = (self.packed, self.scale, self.minimum, xe, xo, out)
+            args = (self.packed, self.scale, self.minimum, xe, xo, self.cols, out)
             fn = "q4_par32" if parallel else "q4_rows32"
         else:
             xc = np.array(x, dtype=np.float32)  # a copy: out may overlap x
@@ -178,7 +179,7 @@ def _kernels(kind: str) -> dict:
 # compete with the decoding thread's on a small machine).
 PARALLEL_SIGNATURES = {
     "q4_par32": "void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], float32[::1], "
-                "float32[::1], float32[::1], int64)",
+                "float32[::1], int64, float32[::1], int64)",
 }
 
 

@@ -11,16 +11,19 @@ wrap-around code to any index it cannot prove non-negative, and that kept the
 loops from vectorizing (twice as slow).
 
 The matvec, y = dequantize(W) @ x from the packed codes, serial (a row range)
-or parallel: each weight is dequantized as ``q * scale + min`` (one fused
-multiply-add) and multiplied by its x; only the order of the f32 sum differs
-from the reference (fastmath allows reassociation and contraction, never 'no
-NaN/Inf': NaN and Inf propagate as in BLAS).
+or parallel: each weight is dequantized as ``q * scale + min`` (an f32 product,
+then an f32 sum: no fused multiply-add) and multiplied by its x, and the row's
+sum is the reference's (model/numerics), so the result is bit for bit the f32
+kernel's on the dequantized matrix, on every CPU. Nothing is compiled with
+fastmath; NaN and Inf propagate.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..jitcache import prepare_numba
+from .numeric_kernels import ROWS, fold_lanes, lanes_q4_row, lanes_q4_rows
+from .numerics import LANES
 
 prepare_numba()
 
@@ -29,10 +32,7 @@ from numba import njit, prange  # noqa: E402 - after prepare_numba, which sets t
 f15 = np.float32(15)
 one = np.float32(1)
 fmax = np.float32(np.finfo(np.float32).max)
-f16 = np.float32(16)
-inv16 = np.float32(1 / 16)
 opts = dict(cache=True, nogil=True, error_model="numpy")
-fast = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 par = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
 
 
@@ -144,44 +144,58 @@ def dequantize(packed, scale, minimum, group, out):  # pragma: no cover - compil
                 out[r, c] = np.float32(k) * sc + mn
 
 
-@njit(**fast)
-def q4_rows32(packed, scale, minimum, xe, xo, y, r0, r1):  # pragma: no cover - compiled
-    # One flat loop over a row's bytes: the scale index i >> 4 is the same for
-    # 16 consecutive bytes, so LLVM broadcasts it and the loop runs on full
-    # vectors with no per-group reduction. Nibbles are split in float
-    # arithmetic (exact for 0..255): integer ops would widen to int64 here.
-    n = packed.shape[1]
-    for r in range(r0, r1):
-        acc = np.float32(0)
-        for i in range(n):
-            b = np.float32(packed[r, i])
-            hi = np.floor(b * inv16)
-            lo = b - f16 * hi
-            s = scale[r, i >> 4]
-            m = minimum[r, i >> 4]
-            acc += (lo * s + m) * xe[i] + (hi * s + m) * xo[i]
-        y[r] = acc
+@njit(**opts)
+def q4_tail32(packed, scale, minimum, xe, xo, cols, r, acc):  # pragma: no cover - compiled
+    """Row r's columns past the last full block of 32 into its partial sums ``acc``."""
+    first = cols // LANES * LANES
+    for c in range(first, cols):
+        k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
+        xc = xe[c >> 1] if (c & 1) == 0 else xo[c >> 1]
+        acc[c - first] += (np.float32(k) * scale[r, c >> 5] + minimum[r, c >> 5]) * xc
 
 
-@njit(**fast)
+@njit(**opts)
+def q4_rows32(packed, scale, minimum, xe, xo, cols, y, r0, r1):  # pragma: no cover - compiled
+    # Group 32: the full blocks of 32 columns (one group) of ROWS rows at a time run in vectors
+    # (lanes_q4_rows, which deinterleaves nothing: even columns come from xe, odd ones
+    # from xo), then each row's tail into its partial sums, then the fixed tree.
+    blocks = cols // LANES
+    acc = np.empty((ROWS, LANES), dtype=np.float32)
+    r = r0
+    while r + ROWS <= r1:
+        lanes_q4_rows(acc, packed, scale, minimum, xe, xo, r, blocks)
+        for k in range(ROWS):
+            q4_tail32(packed, scale, minimum, xe, xo, cols, r + k, acc[k])
+            y[r + k] = fold_lanes(acc[k])
+        r += ROWS
+    while r < r1:
+        lanes_q4_row(acc, packed, scale, minimum, xe, xo, r, blocks)
+        q4_tail32(packed, scale, minimum, xe, xo, cols, r, acc[0])
+        y[r] = fold_lanes(acc[0])
+        r += 1
+
+
+@njit(**opts)
 def q4_rows_any(packed, scale, minimum, group, x, y, r0, r1):  # pragma: no cover
     cols = x.shape[0]
+    acc = np.empty(LANES, dtype=np.float32)
     for r in range(r0, r1):
-        acc = np.float32(0)
+        acc[:] = 0
         for g in range(scale.shape[1]):
             s = scale[r, g]
             m = minimum[r, g]
             for c in range(g * group, min(g * group + group, cols)):
                 k = (packed[r, c >> 1] >> ((c & 1) << 2)) & 15
-                acc += (np.float32(k) * s + m) * x[c]
-        y[r] = acc
+                acc[c & (LANES - 1)] += (np.float32(k) * s + m) * x[c]
+        y[r] = fold_lanes(acc)
 
 
 @njit(**par)
-def q4_par32(packed, scale, minimum, xe, xo, y, chunk):  # pragma: no cover - compiled
+def q4_par32(packed, scale, minimum, xe, xo, cols, y, chunk):  # pragma: no cover - compiled
     rows = packed.shape[0]
     for c in prange((rows + chunk - 1) // chunk):
-        q4_rows32(packed, scale, minimum, xe, xo, y, c * chunk, min(rows, c * chunk + chunk))
+        q4_rows32(packed, scale, minimum, xe, xo, cols, y, c * chunk,
+                  min(rows, c * chunk + chunk))
 
 
 @njit(**par)

@@ -6,8 +6,9 @@ matrix (``--fir-f32``, or q4 on the dequant path) run here instead of in
 OpenBLAS, so that one decode step uses one pool of threads: OpenBLAS's
 threads spin for a while after each call, and on two cores they take the
 core that numba's q4 kernels want next (benchmarks/decode.py measures both
-ways with ``--f32-gemv blas``). The sum is reassociated (vectorized); its
-result equals BLAS's within f32 reordering error.
+ways with ``--f32-gemv blas``). Each row's sum has the reference's order
+(model/numerics: the same on every CPU); BLAS's (``BACKEND["f32"] = "blas"``,
+for measuring only) depends on the machine and is not the reference.
 """
 from __future__ import annotations
 
@@ -50,10 +51,13 @@ def warm() -> None:
 
 def f32_matvec(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """``out[...] = w @ x`` for f32 ``w`` [rows, cols]; ``out`` may overlap ``x``."""
-    if (BACKEND["f32"] != "numba" or w.dtype != np.float32 or not w.flags.c_contiguous
-            or w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0):
+    if BACKEND["f32"] != "numba" or w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0:
         out[...] = w @ x
         return
+    if w.dtype != np.float32 or not w.flags.c_contiguous:
+        # a transposed view (a weight declared [in, out]): copied, so that its sums have
+        # the reference's order too
+        w = np.ascontiguousarray(w, dtype=np.float32)
     k = _kernels()
     xc = np.array(x, dtype=np.float32)  # a copy: out may overlap x
     if w.size >= PARALLEL_MIN_WEIGHTS and matvec_threads() > 1:

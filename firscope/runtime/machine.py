@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError
+from ..model.numerics import exp64_numpy
 from ..model.threads import adapt as adapt_threads
 from ..vm.interp import Dispatch, Observer
 from .extops import EXT_IMPLS
@@ -254,7 +255,9 @@ def choose_token(logits: np.ndarray, temperature: float, rng: np.random.Generato
     # Shift before dividing: the largest logit becomes 0 whatever the temperature, and a tiny
     # one (1e-320) sends the others to -inf, whose exp is 0, instead of overflowing to NaN.
     z = logits.astype(np.float64) - float(logits.max())
+    # The reference's exp (model/numerics), not NumPy's, whose last bit depends on the CPU's
+    # SIMD dispatch: the same draw on every machine. Below -800, exp is 0 in f64 anyway.
     with np.errstate(over="ignore", under="ignore"):
-        p = np.exp(z / temperature)
+        p = exp64_numpy(np.maximum(z / temperature, -800.0))
     p /= p.sum()
     return int(rng.choice(len(p), p=p))

@@ -46,7 +46,7 @@ from .faults import bounds_message, loop_count_message, rtou_message
 from .isa import MAX_TRIPS, FrameKind, Operand
 from .lanes import Slicing, lane_partition
 
-GENERATOR_VERSION = 6  # bump when the generated code's meaning changes
+GENERATOR_VERSION = 7  # bump when the generated code's meaning changes
 POLL = 1 << 14  # instructions between looks at the stop flag
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
@@ -353,6 +353,7 @@ class _Gen:
                 "import numpy as np",
                 "from numba import njit",
                 "from firscope.vm.compiled import record, tick",
+                "from firscope.model.numeric_kernels import exp_f32, sigmoid_f32",
                 "",
                 "ONE = np.float32(1.0)",
                 "ZERO = np.float32(0.0)",

@@ -25,66 +25,47 @@ ZERO = F32(0.0)
 
 
 # --- f32 transcendental functions, shared by both engines ----------------------
-# NumPy's SIMD float32 exp is off by up to 2 ulp and differs between CPUs;
-# libm's expf (what numba calls) is correctly rounded in nearly all cases.
-# Both the step interpreter and the compiled kernels use the latter, through
-# the same numba-compiled expression, so the two engines agree bit for bit.
-_F32_KERNELS: dict = {}
-
-
+# Defined to the last bit by model/numerics (computed in f64 with IEEE operations only,
+# rounded once to f32): not NumPy's SIMD exp, whose result depends on the CPU, nor libm's
+# expf. Both engines run the same numba functions (model/numeric_kernels), so they agree
+# bit for bit, and every machine agrees with them.
 def _f32_kernels():
-    if not _F32_KERNELS:
-        from ..jitcache import prepare_numba
-        prepare_numba()
-        from numba import njit
-
-        one = np.float32(1.0)
-
-        @njit(error_model="numpy", cache=True, nogil=True)
-        def exp_f32(x, out):  # pragma: no cover - compiled
-            for i in range(x.size):
-                out[i] = np.exp(x[i])
-
-        @njit(error_model="numpy", cache=True, nogil=True)
-        def sigmoid_f32(x, out):  # pragma: no cover - compiled
-            for i in range(x.size):
-                out[i] = one / (one + np.exp(-x[i]))
-
-        _F32_KERNELS["exp"] = exp_f32
-        _F32_KERNELS["sigmoid"] = sigmoid_f32
-    return _F32_KERNELS
+    from ..model import numeric_kernels as K  # imports numba
+    return K
 
 
 def _apply_f32(name: str, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     if out is None:
         out = np.empty_like(x)
-    _f32_kernels()[name](x.reshape(-1), out.reshape(-1))
+    getattr(_f32_kernels(), name)(x.reshape(-1), out.reshape(-1))
     return out
 
 
 def exp_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """exp in f32 exactly as the compiled kernels compute it (libm expf)."""
-    return _apply_f32("exp", x, out)
+    """exp in f32 exactly as the reference defines it (model/numerics.exp_f32_numpy)."""
+    return _apply_f32("exp_array", x, out)
 
 
 def sigmoid_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """1 / (1 + exp(-x)) in f32, as the compiled kernels compute it."""
-    return _apply_f32("sigmoid", x, out)
+    """1 / (1 + exp(-x)) in f32 as the reference defines it (computed in f64, rounded once)."""
+    return _apply_f32("sigmoid_array", x, out)
 
 
 def rsqrt_into(x, out):
+    # f32 sqrt, then f32 division: two correctly rounded IEEE operations, the same on
+    # every CPU (and what the compiled engine's ONE / np.sqrt(x) computes)
     np.sqrt(x, out=out)
     np.divide(ONE, out, out=out)
     return out
 
 
 def exp_into(a, out):
-    _f32_kernels()["exp"](a, out)
+    _f32_kernels().exp_array(a, out)
 
 
 def sigmoid_into(a, out):
-    _f32_kernels()["sigmoid"](a, out)
+    _f32_kernels().sigmoid_array(a, out)
 
 
 # --- arithmetic -------------------------------------------------------------------

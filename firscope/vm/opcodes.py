@@ -34,8 +34,9 @@ def _row(mnemonic: str, operands: str, names: str, category: Category, summary: 
 
 # Templates are per-lane Python for vm/codegen: Rn/Un are the lane's registers (f32 and
 # int64 locals), {i} is operand i (a register number, a constant's name, an address
-# slot), ONE/ZERO are f32 constants, M32 masks uint32 wrap-around; np.exp is libm's
-# expf, which handlers.exp_f32 also calls, so both engines round alike.
+# slot), ONE/ZERO are f32 constants, M32 masks uint32 wrap-around; exp_f32/sigmoid_f32
+# are model/numeric_kernels' (the reference's definitions, which the interpreter's
+# handlers call too), so both engines round alike on every CPU.
 _ROWS = [
     _row("rtou", "Ud Rs", "d s", ALU, "U[d] = uint(R[s]) (truncate)",
          interp=H.rtou, render=G.rtou, lanes=L.rtou),
@@ -69,10 +70,10 @@ _ROWS = [
     _row("addconst", "Rd Rs F", "d a c", ALU, "R[d] = R[a] + c",
          interp=H.const_binary(np.add), render=G.template("R{0} = R{1} + {2}")),
     _row("sigmoid", "Rd Rs", "d a", ALU, "R[d] = 1 / (1 + exp(-R[a]))",
-         interp=H.unary(H.sigmoid_into), render=G.template("R{0} = ONE / (ONE + np.exp(-R{1}))"),
+         interp=H.unary(H.sigmoid_into), render=G.template("R{0} = sigmoid_f32(R{1})"),
          sfu=True),
     _row("exp", "Rd Rs", "d a", ALU, "R[d] = exp(R[a])",
-         interp=H.unary(H.exp_into), render=G.template("R{0} = np.exp(R{1})"),
+         interp=H.unary(H.exp_into), render=G.template("R{0} = exp_f32(R{1})"),
          sfu=True),
     _row("rsqrt", "Rd Rs", "d a", ALU, "R[d] = 1 / sqrt(R[a])",
          interp=H.unary(H.rsqrt_into), render=G.template("R{0} = ONE / np.sqrt(R{1})"),

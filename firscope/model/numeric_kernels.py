@@ -1,0 +1,238 @@
+"""The reference's numerics in numba: the definitions of :mod:`.numerics`, compiled.
+
+Imported on first use (it imports numba). Nothing here is compiled with
+``fastmath``: LLVM may then neither reassociate a sum nor fuse a multiply and
+an add, so the code means the same on every target. What makes the dot
+products fast anyway is that the 32 partial sums are written as one LLVM
+vector ``<32 x float>`` (``lanes_f32_rows``, ``lanes_q4_rows``): element-wise vector
+arithmetic has one meaning whatever width the machine splits it into (two
+AVX-512 registers, four AVX2, eight SSE or NEON ones), so the vectorizing is
+done here and not left to a loop vectorizer that would need ``reassoc``.
+ROWS rows go through the loop together: one row's sums are a chain of
+dependent additions (one per 32 columns), and independent rows' chains
+overlap, so the kernel is not bound by the latency of an addition.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..jitcache import prepare_numba
+from .numerics import EXP_COEFFS, EXP_MAX, EXP_MIN, INV_LN2, LANES, LN2_HI, LN2_LO
+
+prepare_numba()
+
+from llvmlite import ir  # noqa: E402 - after prepare_numba, which sets the cache folder
+from numba import njit  # noqa: E402
+from numba.core import cgutils, types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
+
+_OPTS = dict(cache=True, nogil=True, error_model="numpy")
+# The scalar functions the generated kernels call once per lane: inlined into the caller
+# (a call per lane cost more than the function), which also keeps the caller's cache
+# entry holding their code.
+_INLINE = dict(_OPTS, inline="always")
+_F32 = ir.FloatType()
+_I64 = ir.IntType(64)
+C0, C1, C2, C3, C4, C5, C6 = EXP_COEFFS[:7]
+C7, C8, C9, C10, C11, C12, C13 = EXP_COEFFS[7:]
+F32_INF = np.float32(np.inf)
+F32_ZERO = np.float32(0.0)
+F32_ONE = np.float32(1.0)
+
+
+ROWS = 4  # rows one call of the vector kernels works on together
+
+
+def _vector_at(builder, data, offset, vec):
+    """The ``vec``-typed value stored at element ``offset`` of the array data ``data``."""
+    ptr = builder.bitcast(builder.gep(data, [offset]), vec.as_pointer())
+    return builder.load(ptr, align=1)
+
+
+def _row_data(context, builder, ary_type, ary, row):
+    """Pointer to element [row, 0] of a C-contiguous 2-D array."""
+    a = context.make_array(ary_type)(context, builder, ary)
+    cols = cgutils.unpack_tuple(builder, a.shape)[1]
+    return builder.gep(a.data, [builder.mul(row, cols)])
+
+
+def _splat(builder, value, n):
+    vec = ir.VectorType(value.type, n)
+    one = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(_I64, 0))
+    return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), n), [0] * n))
+
+
+def _c_layout(*arrays) -> bool:
+    return all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
+
+
+def _lanes_f32(rows: int):
+    @intrinsic
+    def lanes(typingctx, acc, w, x, r0, blocks):
+        """acc[k, j] = sum over b < blocks, in increasing b, of w[r0 + k, 32b + j] *
+        x[32b + j] for k < rows (f32 products and sums, from +0.0). C-contiguous arrays:
+        acc [>= rows, 32], w [.., n], x [n]."""
+        if not _c_layout(acc, w, x):
+            return None
+        sig = types.void(acc, w, x, r0, blocks)
+
+        def codegen(context, builder, signature, args):
+            vec = ir.VectorType(_F32, LANES)
+            t_acc, t_w, t_x, t_r0, t_n = signature.args
+            r0v = context.cast(builder, args[3], t_r0, types.int64)
+            wrow = [_row_data(context, builder, t_w, args[1], builder.add(r0v, ir.Constant(_I64, k)))
+                    for k in range(rows)]
+            px = context.make_array(t_x)(context, builder, args[2]).data
+            total = context.cast(builder, args[4], t_n, types.int64)
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(vec, [0.0] * LANES))
+                    for _ in range(rows)]
+            with cgutils.for_range(builder, total) as loop:
+                off = builder.mul(loop.index, ir.Constant(_I64, LANES))
+                xv = _vector_at(builder, px, off, vec)
+                for k in range(rows):  # independent sums: their latencies overlap
+                    prod = builder.fmul(_vector_at(builder, wrow[k], off, vec), xv)
+                    builder.store(builder.fadd(builder.load(accs[k]), prod), accs[k])
+            for k in range(rows):
+                out = _row_data(context, builder, t_acc, args[0], ir.Constant(_I64, k))
+                builder.store(builder.load(accs[k]), builder.bitcast(out, vec.as_pointer()),
+                              align=1)
+            return context.get_dummy_value()
+        return sig, codegen
+    return lanes
+
+
+def _lanes_q4(rows: int):
+    @intrinsic
+    def lanes(typingctx, acc, packed, scale, minimum, xe, xo, r0, blocks):
+        """The same for q4 rows of group 32 from their packed codes: block b is bytes
+        16b..16b+15 of a row (columns 32b..32b+31, group b); byte 16b+i holds column
+        32b+2i (low nibble, x in xe[16b+i]) and 32b+2i+1 (high nibble, xo[16b+i]). Each
+        weight is dequantized as q * scale + min (f32 product, then f32 sum) first."""
+        if not _c_layout(acc, packed, scale, minimum, xe, xo):
+            return None
+        sig = types.void(acc, packed, scale, minimum, xe, xo, r0, blocks)
+
+        def codegen(context, builder, signature, args):
+            half = LANES // 2
+            vec, vec8 = ir.VectorType(_F32, half), ir.VectorType(ir.IntType(8), half)
+            vec32 = ir.VectorType(ir.IntType(32), half)
+            t = signature.args
+            r0v = context.cast(builder, args[6], t[6], types.int64)
+            rws = [builder.add(r0v, ir.Constant(_I64, k)) for k in range(rows)]
+            pk = [_row_data(context, builder, t[1], args[1], r) for r in rws]
+            psc = [_row_data(context, builder, t[2], args[2], r) for r in rws]
+            pmn = [_row_data(context, builder, t[3], args[3], r) for r in rws]
+            pxe = context.make_array(t[4])(context, builder, args[4]).data
+            pxo = context.make_array(t[5])(context, builder, args[5]).data
+            total = context.cast(builder, args[7], t[7], types.int64)
+            zero = ir.Constant(vec, [0.0] * half)
+            acce = [cgutils.alloca_once_value(builder, zero) for _ in range(rows)]
+            acco = [cgutils.alloca_once_value(builder, zero) for _ in range(rows)]
+            with cgutils.for_range(builder, total) as loop:
+                b = loop.index
+                off = builder.mul(b, ir.Constant(_I64, half))
+                g = b  # one group of 32 per block
+                xev, xov = _vector_at(builder, pxe, off, vec), _vector_at(builder, pxo, off, vec)
+                for k in range(rows):  # independent sums: their latencies overlap
+                    # the codes as 32-bit integers (0..255), their nibbles converted exactly
+                    codes = builder.zext(_vector_at(builder, pk[k], off, vec8), vec32)
+                    lo = builder.sitofp(builder.and_(codes, ir.Constant(vec32, [15] * half)), vec)
+                    hi = builder.sitofp(builder.lshr(codes, ir.Constant(vec32, [4] * half)), vec)
+                    s = _splat(builder, builder.load(builder.gep(psc[k], [g])), half)
+                    m = _splat(builder, builder.load(builder.gep(pmn[k], [g])), half)
+                    pe = builder.fmul(builder.fadd(builder.fmul(lo, s), m), xev)
+                    po = builder.fmul(builder.fadd(builder.fmul(hi, s), m), xov)
+                    builder.store(builder.fadd(builder.load(acce[k]), pe), acce[k])
+                    builder.store(builder.fadd(builder.load(acco[k]), po), acco[k])
+            order = [j // 2 + (j % 2) * half for j in range(LANES)]  # e0 o0 e1 o1 ...
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), order)
+            vec16 = ir.VectorType(_F32, LANES)
+            for k in range(rows):
+                lanes16 = builder.shuffle_vector(builder.load(acce[k]), builder.load(acco[k]), mask)
+                out = _row_data(context, builder, t[0], args[0], ir.Constant(_I64, k))
+                builder.store(lanes16, builder.bitcast(out, vec16.as_pointer()), align=1)
+            return context.get_dummy_value()
+        return sig, codegen
+    return lanes
+
+
+lanes_f32_rows, lanes_f32_row = _lanes_f32(ROWS), _lanes_f32(1)
+lanes_q4_rows, lanes_q4_row = _lanes_q4(ROWS), _lanes_q4(1)
+
+
+@intrinsic
+def pow2(typingctx, k):
+    """2.0 ** k as an f64, for -1022 <= k <= 1023: the exponent bits, no call to ldexp."""
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        k64 = context.cast(builder, args[0], signature.args[0], types.int64)
+        bits = builder.shl(builder.add(k64, ir.Constant(_I64, 1023)), ir.Constant(_I64, 52))
+        return builder.bitcast(bits, ir.DoubleType())
+    return sig, codegen
+
+
+@njit(**_OPTS)
+def fold_lanes(s):  # pragma: no cover - compiled
+    """s[j] += s[j + h] for h = 8, 4, 2, 1 (j < h); returns s[0]."""
+    h = LANES
+    while h > 1:
+        h //= 2
+        for j in range(h):
+            s[j] = s[j] + s[j + h]
+    return s[0]
+
+
+@njit(**_INLINE)
+def exp64(t):  # pragma: no cover - compiled
+    """exp of f64 t: numerics.exp64_numpy, operation for operation."""
+    n = np.rint(t * INV_LN2)
+    r = (t - n * LN2_HI) - n * LN2_LO
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    s0 = (C0 + C1 * r) + (C2 + C3 * r) * r2
+    s1 = (C4 + C5 * r) + (C6 + C7 * r) * r2
+    s2 = (C8 + C9 * r) + (C10 + C11 * r) * r2
+    s3 = C12 + C13 * r
+    p = (s0 + s1 * r4) + (s2 + s3 * r4) * r8
+    k = int(n)
+    half = k >> 1
+    return p * pow2(half) * pow2(k - half)
+
+
+@njit(**_INLINE)
+def exp_f32(x):  # pragma: no cover - compiled
+    """f32 exp, as numerics.exp_f32_numpy defines it."""
+    if x != x:
+        return x
+    if x > EXP_MAX:
+        return F32_INF
+    if x < EXP_MIN:
+        return F32_ZERO
+    return np.float32(exp64(np.float64(x)))
+
+
+@njit(**_INLINE)
+def sigmoid_f32(x):  # pragma: no cover - compiled
+    """f32 1 / (1 + exp(-x)), as numerics.sigmoid_f32_numpy defines it."""
+    if x != x:
+        return x
+    if x < EXP_MIN:
+        return F32_ZERO
+    if x > -EXP_MIN:
+        return F32_ONE
+    return np.float32(1.0 / (1.0 + exp64(-np.float64(x))))
+
+
+@njit(**_OPTS)
+def exp_array(x, out):  # pragma: no cover - compiled
+    for i in range(x.size):
+        out[i] = exp_f32(x[i])
+
+
+@njit(**_OPTS)
+def sigmoid_array(x, out):  # pragma: no cover - compiled
+    for i in range(x.size):
+        out[i] = sigmoid_f32(x[i])

@@ -1,0 +1,206 @@
+"""One reference on every machine: the reference's numbers do not depend on the host CPU.
+
+The definitions (model/numerics, docs/reference-numerics.md) are checked
+against their NumPy statement here, in process; then tests/numerics_probe.py
+runs in fresh processes, each compiling for another numba target with its own
+empty cache (generic x86-64 / aarch64 without vector extensions, Haswell's
+AVX2 + FMA, Skylake's AVX-512, the host) and one with NumPy's SIMD dispatch
+switched off, and every one must print the same hashes: logits and every node
+of a decode (compiled and interp, q4 and --fir-f32), the quantized sample
+model, exp/sigmoid and matrix-vector products.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from firscope.model.numerics import (EXP_MAX, EXP_MIN, dot_f32_numpy, exp_f32_numpy,
+                                     sigmoid_f32_numpy)
+from firscope.model.q4 import quantize
+from firscope.runtime.gemv import f32_matvec
+from firscope.vm.opcodes import exp_f32, sigmoid_f32
+
+PROBE = REPO / "tests" / "numerics_probe.py"
+SPECIAL = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1.0, -1.0,
+                    EXP_MAX, np.nextafter(np.float32(EXP_MAX), np.float32(100)), EXP_MIN,
+                    np.nextafter(np.float32(EXP_MIN), np.float32(-200)), 88.7228, 88.7229,
+                    -87.3365, -103.279, -103.973, -103.972, 3e38, -3e38, 17.0, -17.0],
+                   dtype=np.float32)
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def spread(n=300_000, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.uniform(-110, 95, n), rng.standard_normal(n) * 5,
+                           SPECIAL]).astype(np.float32)
+
+
+# --- the definitions, in process ---------------------------------------------------------------
+@pytest.mark.parametrize("name,numba_fn,numpy_fn", [("exp", exp_f32, exp_f32_numpy),
+                                                      ("sigmoid", sigmoid_f32, sigmoid_f32_numpy)])
+def test_numba_and_numpy_transcendentals_agree_bit_for_bit(name, numba_fn, numpy_fn):
+    x = spread()
+    with np.errstate(all="ignore"):
+        assert np.array_equal(bits(numba_fn(x)), bits(numpy_fn(x))), name
+
+
+def test_exp_and_sigmoid_are_correctly_rounded_but_for_rare_ties():
+    """Against f64 (and where the machine has it, extended precision) rounded once to f32:
+    the f64 polynomial is within ~2^-51, so at most one in a million inputs may differ,
+    by one ulp."""
+    x = spread(seed=1)
+    wide = np.longdouble if np.finfo(np.longdouble).eps < np.finfo(np.float64).eps else np.float64
+    with np.errstate(all="ignore"):
+        t = x.astype(wide)
+        want = {"exp": np.exp(t).astype(np.float32),
+                "sigmoid": (1 / (1 + np.exp(-t))).astype(np.float32)}
+        got = {"exp": exp_f32(x), "sigmoid": sigmoid_f32(x)}
+    for name in want:
+        nan = np.isnan(want[name])
+        assert np.array_equal(np.isnan(got[name]), nan), name
+        d = np.abs(bits(got[name])[~nan].astype(np.int64) - bits(want[name])[~nan].astype(np.int64))
+        assert d.max() <= 1 and np.count_nonzero(d) <= x.size // 1_000_000, (name, d.max())
+    assert exp_f32(np.array([EXP_MAX + 1], np.float32))[0] == np.inf
+    assert exp_f32(np.array([-np.inf], np.float32))[0] == 0.0
+    assert sigmoid_f32(np.array([-np.inf, np.inf], np.float32)).tolist() == [0.0, 1.0]
+
+
+SHAPES = [(1, 1), (5, 7), (3, 32), (4, 33), (37, 47), (9, 64), (300, 131), (700, 768),
+          (2, 3072)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_f32_matvec_is_the_defined_sum(shape):
+    rng = np.random.default_rng(shape[0] + shape[1])
+    w = rng.standard_normal(shape).astype(np.float32)
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    y = np.empty(shape[0], dtype=np.float32)
+    f32_matvec(w, x, y)
+    assert np.array_equal(bits(y), bits(dot_f32_numpy(w, x)))
+    # the definition is the written order, not just any order: sum i mod 32, then the tree
+    s = np.zeros((shape[0], 32), np.float32)
+    for i in range(shape[1]):
+        s[:, i % 32] += w[:, i] * x[i]
+    for h in (16, 8, 4, 2, 1):
+        s[:, :h] = s[:, :h] + s[:, h: 2 * h]
+    assert np.array_equal(bits(y), bits(s[:, 0]))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("group", [32, 48, 7])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_q4_matvec_is_the_f32_sum_of_the_dequantized_weights(shape, group, parallel):
+    """Packed and dequantized paths are one computation: q * scale + min (no FMA), then the
+    defined f32 sum."""
+    rng = np.random.default_rng(shape[0] * 7 + shape[1] + group)
+    q = quantize(rng.standard_normal(shape).astype(np.float32), group)
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    deq = q.dequantize_numpy()
+    assert np.array_equal(bits(q.dequantize()), bits(deq))
+    assert np.array_equal(bits(q.matvec(x, parallel=parallel)), bits(dot_f32_numpy(deq, x)))
+
+
+def test_nan_and_inf_propagate_through_the_defined_sums():
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((40, 70)).astype(np.float32)
+    x = rng.standard_normal(70).astype(np.float32)
+    x[3], x[50] = np.inf, np.nan
+    y = np.empty(40, dtype=np.float32)
+    f32_matvec(w, x, y)
+    assert np.isnan(y).all()
+    x[50] = 1
+    f32_matvec(w, x, y)
+    assert np.array_equal(bits(y), bits(dot_f32_numpy(w, x))) and np.isinf(y).all()
+
+
+# --- every target, in fresh processes ----------------------------------------------------------
+def host_features() -> set[str]:
+    import llvmlite.binding as ll
+    return {f[1:] for f in ll.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
+
+
+def targets() -> dict[str, dict[str, str]]:
+    """numba targets this machine can run: name -> environment. A named CPU gets exactly its
+    own features (NUMBA_CPU_FEATURES empty), not the host's."""
+    out = {"host": {}, "generic": {"NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": ""}}
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        have = host_features()
+        if {"avx2", "fma"} <= have:
+            out["haswell"] = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": ""}
+        if {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"} <= have:
+            out["skylake-avx512"] = {"NUMBA_CPU_NAME": "skylake-avx512",
+                                     "NUMBA_CPU_FEATURES": ""}
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    found = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
+    if found:  # NumPy's baseline loops only, instead of its SIMD dispatch
+        out["host+numpy-baseline"] = {"NPY_DISABLE_CPU_FEATURES": " ".join(found)}
+    return out
+
+
+def probe(env: dict[str, str], folder: str) -> dict:
+    run_env = {**os.environ, **env, "XDG_CACHE_HOME": folder,
+               "NUMBA_CACHE_DIR": str(Path(folder) / "numba")}
+    done = subprocess.run([sys.executable, str(PROBE), folder], capture_output=True,
+                          text=True, timeout=900, cwd=REPO, env=run_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def probe_group(names_envs: list[tuple[str, dict]]) -> dict[str, dict]:
+    """Probes in order sharing one fresh cache folder: a numba target compiles into an empty
+    cache; the NumPy variant (same numba target as the host) reuses the host's."""
+    with tempfile.TemporaryDirectory(prefix="firscope-probe-") as folder:
+        return {name: probe(env, folder) for name, env in names_envs}
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, dict]:
+    runs = targets()
+    groups = [[(name, env)] for name, env in runs.items() if not name.startswith("host")]
+    groups.insert(0, [(name, env) for name, env in runs.items() if name.startswith("host")])
+    out: dict[str, dict] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:  # CI has two cores
+        for got in pool.map(probe_group, groups):
+            out.update(got)
+    return out
+
+
+def test_every_target_computes_the_same_bits(reports):
+    assert {"host", "generic"} <= set(reports)
+    host = reports["host"]
+    assert len(host) > 50
+    for name, rep in reports.items():
+        differ = sorted(k for k in host if rep.get(k) != host[k])
+        assert not differ, f"{name} differs from the host in {len(differ)}: {differ[:8]}"
+
+
+def test_each_report_holds_its_own_equalities(reports):
+    """Inside one run: compiled = interp, the NumPy definitions = the numba kernels, the
+    three quantizers agree, and the f32 products = their NumPy statement."""
+    rep = reports["host"]
+    for what in ("q4/logits", "q4/dump", "f32/logits", "f32/dump"):
+        kind, part = what.split("/")
+        assert rep[f"compiled-{kind}/{part}"] == rep[f"interp-{kind}/{part}"], what
+    assert rep["compiled-q4/logits"] != rep["compiled-f32/logits"]
+    assert rep["exp/numba"] == rep["exp/numpy"] and rep["sigmoid/numba"] == rep["sigmoid/numpy"]
+    for key in rep:
+        if key.startswith("q4/conv1d/"):
+            assert rep[key] == rep[key.replace("conv1d", "rows")] == rep[key.replace("conv1d", "numpy")]
+        if key.startswith("numpy/"):
+            assert rep[key] == rep[key.replace("numpy/", "f32/")]
