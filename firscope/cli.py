@@ -222,6 +222,9 @@ def _editor_parsers(sub) -> None:
     dp = sub.add_parser("dap", help="Debug Adapter Protocol server for editors (stdio)")
     dp.add_argument("--port", type=int, default=None, metavar="N",
                     help="listen on 127.0.0.1:N for one client after another instead")
+    dp.add_argument("--idle-timeout", type=float, default=10.0, metavar="S",
+                    help="with --port: close a client that sends no first message in S "
+                         "seconds (default 10)")
 
     sv = sub.add_parser("serve", help="the UI in a browser tab (needs firscope[serve])")
     _model_arg(sv)
@@ -499,7 +502,8 @@ def cmd_diff(args) -> int:
 
 def cmd_dap(args) -> int:
     from .dap.server import serve_stdio, serve_tcp
-    return serve_stdio() if args.port is None else serve_tcp(args.port)
+    return serve_stdio() if args.port is None else serve_tcp(args.port,
+                                                             idle_timeout=args.idle_timeout)
 
 
 def cmd_serve(args) -> int:
