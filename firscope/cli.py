@@ -232,6 +232,8 @@ def _editor_parsers(sub) -> None:
     _engine_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument("--max-sessions", type=int, default=1, metavar="N",
+                    help="UI processes (browser tabs) served at once (default 1)")
 
 
 def _diff_parser(sub) -> None:
