@@ -44,6 +44,20 @@ def count_arg(text: str) -> int:
     return n
 
 
+MAX_BUDGET = 10 ** 15  # instructions: days of interpretation, far inside the compiled int64
+
+
+def budget_arg(text: str) -> int:
+    """--budget: 1..MAX_BUDGET (2^63 overflowed the compiled engine's int64 counter)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= n <= MAX_BUDGET:
+        raise argparse.ArgumentTypeError(f"must be 1..{MAX_BUDGET} instructions (got {n})")
+    return n
+
+
 def temperature_arg(text: str) -> float:
     try:
         t = float(text)
@@ -155,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=count_arg, default=None, help="random seed for sampling")
     _engine_arg(r)
     r.add_argument("--ids", action="store_true", help="print token ids instead of text")
-    r.add_argument("--budget", type=int, default=None, metavar="N",
+    r.add_argument("--budget", type=budget_arg, default=None, metavar="N",
                    help="instructions one dispatch may run before it counts as runaway")
     r.add_argument("--dump", type=path_arg, metavar="FILE",
                    help="write every node output of every step to FILE (.safetensors or .npz; "
@@ -251,7 +265,7 @@ def _diff_parser(sub) -> None:
     g.add_argument("--tokens", type=text_arg,
                    help="token ids, e.g. 1,2,3 (default: the dump's tokens)")
     _engine_arg(df)
-    df.add_argument("--budget", type=int, default=None, metavar="N",
+    df.add_argument("--budget", type=budget_arg, default=None, metavar="N",
                     help="instructions one dispatch may run before it counts as runaway")
     df.add_argument("--rtol", type=float, default=None,
                     help="relative L2 bound per node output (default 1e-4)")
@@ -406,9 +420,8 @@ def cmd_run(args) -> int:
 
     from .runtime import Machine
     from .runtime.machine import DEFAULT_BUDGET
-    from .runtime.opening import check_output_file, write_output
-    if args.budget is not None and args.budget < 1:
-        raise FirError(f"--budget {args.budget}: must be at least 1 instruction")
+    from .runtime.opening import check_distinct_outputs, check_output_file, write_output
+    check_distinct_outputs(("--dump", args.dump), ("--logits-out", args.logits_out))
     if args.logits_out is not None:  # before the run, not after it
         check_output_file(args.logits_out, "--logits-out")
     shown = TerminalProgress()
