@@ -149,3 +149,14 @@ def test_a_member_header_claiming_more_than_it_holds_is_a_clean_error(random_mod
     with pytest.raises(FirError, match=r"cannot read member 'step0/x@0/out.npy' of .*big.npz: "
                                        r"its header claims 4000000000000 bytes"):
         Dump(path)
+
+
+def test_metadata_of_invalid_code_points_is_ignored_with_a_warning(tmp_path):
+    """Found by fuzz.py (dumpfile, seed 23): a <U1 metadata member whose bytes are not
+    code points made numpy raise SystemError."""
+    path = tmp_path / "cp.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("__metadata__.npy", _npy_header_only((4,), "<U1", b"x" * 16))
+        z.writestr("step0/x@0/out.npy", _npy_header_only((1,), "<f4", b"\0" * 4))
+    d = Dump(path)
+    assert d.metadata == {} and any("not a JSON string" in w for w in d.warnings), d.warnings

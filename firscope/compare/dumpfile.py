@@ -192,7 +192,8 @@ class Dump:
                 a = np.frombuffer(f.read(claimed), dtype=dtype, count=count).reshape(shape)
             meta = json.loads(str(a[()]))
         except (ValueError, OSError, zipfile.BadZipFile, EOFError, IndexError, TypeError,
-                RecursionError, RuntimeError, NotImplementedError, zlib.error) as e:
+                RecursionError, RuntimeError, NotImplementedError, zlib.error,
+                SystemError) as e:  # SystemError: numpy on a code point past U+10FFFF
             return ignored(f"is not a JSON string ({type(e).__name__})")
         self._set_metadata(meta)
 
