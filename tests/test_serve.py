@@ -203,6 +203,8 @@ def test_serve_wants_the_token_its_own_origin_and_one_session_at_a_time():
         _, err = stop_server(proc, signal.SIGTERM)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+    refused = re.search(r"firscope serve: stopped \(([0-9]+) connection\(s\) refused\)", err)
+    assert refused and int(refused.group(1)) >= 4, err[-2000:]  # 3 x 403, 1 x 503 at least
 
 
 def test_serve_children_end_with_their_connection_and_with_the_server():

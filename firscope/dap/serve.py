@@ -74,4 +74,6 @@ def serve(args) -> int:
     finally:
         for ui in list(server.sessions):  # whatever the server did not end: ended now
             ui.kill_now()
+    refused = f" ({server.refusals} connection(s) refused)" if server.refusals else ""
+    print(f"firscope serve: stopped{refused}", file=sys.stderr, flush=True)
     return 0

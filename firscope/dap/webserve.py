@@ -193,8 +193,9 @@ class GuardedServer(Server):
             await self._process_messages(websocket, ui)
         except asyncio.CancelledError:
             await websocket.close()
-        except Exception:  # a broken browser message: end this session, keep serving
-            pass
+        except Exception as e:  # a broken browser message: end this session, keep serving
+            print(f"firscope serve: a session ended: {type(e).__name__}: {str(e)[:200]}",
+                  file=sys.stderr, flush=True)
         finally:
             try:
                 await asyncio.shield(ui.stop())
