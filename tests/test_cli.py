@@ -340,10 +340,10 @@ def test_output_paths_are_checked_before_anything_runs(random_model, tmp_path):
     assert p.returncode == 1 and "cannot write there: folder" in p.stderr, p.stderr
     p = fs("run", random_model, "--tokens", "1", "--logits-out", tmp_path)
     assert p.returncode == 1 and "is a folder; --logits-out needs a file name" in p.stderr
-    # /proc exists and is a folder, but nobody can create files in it
+    # /proc exists and is a folder of files firscope did not write: refused (issue 23.15)
     p = fs("profile", random_model, "--tokens", "1", "-n", "1", "--engine", "interp",
            "-o", "/proc")
-    assert p.returncode == 1 and "/proc: cannot write into the report folder" in p.stderr
+    assert p.returncode == 1 and "/proc: holds files and no firscope report" in p.stderr
     assert "timed run" not in p.stderr and "loading the model" not in p.stderr
 
 
