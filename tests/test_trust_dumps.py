@@ -160,3 +160,16 @@ def test_metadata_of_invalid_code_points_is_ignored_with_a_warning(tmp_path):
         z.writestr("step0/x@0/out.npy", _npy_header_only((1,), "<f4", b"\0" * 4))
     d = Dump(path)
     assert d.metadata == {} and any("not a JSON string" in w for w in d.warnings), d.warnings
+
+
+def test_a_zip_of_an_unknown_version_is_a_clean_error(random_model, tmp_path, capsys):
+    """Found by fuzz.py (dumpfile, seed 7): 'extract version 22.8' raised
+    NotImplementedError from zipfile while the dump was opened."""
+    path = _dump(capsys, random_model, tmp_path / "v.npz")
+    data = bytearray(path.read_bytes())
+    at = data.find(b"PK\x01\x02")
+    data[at + 6: at + 8] = (228).to_bytes(2, "little")  # version needed to extract
+    path.write_bytes(bytes(data))
+    with pytest.raises(FirError, match=r"v\.npz: not a readable \.npz \(zip\) file: zip file "
+                                       r"version 22\.8"):
+        Dump(path)

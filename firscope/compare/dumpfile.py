@@ -142,7 +142,8 @@ class Dump:
         try:
             self._zip = zipfile.ZipFile(self.path)
             infos = self._zip.infolist()
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError,
+                RuntimeError) as e:  # NotImplementedError: "zip file version 22.8"
             raise FirError(f"{self.path}: not a readable .npz (zip) file: {e}") from None
         self._members: dict[str, str] = {}
         for info in infos:
