@@ -525,7 +525,8 @@ class FirscopeApp(App):
                 then=lambda done: self._exported(done))
             self.submit(job)
 
-        self._ask("export the report to folder (a new or empty folder):", default, chosen)
+        self._ask("export the report to folder (new, empty or a previous report):", default,
+                  chosen)
 
     def _exported(self, done) -> None:
         self.query_one(ConsoleView).write(done.text())
