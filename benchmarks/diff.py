@@ -19,7 +19,12 @@ kernel warm-up excluded from the timing, as in decode.py):
 
 * ``plain``: ``Machine.step`` over the tokens (the reference alone);
 * ``self``, ``nocache``, ``noisy``: ``run_lockstep`` against that dump (open,
-  match, run, compare) on the same warmed machine.
+  match, run, compare) on the same warmed machine; a KV cache whose earlier rows
+  were equal is compared by the row written this step (compare/rows);
+* ``whole``: the full dump with every KV cache compared whole at every step (the
+  comparison before compare/rows), to show what the rows save;
+* ``isolate``: the full dump with ``--isolate`` (every node run from the dump's
+  inputs and judged on its own).
 
 It prints, per job, the median wall and CPU seconds and the ratios diff / plain
 (the issue asks for at most 1.5), and for the diffs the seconds spent reading
@@ -73,7 +78,9 @@ def job(kind: str, fir: Path, dump: Path | None, steps: int) -> dict:
         for tok in toks:
             machine.step(tok)
         return {"seconds": time.perf_counter() - t, "cpu": time.process_time() - c}
+    import firscope.compare.isolate as isolate
     import firscope.compare.lockstep as lockstep
+    import firscope.compare.rows as rows
     from firscope.compare import Dump, DumpSource, Tolerance, run_lockstep
     from firscope.compare.scan import scan
     scan(np.ones(4, np.float32), np.zeros(4, np.float32))  # numba: load the cached loops
@@ -86,7 +93,7 @@ def job(kind: str, fir: Path, dump: Path | None, steps: int) -> dict:
             return compare(a, b, tol)
         finally:
             spent[0] += time.perf_counter() - t0
-    lockstep.compare_arrays = timed_compare
+    lockstep.compare_arrays = rows.compare_arrays = isolate.compare_arrays = timed_compare
     t, c = time.perf_counter(), time.process_time()
     d = Dump(dump)
     source = DumpSource(model, d, steps)
@@ -99,7 +106,9 @@ def job(kind: str, fir: Path, dump: Path | None, steps: int) -> dict:
         finally:
             spent[0] += time.perf_counter() - t0
     source.value = timed_read
-    report = run_lockstep(model, source, toks, Tolerance(), machine=machine)
+    judge = isolate.isolating(isolate.DumpInputs(model, source)) if kind == "isolate" else None
+    report = run_lockstep(model, source, toks, Tolerance(), machine=machine, isolate=judge,
+                          rows=kind != "whole")
     return {"seconds": time.perf_counter() - t, "cpu": time.process_time() - c,
             "compare": spent[0], "compared": len(report.results),
             "diverged": len(report.diverged), "exit": report.exit_code,
@@ -185,6 +194,7 @@ def main() -> int:
     for name, path in dumps.items():
         print(f"{name}: {path.stat().st_size / 1e9:.2f} GB, read through once in "
               f"{read_through(path):.1f} s")
+    dumps["whole"] = dumps["isolate"] = dumps["self"]  # the same file, compared otherwise
     load_before = os.getloadavg()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in load_before)}; "
           f"{os.cpu_count()} cpus; MemAvailable {free_memory_gb():.1f} GB")

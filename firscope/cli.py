@@ -25,11 +25,14 @@ from . import __version__
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
-SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "dap", "serve")
+SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "dap",
+               "serve", "gpu", "wgsl")
 DEFAULT_STEPS = 16  # -n of run, debug and profile
 UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
 SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
-ENGINES = ("compiled", "interp")
+ENGINES = ("compiled", "interp", "gpu")
+# Commands that stop at instructions (or watch every access): not on a GPU
+NO_GPU_COMMANDS = ("debug", "ui", "serve", "sanitize")
 
 
 # -- argument types: a bad value is a usage error (exit 2) before anything is loaded ----------
@@ -44,17 +47,14 @@ def count_arg(text: str) -> int:
     return n
 
 
-MAX_BUDGET = 10 ** 15  # instructions: days of interpretation, far inside the compiled int64
-
-
 def budget_arg(text: str) -> int:
-    """--budget: 1..MAX_BUDGET (2^63 overflowed the compiled engine's int64 counter)."""
+    """--budget: 1..10^15 instructions (2^63 overflowed the compiled engine's int64)."""
     try:
-        n = int(text)
+        n = int(text) if text.isascii() else 0
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= n <= MAX_BUDGET:
-        raise argparse.ArgumentTypeError(f"must be 1..{MAX_BUDGET} instructions (got {n})")
+        n = 0
+    if not 1 <= n <= 10 ** 15:
+        raise argparse.ArgumentTypeError(f"must be 1..{10 ** 15} instructions (got {text!r})")
     return n
 
 
@@ -135,8 +135,9 @@ def _input_args(p: argparse.ArgumentParser, required: bool, steps: int) -> None:
 
 def _engine_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=ENGINES, default="compiled",
-                   help="how micro-kernels run: compiled (numba, default) or interp (the "
-                        "step interpreter, the reference)")
+                   help="how micro-kernels run: compiled (numba, default), interp (the "
+                        "step interpreter, the reference) or gpu (WGSL through wgpu; needs "
+                        "firscope[gpu]; not for stepping)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--against", type=path_arg, metavar="DUMP",
                     help="compare every node with this dump (the Diff tab, break diverge); "
                          "without --prompt/--tokens, feed the dump's tokens")
+    ui.add_argument("--isolate", action="store_true",
+                    help="with --against: colour each node by its own error (run from the "
+                         "dump's inputs), not by what it inherited")
     _model_arg(ui)
     _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
     _engine_arg(ui)
@@ -206,9 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     _sanitize_parser(sub)
     _diff_parser(sub)
+    _capture_parser(sub)
 
     _editor_parsers(sub)
+    _gpu_parsers(sub)
     return p
+
+
+def _gpu_parsers(sub) -> None:
+    sub.add_parser("gpu", help="show the GPU adapter wgpu finds (name, backend, driver, limits)")
+    w = sub.add_parser("wgsl", help="print the WGSL compute shaders generated for the kernels")
+    _model_arg(w)
+    w.add_argument("kernel", nargs="?", metavar="KERNEL",
+                   help="one kernel, node (attention@2) or ext shader (default: every kernel)")
 
 
 def _sanitize_parser(sub) -> None:
@@ -236,9 +250,8 @@ def _editor_parsers(sub) -> None:
     dp = sub.add_parser("dap", help="Debug Adapter Protocol server for editors (stdio)")
     dp.add_argument("--port", type=int, default=None, metavar="N",
                     help="listen on 127.0.0.1:N for one client after another instead")
-    dp.add_argument("--idle-timeout", type=float, default=10.0, metavar="S",
-                    help="with --port: close a client that sends no first message in S "
-                         "seconds (default 10)")
+    dp.add_argument("--idle-timeout", type=float, default=10.0, metavar="S", help="with "
+                    "--port: close a client silent for its first S seconds (default 10)")
 
     sv = sub.add_parser("serve", help="the UI in a browser tab (needs firscope[serve])")
     _model_arg(sv)
@@ -248,6 +261,24 @@ def _editor_parsers(sub) -> None:
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     sv.add_argument("--max-sessions", type=int, default=1, metavar="N",
                     help="UI processes (browser tabs) served at once (default 1)")
+
+
+def _capture_parser(sub) -> None:
+    cp = sub.add_parser("capture", help="cut one node at one step out as a test case folder",
+                        description="firscope capture [MODEL.fir] --node attention@2 --step 5 "
+                                    "[--against DUMP] -o case/")
+    _model_arg(cp)
+    cp.add_argument("--node", required=True, type=text_arg, metavar="INSTANCE",
+                    help="the node instance, e.g. attention@2")
+    cp.add_argument("--step", type=int, default=0, metavar="S", help="the step (default 0)")
+    cp.add_argument("--against", type=path_arg, metavar="DUMP",
+                    help="take the node's inputs from this dump (the other run's values)")
+    g = cp.add_mutually_exclusive_group()
+    g.add_argument("--prompt", type=text_arg, help="prompt text (default: the dump's tokens)")
+    g.add_argument("--tokens", type=text_arg, help="token ids (default: the dump's tokens)")
+    _engine_arg(cp)
+    cp.add_argument("-o", "--output", required=True, type=path_arg, metavar="FOLDER",
+                    help="the case folder to write (new or empty)")
 
 
 def _diff_parser(sub) -> None:
@@ -275,6 +306,15 @@ def _diff_parser(sub) -> None:
                     help="strict mode: at most N ULPs per element (instead of --rtol/--atol)")
     df.add_argument("--json", action="store_true", help="print JSON")
     df.add_argument("--per-step", action="store_true", help="one row per step, not per output")
+    df.add_argument("--chained", action="store_true",
+                    help="--engine gpu: the GPU runs on its own values throughout (default: "
+                         "isolate, each GPU node starts from the reference's inputs)")
+    df.add_argument("--sanitize", action="store_true",
+                    help="--engine gpu: also run the race checker, and say when a race "
+                         "explains a divergence")
+    df.add_argument("--isolate", action="store_true",
+                    help="judge every node on its own: run it from the other run's inputs and "
+                         "compare only its outputs (finds every wrong node, not just the first)")
 
 
 def with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -354,6 +394,15 @@ def _main(argv: list[str]) -> int:
         args = parser.parse_args(with_command(parser, argv))
         if args.command == "ui" and args.model is not None and not os.path.exists(args.model):
             parser.error(f"{printable(args.model)}: no such file")
+        if getattr(args, "engine", None) == "gpu" and args.command in NO_GPU_COMMANDS:
+            from .gpu import NO_STEPPING
+            raise FirError(f"{args.command} --engine gpu: {NO_STEPPING}")
+        if getattr(args, "isolate", False) and getattr(args, "chained", False):
+            parser.error("--isolate and --chained contradict each other (--engine gpu isolates "
+                         "by default)")
+        if getattr(args, "isolate", False) and args.command == "ui" and not args.against:
+            parser.error("--isolate needs --against DUMP (it judges each node on the dump's "
+                         "inputs)")
         return COMMANDS[args.command](args)
     except Interrupted as e:  # ctrl+c during a run: say which kernel and line it was in
         print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
@@ -424,16 +473,22 @@ def cmd_run(args) -> int:
     check_distinct_outputs(("--dump", args.dump), ("--logits-out", args.logits_out))
     if args.logits_out is not None:  # before the run, not after it
         check_output_file(args.logits_out, "--logits-out")
+    from .runtime.progress import TerminalProgress
     shown = TerminalProgress()
     opened = _run_input(args).open(progress=shown)
     ids, tok = list(opened.ids), opened.tokenizer
-    machine = Machine(opened.model, engine=args.engine,
-                      budget=args.budget if args.budget is not None else DEFAULT_BUDGET)
+    budget = args.budget if args.budget is not None else DEFAULT_BUDGET
+    if args.engine == "gpu":
+        from .gpu import machine_for
+        machine = machine_for(opened.model, args.engine, budget=budget)
+    else:
+        machine = Machine(opened.model, engine=args.engine, budget=budget)
     from .runtime.interrupt import ctrl_c_stops, stop_between_nodes
     if machine.kernel_runner is not None:  # compiled now, where the progress line shows it
         machine.kernel_runner.warmup(progress=shown)
     shown.done()
-    stop_between_nodes(machine)
+    if args.engine != "gpu":  # the GPU engine looks at the stop flag between tokens
+        stop_between_nodes(machine)
     t = time.perf_counter()
     from .compare.command import dump_recording
     with ctrl_c_stops(machine.stop_flag), dump_recording(machine, args.dump, args.dump_nodes,
@@ -455,30 +510,6 @@ def cmd_run(args) -> int:
     return 0
 
 
-class TerminalProgress:
-    """``loading: weights 45%`` or ``compiling g2.attn_decode 50%`` on one line of stderr,
-    on a terminal only and once the work has taken half a second: a first run compiles
-    its kernels for a few seconds (later runs load them from the cache and show
-    nothing)."""
-
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.tty = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, what: str, frac: float) -> None:
-        if self.tty and time.perf_counter() - self.t0 >= 0.5:
-            label = what if what.startswith("compil") else f"loading: {what}"
-            sys.stderr.write(f"\r\x1b[K{label} {min(max(frac, 0.0), 1.0):4.0%}")
-            sys.stderr.flush()
-            self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-
-
 def cmd_ui(args) -> int:
     try:
         from .tui.launch import run_app
@@ -498,6 +529,12 @@ def cmd_debug(args) -> int:
 
 
 def cmd_profile(args) -> int:
+    if args.engine == "gpu":
+        if args.against or args.sanitize:
+            raise FirError("profile --engine gpu times the GPU only: --against and --sanitize "
+                           "need a reference engine (compare with `diff --engine gpu`)")
+        from .gpu.commands import run_gpu_profile
+        return run_gpu_profile(_run_input(args), n=args.n, out=args.out)
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
                        against=args.against, sanitize=args.sanitize)
@@ -512,6 +549,10 @@ def cmd_diff(args) -> int:
 
     def ids_of(ns, model):
         return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
+    if args.engine == "gpu":
+        from .gpu.diff import gpu_diff_command
+        return gpu_diff_command(args, load=load, prompt_ids=ids_of, out=sys.stdout,
+                                err=sys.stderr)
     return run_diff(args, load=load, prompt_ids=ids_of)
 
 
@@ -533,6 +574,26 @@ def cmd_sanitize(args) -> int:
                         tools=parse_tools(",".join(args.tools)), as_json=args.json)
 
 
+def cmd_gpu(args) -> int:
+    from .gpu.commands import gpu_info
+    return gpu_info()
+
+
+def cmd_wgsl(args) -> int:
+    from .gpu.commands import print_wgsl
+    return print_wgsl(args)
+def cmd_capture(args) -> int:
+    from .compare.command import run_capture
+    from .runtime.opening import open_model, prompt_ids
+
+    def load(ns):
+        return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
+
+    def ids_of(ns, model):
+        return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
+    return run_capture(args, load=load, prompt_ids=ids_of)
+
+
 COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
-            "serve": cmd_serve}
+            "serve": cmd_serve, "capture": cmd_capture, "gpu": cmd_gpu, "wgsl": cmd_wgsl}

@@ -158,7 +158,8 @@ def test_help_states_the_default_of_n_and_explains_engine():
         if "n" in acts:
             assert f"(default {acts['n'].default})" in acts["n"].help, name
             defaults[name] = acts["n"].default
-        if name not in ("check", "dap"):  # dap takes its engine from the launch request
+        # dap takes its engine from the launch request; gpu and wgsl are about the GPU engine
+        if name not in ("check", "dap", "gpu", "wgsl"):
             assert acts["engine"].help and "interp" in acts["engine"].help, name
     assert defaults == {"ui": 12, "run": 16, "debug": 16, "profile": 16, "serve": 12,
                         "sanitize": 4}

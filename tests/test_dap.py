@@ -85,7 +85,8 @@ def big_vocab_model(tmp_path_factory) -> Path:
 SAMPLE_SCENARIOS = ["entry", "line_breakpoint_every_layer", "conditions_and_hit_counts",
                     "function_breakpoint", "step_in_to_first_instruction", "lane_registers",
                     "step_back_restores_register", "evaluate_max_abs", "bad_requests",
-                    "data_breakpoint", "pause", "goto_node"]
+                    "data_breakpoint", "pause", "goto_node", "log_points_and_spent_breakpoint",
+                    "launch_error_is_shown", "zero_based_lines_and_uris"]
 
 
 @pytest.mark.parametrize("name", SAMPLE_SCENARIOS)

@@ -175,8 +175,8 @@ def test_the_first_malformed_header_ends_the_connection():
         assert read_one(s)["command"] == "initialize"
         s.sendall(b"GET / HTTP/1.1\r\n" + request(2, "threads"))
         got = messages(read_all(s, 30))
-        assert [m.get("event") for m in got] == ["output"], got
-        assert "closing the connection" in got[0]["body"]["output"]
+        said = [m["body"]["output"] for m in got if m.get("event") == "output"]
+        assert len(said) == 1 and "closing the connection" in said[0], got
         assert not any(m["type"] == "response" for m in got), "nothing after it is executed"
         s.close()
     finally:

@@ -71,3 +71,72 @@ def test_the_standalone_writer_in_the_docs_writes_a_dump(tmp_path):
     assert d.tokens == [7, 8] and d.producer == "docs"
     assert np.array_equal(d.read("step0/attention@1/attn"), np.arange(6, dtype=np.float32))
     assert d.entries["step3/head/logits"].dtype == "F32"
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _masked(line: str) -> str:
+    """The line with every number replaced: the kernels' numerics may move the digits (another
+    reduction order), not what the lines say."""
+    return _NUMBER.sub("#", line)
+
+
+def _session(block: str) -> list[tuple[str, list[str]]]:
+    """The ``$ command`` lines of a README block (continuations joined), each with the output
+    lines shown after it."""
+    out: list[tuple[str, list[str]]] = []
+    lines = block.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("$ "):
+            cmd = line[2:]
+            while cmd.endswith("\\"):
+                i += 1
+                cmd = cmd[:-1] + " " + lines[i].strip()
+            out.append((cmd, []))
+        elif out and line.strip():
+            out[-1][1].append(line)
+        i += 1
+    return out
+
+
+def _run_shown(block: str, cwd) -> list[tuple[str, list[str], str]]:
+    """Run each command of a README block in ``cwd`` (``firscope`` as this interpreter's
+    module, sample_models from the repo); (command, lines shown, output)."""
+    runs = []
+    for cmd, shown in _session(block):
+        real = cmd.replace("firscope ", f"{sys.executable} -m firscope ").replace(
+            "cp -r sample_models/", f"cp -r {REPO}/sample_models/")
+        p = subprocess.run(["bash", "-c", real], cwd=cwd, capture_output=True, text=True,
+                           timeout=600)
+        assert "Traceback" not in p.stderr, (cmd, p.stderr)
+        runs.append((cmd, shown, p.stdout))
+    return runs
+
+
+def test_the_readme_isolate_and_capture_example(tmp_path):
+    runs = _run_shown(_readme_block("$ cp -r sample_models/tiny-gpt2 mine"), tmp_path)
+    runs += _run_shown(_readme_block("$ firscope capture --node attention@0"), tmp_path)
+    for cmd, shown, out in runs:
+        got = {_masked(line) for line in out.splitlines()}
+        for line in shown:
+            if line != "...":
+                assert _masked(line) in got, (cmd, line)
+    iso = next(out for cmd, _, out in runs if "--isolate" in cmd)
+    # what the figures say, derived rather than read off the README
+    wrong = [line for line in iso.splitlines() if line.endswith(tuple(
+        f"WRONG ON ITS OWN at step {s}" for s in range(4)))]
+    assert {line.split("/")[0] for line in wrong} == {
+        f"{k}@{i}" for k in ("attention", "gelu") for i in range(4)}
+    assert "not judged" not in iso
+    plain = subprocess.run([sys.executable, "-m", "firscope", "diff", "--against",
+                            "all.safetensors"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600).stdout
+    first = next(line for line in plain.splitlines() if line.startswith("first divergence:"))
+    assert ", gelu@0, output activated," in first
+    text = (REPO / "README.md").read_text()
+    n = re.search(r"\n(\d+) diverged\n", plain) or re.search(r"; (\d+) diverged\n", plain)
+    assert f"names only `gelu@0` at step 0, and {n.group(1)} of" in " ".join(text.split())
+    assert (tmp_path / "case" / "README").exists()

@@ -101,7 +101,8 @@ def test_break_diverge_tolerance_and_errors(random_model, bug_dump):
     with pytest.raises(FirError, match="needs a dump: start the debugger with --against"):
         s2.add_breakpoint("diverge")
     for bad in ("diverge x", "diverge 1 2 3", "diverge ulp", "diverge -1"):
-        with pytest.raises(FirError, match=r"break diverge \[RTOL \[ATOL\] \| ulp N\]"):
+        with pytest.raises(FirError,
+                           match=r"break diverge \[--isolate\] \[RTOL \[ATOL\] \| ulp N\]"):
             s.add_breakpoint(bad)
     bp = s.add_breakpoint("diverge ulp 0")
     assert bp.spec == "diverge (max 0 ULP per element)"
@@ -179,3 +180,34 @@ def test_profile_against_a_dump_reports_the_divergence_and_ranks_nodes_robustly(
     assert main(["profile", str(random_model), "--tokens", tokens, "-n", "1", "-o", str(plain),
                  "--engine", "interp"]) == 0
     assert json.loads((plain / "report.json").read_text())["divergence"] is None
+
+
+def test_break_diverge_isolate_stops_at_each_node_wrong_on_its_own(random_model, tmp_path):
+    """Two bugs (gelu from step 0, attention from step 1): the plain catchpoint stops at the
+    first only; --isolate stops at every instance of both kernels and nowhere else."""
+    from test_isolate import buggy, dump_of
+    dump = dump_of(buggy(random_model), tmp_path / "two.safetensors", tokens=TOKENS)
+    s = Session(load_model(random_model), TOKENS, 0, engine="compiled")
+    attach_reference(s, dump)
+    ci = CommandInterpreter(s)
+    assert ci.execute("break diverge --isolate").startswith(
+        "Catchpoint 1 at diverge --isolate (relative L2 <= ")
+    stops = []
+    while True:
+        text = ci.execute("continue")
+        if ci.last.stop.reason is not StopReason.BREAKPOINT:
+            break
+        stops.append(text.split(" is wrong on its own at step ")[0].split(", ")[1] + "@step"
+                     + text.split(" is wrong on its own at step ")[1].split(" ")[0])
+        assert "firscope capture --node" in text and f"--against {dump}" in text
+    expected = ["gelu@0@step0", "gelu@1@step0"] + [
+        f"{n}@step{k}" for k in (1, 2, 3) for n in ("attention@0", "gelu@0", "attention@1",
+                                                   "gelu@1")]
+    assert stops == expected
+    ref = s.reference
+    assert not ref.not_judged and len({k[1] for k in ref.own}) == len(s.model.nodes)
+    assert "first node wrong on its own so far: step 0, gelu@0/activated" in \
+        ci.execute("info diff 1")
+    # the session's own chain diverged everywhere after gelu@0, as the plain diff says
+    assert ref.first_divergence().instance == "gelu@0"
+    assert ref.results[(3, s.model.node_index("head"))][0].diff.diverged

@@ -1,9 +1,9 @@
 """The package's shape, as DESIGN.md states it, checked from the source text.
 
 * Layers: a module imports only modules of its own layer or of layers above it
-  in DESIGN.md's list (fir, model, vm, runtime, compare, sanitize, debug,
+  in DESIGN.md's list (fir, model, vm, runtime, compare, sanitize, gpu, debug,
   profile, then tui / dap / cli); nothing imports ``cli``. Imports inside
-  functions count.
+  functions count. Only firscope/gpu/device.py imports ``wgpu`` (the optional extra).
 * No import cycle between modules (imports inside functions count too).
 * Size: no module over 600 lines unless its docstring says why in a sentence
   containing ``size:``; no function over 80 lines or cyclomatic complexity
@@ -26,6 +26,8 @@ LAYERS = {
     "errors": 0, "jitcache": 0, "samples": 0, "dump": 0, "text": 0, "__init__": 0,
     "fir": 1, "model": 2, "vm": 3, "runtime": 4, "compare": 5, "sanitize": 6, "debug": 7,
     "profile": 8, "tui": 9, "dap": 9, "cli": 10, "__main__": 11,
+    # the GPU engine: its diff uses compare/ and sanitize/ (a rank between sanitize and debug)
+    "gpu": 6.5,
 }
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
@@ -105,6 +107,17 @@ def test_imports_follow_the_layer_order(module):
         elif dep_part != "__init__" and LAYERS.get(dep_part, 99) > me:
             bad.append(f"{dep} (layer {dep_part} is below {part_of(module)})")
     assert not bad, f"{module} imports " + ", ".join(bad)
+
+
+def test_only_the_gpu_device_module_imports_wgpu():
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n.split(".")[0] == "wgpu" for n in names):
+                found.append(module)
+    assert sorted(set(found)) == ["firscope.gpu.device"], found
 
 
 def test_no_import_cycles():

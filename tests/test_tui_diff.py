@@ -80,3 +80,56 @@ def test_the_app_opens_against_a_dump(random_model, bug_dump):
             await settle(app, pilot)
             assert "first divergence: step 1, attention@0" in screen_text(app)
     run(go())
+
+
+def test_isolate_colours_nodes_by_their_own_error(random_model, tmp_path):
+    """Two independent bugs: with --isolate the graph shows gelu@0 and attention@0 diverged on
+    their own and what only inherited their errors (ln1@1 after attention@0) not."""
+    from test_isolate import buggy, dump_of
+    dump = dump_of(buggy(random_model), tmp_path / "two.safetensors", tokens=TOKENS)
+    m = load_model(random_model)
+    idx = {n.full_name: n.index for n in m.nodes}
+    for isolate in (False, True):
+        s = Session(m, TOKENS, 0, engine="compiled")
+        attach_reference(s, dump, isolate=isolate)
+        ci = CommandInterpreter(s)
+        ci.execute("break attention_linear@1")
+        ci.execute("continue")
+        ci.execute("continue")  # step 1, just after attention@1
+        peek = _view(s, ci).diff
+        assert peek.step == 1
+        sev = peek.severity
+        if not isolate:  # the chain: everything after the first bug differs
+            assert sev[idx["ln1@1"]] is Severity.DIVERGED  # after attention@0's error
+            assert peek.first.startswith("first divergence: step 0, gelu@0")
+            continue
+        assert sev[idx["attention@0"]] is Severity.DIVERGED
+        assert sev[idx["attention@1"]] is Severity.DIVERGED
+        for name in ("ln1@0", "qkv_bias@0", "attention_residual@0", "ln1@1", "qkv_linear@1"):
+            assert sev[idx[name]] in (Severity.EXACT, Severity.WITHIN), name
+        assert peek.first.startswith("first node wrong on its own: step 0, gelu@0")
+        assert any("own error" in n and "0 not judged" in n for n in peek.notes)
+        # the session's own chain is untouched by the runs made aside
+        assert s.reference.results[(1, idx["ln1@1"])][0].diff.diverged
+
+
+def test_the_app_opens_against_a_dump_with_isolate(random_model, bug_dump):
+    from firscope.tui.app import FirscopeApp
+    from tui_util import run, screen_text, settle, wait_loaded
+    app = FirscopeApp(random_model, n=0, engine="interp", against=str(bug_dump),
+                      isolate=True, show_times=False)
+
+    async def go():
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_loaded(app, pilot)
+            ref = app.session.reference
+            assert ref.isolate and ref.view_own
+            app.run_command("break diverge --isolate")
+            app.run_command("continue")
+            await settle(app, pilot)
+            assert app.view.diff.first.startswith("first node wrong on its own: step 1, "
+                                                  "attention@0")
+            app.action_tab("diff")
+            await settle(app, pilot)
+            assert "first node wrong on its own: step 1, attention@0" in screen_text(app)
+    run(go())

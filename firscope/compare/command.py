@@ -19,11 +19,13 @@ from ..model.checkpoint import shown
 from ..runtime import Model
 from ..runtime.machine import DEFAULT_BUDGET
 from .dumpfile import Dump
+from .isolate import DumpInputs, ModelInputs, isolating
 from .lockstep import DiffReport, run_lockstep
 from .metrics import Tolerance, make_tolerance
 from .record import DumpRecorder
 from .report import format_json, format_text
 from .sources import DumpSource, ModelSource
+from .textdiff import changes_dict, diff_fir, divergence_link
 
 MAX_NAMED = 8  # steps or nodes named in a "no values for" note
 
@@ -31,14 +33,44 @@ MAX_NAMED = 8  # steps or nodes named in a "no values for" note
 def run_diff(args, *, load, prompt_ids, out=None, err=None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    def announce(lines: list[str]) -> None:  # before the run: what changed between A and B
+        if not args.json:
+            print("\n".join(lines), file=out, flush=True)
     try:
-        report = build_report(args, load, prompt_ids)
+        report = build_report(args, load, prompt_ids, announce)
     except FirError as e:
         print(f"firscope: {e}" if e.loc is None else str(e), file=err)
         return 2
     text = format_json(report) if args.json else format_text(report, per_step=args.per_step)
     print(text, file=out)
     return report.exit_code
+
+
+def run_capture(args, *, load, prompt_ids, out=None, err=None) -> int:
+    """``firscope capture``: 0 when the case folder is written, 2 for usage errors."""
+    from .capture import capture
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        model = load(args)
+        if args.against is not None and not (args.tokens or args.prompt is not None):
+            dump = Dump(args.against)
+            try:
+                tokens = dump.tokens
+            finally:
+                dump.close()
+            if not tokens:
+                raise FirError(f"{args.against}: the dump does not say which tokens it was "
+                               "fed (no 'tokens' metadata): give --tokens or --prompt")
+        else:
+            tokens, _ = prompt_ids(args, model)
+        result = capture(model, args.node, args.step, list(tokens), args.output,
+                         against=args.against, engine=args.engine)
+    except FirError as e:
+        print(f"firscope: {e}" if e.loc is None else str(e), file=err)
+        return 2
+    print(result.text, file=out)
+    return 0
 
 
 def tolerance_of(args) -> Tolerance:
@@ -48,7 +80,7 @@ def tolerance_of(args) -> Tolerance:
         raise FirError(str(e)) from None
 
 
-def build_report(args, load, prompt_ids) -> DiffReport:
+def build_report(args, load, prompt_ids, announce=None) -> DiffReport:
     if (args.other is None) == (args.against is None):
         raise FirError("give the run to compare with: --against DUMP, or a second model "
                        "file (firscope diff A.fir B.fir)")
@@ -61,9 +93,17 @@ def build_report(args, load, prompt_ids) -> DiffReport:
         return _against_dump(model, args, tol, prompt_ids, budget)
     other = load(argparse.Namespace(**{**vars(args), "model": args.other}))
     tokens, tokens_from = _given_tokens(args, model, prompt_ids)
+    fd = diff_fir(model.path, other.path)
+    if announce is not None:
+        announce(fd.lines + [""] if fd.lines else
+                 [f"{model.path.name} and {other.path.name}: kernels and graph are the same", ""])
     source = ModelSource(model, other, len(tokens), engine=args.engine, budget=budget)
-    report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget)
+    isolate = isolating(ModelInputs(model, source)) if getattr(args, "isolate", False) else None
+    report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget,
+                          isolate=isolate)
     report.meta["tokens_from"] = tokens_from
+    report.changes = changes_dict(fd)
+    report.links = divergence_link(fd, report, model, other)
     _coverage_notes(model, report, source.plan)
     return report
 
@@ -104,8 +144,10 @@ def _against_dump(model: Model, args, tol: Tolerance, prompt_ids, budget: int) -
                             f"{shown(dump.model_hash[:16])}..., {model.path.name} has "
                             f"{mine[:16]}...): comparing anyway")
     source = DumpSource(model, dump, len(tokens))
+    isolate = isolating(DumpInputs(model, source)) if getattr(args, "isolate", False) else None
     try:
-        report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget)
+        report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget,
+                              isolate=isolate)
     finally:
         dump.close()
     report.warnings[:0] = warnings

@@ -22,6 +22,7 @@ from ..runtime import Machine, Model
 from ..runtime.machine import DEFAULT_BUDGET
 from .lanes import Writer, start_values, writers
 from .metrics import OutputDiff, Tolerance, compare_arrays
+from .rows import RowComparer
 from .sources import Mismatch, OtherRunFailed
 
 MAX_LANE_LOOKUPS = 16  # diverging micro-kernel outputs whose writing lane is looked up
@@ -68,6 +69,14 @@ class DiffReport:
     failure: str | None = None  # a run that faulted: where and why
     seconds: float = 0.0
     meta: dict = field(default_factory=dict)  # producer, model hashes, where tokens came from
+    isolated: bool = False  # --isolate: results are each node's own error (compare/isolate)
+    not_judged: list = field(default_factory=list)  # isolate.NotJudged, in run order
+    inherited: dict = field(default_factory=dict)  # (step, node) -> the wrong node upstream
+    lane_lookups: int = 0  # --isolate: writing lanes still to look up
+    kernels: dict = field(default_factory=dict)  # node index -> kernel or ext op
+    names: dict = field(default_factory=dict)  # node index -> instance ("attention@3")
+    changes: list = field(default_factory=list)  # diff A B: textdiff.changes_dict rows
+    links: list = field(default_factory=list)  # diff A B: the divergence tied to the changes
 
     @property
     def first_divergence(self) -> OutputResult | None:
@@ -76,6 +85,10 @@ class DiffReport:
     @property
     def diverged(self) -> list[OutputResult]:
         return [r for r in self.results if r.diff.diverged]
+
+    def results_name(self, node: int) -> str:
+        """The instance name of plan node ``node`` (as the results spell it)."""
+        return self.names.get(node, f"node {node}")
 
     @property
     def steps_compared(self) -> int:
@@ -95,9 +108,13 @@ class DiffReport:
 def run_lockstep(model: Model, source, tokens: list[int], tol: Tolerance, *,
                  engine: str = "compiled", budget: int | None = DEFAULT_BUDGET,
                  lane_lookups: int = MAX_LANE_LOOKUPS,
-                 machine: Machine | None = None) -> DiffReport:
+                 machine: Machine | None = None, isolate=None,
+                 rows: bool = True) -> DiffReport:
     """Run ``tokens`` on ``model`` and compare with ``source`` (a DumpSource or ModelSource).
-    ``machine``: a machine of ``model`` to run on (it is reset first); default a new one."""
+    ``machine``: a machine of ``model`` to run on (it is reset first); default a new one.
+    ``isolate``: :func:`.isolate.isolating` of an input source: judge every node on the
+    other run's inputs instead of running the reference's own chain. ``rows``: compare a KV cache by
+    the rows written this step once its earlier rows were equal (compare/rows)."""
     if not tokens:
         raise FirError("no tokens to run: give --tokens or --prompt")
     report = DiffReport(str(model.path), str(engine), source.name, source.kind, list(tokens),
@@ -105,6 +122,8 @@ def run_lockstep(model: Model, source, tokens: list[int], tol: Tolerance, *,
                         unmatched=list(source.plan.unmatched))
     report.possible = len(tokens) * sum(len(n.outs) for n in model.nodes)
     report.total_nodes = len(model.nodes)
+    report.kernels = {n.index: n.target for n in model.nodes}
+    report.names = {n.index: n.full_name for n in model.nodes}
     machine = machine or Machine(model, engine=engine, budget=budget)
     machine.reset()
     for t in tokens:
@@ -112,16 +131,21 @@ def run_lockstep(model: Model, source, tokens: list[int], tol: Tolerance, *,
     machine.check_room(len(tokens))
     t0 = time.perf_counter()
     try:
-        _first_pass(model, machine, source, tokens, tol, report)
+        if isolate is not None:
+            isolate(model, source, tokens, tol, report, machine, rows=rows)
+        else:
+            _first_pass(model, machine, source, tokens, tol, report,
+                        RowComparer(model, len(tokens)) if rows else None)
     except OtherRunFailed as e:
         report.failure = e.message
-    if lane_lookups and report.first_divergence is not None:
+    if lane_lookups and report.first_divergence is not None and isolate is None:
         _look_up_lanes(model, machine, tokens, report, lane_lookups)
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _first_pass(model: Model, machine: Machine, source, tokens, tol, report) -> None:
+def _first_pass(model: Model, machine: Machine, source, tokens, tol, report,
+                rows: RowComparer | None) -> None:
     by_step = source.plan.by_step
     results = report.results
     names = {n.index: n.full_name for n in model.nodes}  # built once, not per output
@@ -138,12 +162,16 @@ def _first_pass(model: Model, machine: Machine, source, tokens, tol, report) -> 
                 return
             for w in wanted.get(node.index, ()):
                 out = node.outs[w.out]
-                diff = compare_arrays(model.view(out.region), source.value(step, node, w),
-                                      tol if w.dtype == "F32" else tol.for_dtype(w.dtype))
+                t = tol if w.dtype == "F32" else tol.for_dtype(w.dtype)
+                ref, other = model.view(out.region), source.value(step, node, w)
+                diff = compare_arrays(ref, other, t) if rows is None else \
+                    rows.compare(step, node, w.out, ref, other, t)
                 results.append(OutputResult(step, node.index, names[node.index], out.name,
                                             out.display, node.kind == "micro", diff))
         source.end_step(step)
         machine.finish_token()
+    if rows is not None:
+        report.notes += rows.notes()
 
 
 def _look_up_lanes(model: Model, machine: Machine, tokens, report: DiffReport,

@@ -117,6 +117,11 @@ def _exact(n: int) -> OutputDiff:
     return d
 
 
+def exact_diff(elements: int) -> OutputDiff:
+    """The comparison of two equal vectors of ``elements`` (shared, frozen)."""
+    return _exact(elements)
+
+
 def compare_arrays(ref: np.ndarray, other: np.ndarray, tol: Tolerance, *,
                    scanner=scan) -> OutputDiff:
     """Compare two f32 vectors of equal size (the caller checked the sizes)."""

@@ -31,9 +31,13 @@ class OutputSummary:
     first_diverged: int | None  # step
     nonfinite: int
 
+    isolated: bool = False
+
     @property
     def status(self) -> str:
         if self.first_diverged is not None:
+            if self.isolated:
+                return f"WRONG ON ITS OWN at step {self.first_diverged}"
             return f"DIVERGED at step {self.first_diverged}"
         return "within tolerance" if self.shown is not None else "exact"
 
@@ -51,7 +55,7 @@ def summarize(report: DiffReport) -> list[OutputSummary]:
             name, rows[0].node, len(rows), max(r.diff.max_abs for r in rows),
             max(r.diff.rel_l2 for r in rows), max(r.diff.max_ulp for r in rows),
             first_div or first_diff, first_div.step if first_div else None,
-            sum(r.diff.nonfinite for r in rows)))
+            sum(r.diff.nonfinite for r in rows), report.isolated))
     return sorted(out, key=lambda s: s.node)
 
 
@@ -74,13 +78,14 @@ def where_text(r: OutputResult) -> str:
 
 def first_divergence_line(report: DiffReport) -> str:
     f = report.first_divergence
+    head = "first node wrong on its own" if report.isolated else "first divergence"
     if f is None:
         if report.failure:
-            return f"first divergence: none before the run failed ({report.failure})"
-        return "first divergence: none"
+            return f"{head}: none before the run failed ({report.failure})"
+        return f"{head}: none"
     d = f.diff
     shown = f.buffer if f.display == f.buffer else f"{f.buffer} ({f.display})"
-    text = (f"first divergence: step {f.step} (token {report.tokens[f.step]}), {f.instance}, "
+    text = (f"{head}: step {f.step} (token {report.tokens[f.step]}), {f.instance}, "
             f"output {shown}, element {d.index}")
     if f.writer is not None:
         text += f", written by lane {f.writer.lane} at line {f.writer.line}"
@@ -96,14 +101,20 @@ def format_text(report: DiffReport, *, per_step: bool = False) -> str:
              f"tolerance: {report.tolerance.describe()}"]
     lines += [f"warning: {w}" for w in report.warnings]
     lines += [f"note: {n}" for n in report.notes]
+    if report.isolated:
+        lines.append("isolate:   every node run on the other run's inputs; errors are each "
+                     "node's own")
     lines.append("")
     lines += _table(report, per_step)
     lines.append("")
     lines.append(coverage_line(report))
     lines += _mismatch_lines(report)
+    if report.isolated:
+        lines += isolate_lines(report)
     if report.failure:
         lines.append(f"run failed: {report.failure}")
     lines.append(first_divergence_line(report))
+    lines += [f"  {t}" for t in report.links]
     return "\n".join(lines)
 
 
@@ -211,9 +222,81 @@ def report_dict(report: DiffReport) -> dict:
         "warnings": report.warnings, "notes": report.notes, "failure": report.failure,
         "seconds": round(report.seconds, 3),
         "outputs": [result_dict(r) for r in report.results],
+        "isolate": isolate_dict(report) if report.isolated else None,
+        "changes": report.changes if report.other_kind == "model" else None,
+        "divergence_links": report.links,
         "exit": report.exit_code,
     }
 
 
 def format_json(report: DiffReport) -> str:
     return json.dumps(report_dict(report), indent=1, allow_nan=False)
+
+
+# -- --isolate ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WrongNode:
+    """A node instance wrong on its own (at one step or more)."""
+
+    instance: str
+    kernel: str
+    steps: tuple[int, ...]
+    first: OutputResult  # its first diverging output
+    rel_l2: float  # worst over its diverging outputs
+
+
+def wrong_on_their_own(report: DiffReport) -> list[WrongNode]:
+    """The instances whose own outputs diverge (``--isolate``), in graph order."""
+    rows: dict[int, list[OutputResult]] = {}
+    for r in report.diverged:
+        rows.setdefault(r.node, []).append(r)
+    return [WrongNode(rs[0].instance, report.kernels.get(node, "?"),
+                      tuple(sorted({r.step for r in rs})), rs[0],
+                      max(r.diff.rel_l2 for r in rs)) for node, rs in sorted(rows.items())]
+
+
+def isolate_lines(report: DiffReport) -> list[str]:
+    wrong = wrong_on_their_own(report)
+    by_kernel: dict[str, list[WrongNode]] = {}
+    for w in wrong:
+        by_kernel.setdefault(w.kernel, []).append(w)
+    lines = [f"wrong on their own: {len(wrong)} node instances of {len(by_kernel)} kernels"
+             if wrong else "wrong on their own: none"]
+    for kernel, ws in by_kernel.items():
+        steps = sorted({s for w in ws for s in w.steps})
+        lines.append(f"  {kernel}: {', '.join(w.instance for w in ws)} (steps "
+                     f"{_steps_text(steps)}; worst relative L2 {max(w.rel_l2 for w in ws):.3g})")
+    inh = report.inherited
+    if inh:
+        (step, node), origin = next(iter(inh.items()))
+        instances = len({n for _, n in inh})
+        lines.append(f"inherited an error (right on their own, fed a value downstream of a wrong "
+                     f"node): {len(inh)} node runs of {instances} instances, e.g. "
+                     f"{report.results_name(node)} at step {step} (downstream of {origin})")
+    nj = report.not_judged
+    if nj:
+        first = nj[0]
+        lines.append(f"not judged: {len(nj)} node runs of {len({n.node for n in nj})} instances "
+                     f"(the other side lacks their inputs), e.g. {first.instance} at step "
+                     f"{first.step}: {first.reason}")
+    return lines
+
+
+def _steps_text(steps: list[int]) -> str:
+    if len(steps) > 2 and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}..{steps[-1]}"
+    text = ",".join(map(str, steps[:8]))
+    return text + (",..." if len(steps) > 8 else "")
+
+
+def isolate_dict(report: DiffReport) -> dict:
+    return {
+        "wrong_on_their_own": [{"instance": w.instance, "kernel": w.kernel,
+                                "steps": list(w.steps), "rel_l2": _num(w.rel_l2),
+                                "first": result_dict(w.first)}
+                               for w in wrong_on_their_own(report)],
+        "inherited": [{"step": s, "instance": report.results_name(n), "from": origin}
+                      for (s, n), origin in report.inherited.items()],
+        "not_judged": [{"step": n.step, "instance": n.instance, "reason": n.reason}
+                       for n in report.not_judged],
+    }

@@ -222,6 +222,13 @@ class ModelSource:
                 self.pos += 1
         return self.live[(j, k)]
 
+    def run_before(self, step: int, j: int) -> None:
+        """Run the other model up to (not including) its node ``j`` (``--isolate`` reads
+        that node's inputs from its arena then)."""
+        while self.pos < j:
+            self._run(step, self.pos, -1)
+            self.pos += 1
+
     def end_step(self, step: int) -> None:
         self.live.clear()
         while self.pos < len(self.other.nodes):

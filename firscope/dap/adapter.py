@@ -40,40 +40,21 @@ import numpy as np
 from ..debug.commands import CommandInterpreter
 from ..debug.snapshot import Stop, StopReason
 from ..errors import FirError
-from .breakpoints import EXCEPTION_FILTERS, BreakpointMap
-from .launch import LaunchConfig, model_path, parse_launch, start_session
+from .breakpoints import BreakpointMap
+from .conventions import Conventions
+from .launch import LaunchConfig
+from .lifecycle import LifeCycle, arguments
 from .protocol import Writer
 from .views import RequestError, Views, fmt_scalar
 
-CAPABILITIES = {
-    "supportsConfigurationDoneRequest": True,
-    "supportsFunctionBreakpoints": True,
-    "supportsConditionalBreakpoints": True,
-    "supportsHitConditionalBreakpoints": True,
-    "supportsEvaluateForHovers": True,
-    "exceptionBreakpointFilters": EXCEPTION_FILTERS,
-    "supportsStepBack": True,
-    "supportsSetVariable": True,
-    "supportsGotoTargetsRequest": True,
-    "supportsDataBreakpoints": True,
-    "supportsExceptionInfoRequest": True,
-    "supportsReadMemoryRequest": True,
-    "supportsTerminateRequest": True,
-    "supportsSteppingGranularity": True,
-}
 BREAKPOINT_REQUESTS = ("setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints",
                        "setDataBreakpoints")
 ALWAYS = ("initialize", "launch", "disconnect", "terminate", "pause", "threads")
+# Sent before launch (after `initialized`): held, and done once the model is loaded.
+PRELAUNCH = BREAKPOINT_REQUESTS + ("configurationDone",)
+# Errors the user must act on: a dialog in VS Code (showUser) and the text on stderr.
+USER_FACING = ("launch", "configurationDone")
 EXCEPTION_IDS = {StopReason.NAN: "nan", StopReason.FAULT: "fault", StopReason.BUDGET: "budget"}
-
-
-def arguments(request: dict) -> dict:
-    args = request.get("arguments")
-    if args is None:
-        return {}
-    if not isinstance(args, dict):
-        raise RequestError(f"'{request.get('command')}': 'arguments' must be an object")
-    return args
 
 
 def arg(request: dict, name: str, kind=None, default=None, required: bool = False):
@@ -103,11 +84,19 @@ class Run:
     deferred: list = field(default_factory=list)
 
 
-class Adapter:
+class Adapter(LifeCycle):
     """One debug session: the state between the client's requests."""
 
-    def __init__(self, writer: Writer):
+    def __init__(self, writer: Writer, closing: threading.Event | None = None):
         self.out = writer
+        # set once the client said disconnect/terminate or closed its end: SIGINT is then
+        # the quiet way out (server.py)
+        self.closing = closing or threading.Event()
+        self.conv = Conventions()
+        self.prelaunch: list[dict] = []
+        self.configured = False
+        self.initialized_sent = False
+        self.source: dict | None = None
         self.inbox: queue.Queue = queue.Queue()
         self.ci: CommandInterpreter | None = None
         self.views: Views | None = None
@@ -120,8 +109,14 @@ class Adapter:
         self.client: dict = {}
 
     # ================================================================ the loop
-    def serve(self, reader) -> None:
-        """Read requests on a thread of their own; handle them and worker results here."""
+    def serve(self, reader, first: tuple[str, object] | None = None) -> None:
+        """Read requests on a thread of their own; handle them and worker results here.
+        ``first``: what was read (and perhaps answered) before the engine was imported."""
+        if first is not None:
+            self.inbox.put(first)
+            if first[0] == "eof":
+                self.closing.set()
+
         def pump():
             try:
                 while True:
@@ -134,8 +129,10 @@ class Adapter:
                         break
                     self.inbox.put(("message", msg))
             finally:
+                self.closing.set()
                 self.inbox.put(("eof", None))
-        threading.Thread(target=pump, name="dap-reader", daemon=True).start()
+        if first is None or first[0] != "eof":
+            threading.Thread(target=pump, name="dap-reader", daemon=True).start()
         while not self.done:
             try:
                 kind, item = self.inbox.get(timeout=0.05 if self._pausing() else None)
@@ -144,6 +141,8 @@ class Adapter:
                 continue
             if kind == "message":
                 self.dispatch(item)
+            elif kind == "initialized":
+                self._client_said(item)
             elif kind == "ran":
                 self._ran(*item)
             elif kind == "garbage":
@@ -167,6 +166,9 @@ class Adapter:
             if handler is None:
                 raise RequestError(f"unknown request '{command}'")
             if command not in ALWAYS:
+                if self.ci is None and command in PRELAUNCH:
+                    self.prelaunch.append(msg)  # answered once the model is loaded
+                    return
                 if self.ci is None:
                     raise RequestError(f"'{command}': no model is launched yet")
                 if self.running is not None:
@@ -176,10 +178,16 @@ class Adapter:
                     raise RequestError(f"'{command}': the model is running (pause it first)")
             handler(msg)
         except (RequestError, FirError) as e:
-            self.out.error(msg, str(e))  # a FirError with a position: FILE:LINE:COL: ...
+            self._fail(msg, str(e))  # a FirError with a position: FILE:LINE:COL: ...
         except Exception as e:  # a bug: answer, log, and stay up
             traceback.print_exc(file=sys.stderr)
-            self.out.error(msg, f"internal error in firscope: {type(e).__name__}: {e}")
+            self._fail(msg, f"internal error in firscope: {type(e).__name__}: {e}")
+
+    def _fail(self, msg: dict, text: str) -> None:
+        user = msg.get("command") in USER_FACING
+        self.out.error(msg, text, show_user=user)
+        if user:  # a client that shows no dialog still shows this in its console
+            self.output(f"firscope: {text}", "stderr")
 
     def _defer(self, msg: dict) -> None:
         r = self.running
@@ -193,65 +201,6 @@ class Adapter:
         if text:
             self.out.event("output", {"category": category,
                                       "output": text if text.endswith("\n") else text + "\n"})
-
-    # ================================================================ life cycle
-    def r_initialize(self, req):
-        self.client = arguments(req)
-        if self.client.get("linesStartAt1") is False:
-            raise RequestError("firscope reports 1-based lines; linesStartAt1=false is not "
-                               "supported")
-        self.out.response(req, CAPABILITIES)
-
-    def r_launch(self, req):
-        if self.ci is not None:
-            raise RequestError("a model is already launched in this session")
-        config = parse_launch(arguments(req))
-        self.ci = ci = start_session(config)
-        self.config = config
-        source = {"name": ci.s.model.path.name, "path": str(model_path(ci))}
-        self.views = Views(ci, source)
-        self.bps = BreakpointMap(ci.s, source)
-        self.bps.set_exceptions([f["filter"] for f in EXCEPTION_FILTERS if f["default"]])
-        self.out.response(req)
-        s = ci.s
-        self.output(f"firscope: {s.model.path.name}, {len(s.prompt)} prompt tokens, "
-                    f"{s.n_generate} to generate, {len(s.nodes)} nodes per token, engine "
-                    f"{config.engine}")
-        self.out.event("initialized")
-
-    def r_configurationDone(self, req):
-        self.out.response(req)
-        if self.config.stop_on_entry:
-            self._report(self.ci.last.stop, self.ci.where_line(), "entry")
-        else:
-            self._start("continue", goalless=True)
-
-    def r_disconnect(self, req):
-        run = self.running
-        if run is not None:
-            self.ci.s.cancel.set()
-            run.paused = True
-            run.thread.join(timeout=30)
-            self.running = None
-            for msg in run.deferred:  # answered, even though the session is going away
-                self.dispatch(msg)
-        self.out.response(req)
-        self.done = True
-
-    def r_terminate(self, req):
-        if self.running is not None:
-            self.ci.s.cancel.set()
-            self.running.paused = True
-        self.out.response(req)
-        if not self.ended:
-            self.ended = True
-            self.out.event("terminated")
-
-    def _shutdown(self) -> None:
-        if self.running is not None:
-            self.ci.s.cancel.set()
-            self.running.thread.join(timeout=30)
-        self.done = True
 
     # ================================================================ breakpoints
     def r_setBreakpoints(self, req):
@@ -357,8 +306,9 @@ class Adapter:
     def r_gotoTargets(self, req):
         line = arg(req, "line", int, required=True)
         s = self.ci.s
+        at = self.conv.line_in(line)
         targets = [{"id": n.index + 1, "label": f"{n.full_name} (token {s.step})", "line": line}
-                   for n in s.nodes if n.loc.line == line]
+                   for n in s.nodes if n.loc.line == at]
         self.out.response(req, {"targets": targets})
 
     def r_goto(self, req):
@@ -393,6 +343,7 @@ class Adapter:
         stop = self.ci.last.stop
         for msg in run.deferred:
             self.dispatch(msg)
+        self._breakpoint_events()  # spent (a hit condition ==N), before the stop is shown
         if run.retake and not run.paused and error is None \
                 and stop.reason is StopReason.INTERRUPTED:
             self._start(run.line, goalless=run.goalless, reason=run.reason)
@@ -519,6 +470,7 @@ class Adapter:
         if cmd.resumes:
             return self._move(req, text, body={"result": "", "variablesReference": 0})
         result = self.ci.execute(text)
+        self._breakpoint_events()  # `break`, `delete`, `disable`... typed in the console
         self.out.response(req, {"result": result, "variablesReference": 0})
         if self.client.get("supportsInvalidatedEvent"):
             self.out.event("invalidated", {"areas": ["variables"]})

@@ -9,6 +9,11 @@ count. DAP breakpoint ids are the engine's numbers.
 
 Hit conditions: ``N`` or ``>=N`` stops from the N-th hit on, ``>N`` after the
 N-th, ``==N`` on the N-th hit only (then the breakpoint is spent).
+
+A line breakpoint with a ``logMessage`` is a log point (the engine's dprintf).
+When the engine changes a breakpoint the client knows (spent, deleted, disabled
+or enabled, made from the Debug Console with ``break``), :meth:`changes` gives
+the ``breakpoint`` events that tell it.
 """
 from __future__ import annotations
 
@@ -16,18 +21,14 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..debug.breakpoints import parse_watch
+from ..debug.breakpoints import (LineBreakpoint, NodeBreakpoint, parse_register_watch,
+                                 parse_watch)
 from ..debug.session import Session
 from ..errors import FirError
+from .capabilities import EXCEPTION_FILTERS
+from .conventions import Conventions
 
 _HIT = re.compile(r"\s*(>=|>|==|=)?\s*([0-9]{1,12})\s*$")
-EXCEPTION_FILTERS = [
-    {"filter": "nan", "label": "NaN or Inf written", "default": False,
-     "description": "Stop after the first node or instruction that writes NaN or Inf"},
-    {"filter": "fault", "label": "Kernel faults", "default": True,
-     "description": "Stop on a kernel fault (out of bounds, bad rtou, runaway loop); "
-                    "when off, a fault ends the session"},
-]
 
 
 def hit_rule(text: str | None) -> tuple[int, bool]:
@@ -62,6 +63,9 @@ class BreakpointMap:
     nan: int | None = None
     stop_on_fault: bool = True
     origin: dict[int, str] = field(default_factory=dict)  # number -> "source"|"function"|"data"
+    conv: Conventions = field(default_factory=Conventions)
+    model_file: str = ""  # the native path (``source`` has the client's spelling)
+    reported: dict[int, dict] = field(default_factory=dict)  # what the client was last told
 
     def _drop(self, numbers: list[int]) -> None:
         present = [n for n in numbers if n in self.session.breakpoints]
@@ -69,15 +73,20 @@ class BreakpointMap:
             self.session.delete_breakpoints(present)
         for n in numbers:
             self.origin.pop(n, None)
+            self.reported.pop(n, None)
 
-    def _add(self, text: str, condition, hit_condition, origin: str, *, watch=False):
+    def _add(self, text: str, condition, hit_condition, origin: str, *, watch=False,
+             log=None):
         cond = condition.strip() if isinstance(condition, str) and condition.strip() else None
         if condition is not None and not isinstance(condition, str):
             raise FirError(f"condition must be text, found {condition!r}")
         ignore, temporary = hit_rule(hit_condition)
         full = text + (f" if {cond}" if cond else "")
         s = self.session
-        bp = s.add_watch(full) if watch else s.add_breakpoint(full, temporary=temporary)
+        if log is not None and not isinstance(log, str):
+            raise FirError(f"logMessage must be text, found {log!r}")
+        bp = s.add_watch(full) if watch else s.add_breakpoint(full, temporary=temporary,
+                                                               log=log or None)
         if watch and temporary:
             s.breakpoints.update(bp.number, temporary=True)
         if ignore:
@@ -87,29 +96,94 @@ class BreakpointMap:
 
     # -- setBreakpoints -------------------------------------------------------------------
     def set_source(self, path: str, wanted: list[dict]) -> list[dict]:
-        self._drop(self.by_file.pop(path, []))
-        model_file = self.source["path"]
-        if not same_file(path, model_file):
-            msg = f"firscope is debugging {os.path.basename(model_file)}; this file is not it"
+        path = self.conv.path_in(path)
+        for key in [k for k in self.by_file if same_file(k, path)]:
+            self._drop(self.by_file.pop(key))
+        if not same_file(path, self.model_file):
+            msg = (f"firscope is debugging {os.path.basename(self.model_file)}; this file is "
+                   "not it")
             return [{"verified": False, "line": b.get("line"), "message": msg} for b in wanted]
         numbers, out = [], []
         for b in wanted:
-            line = b.get("line")
+            line = self.conv.line_in(b.get("line"))
             if isinstance(line, bool) or not isinstance(line, int) or line < 1:
-                out.append({"verified": False, "message": f"bad line {line!r}"})
+                out.append({"verified": False, "message": f"bad line {b.get('line')!r}"})
                 continue
             try:
-                bp = self._add(str(line), b.get("condition"), b.get("hitCondition"), "source")
+                bp = self._add(str(line), b.get("condition"), b.get("hitCondition"), "source",
+                               log=b.get("logMessage"))
             except FirError as e:
-                out.append({"verified": False, "line": line, "message": e.message,
+                out.append({"verified": False, "line": b.get("line"), "message": e.message,
                             "source": self.source})
                 continue
             numbers.append(bp.number)
-            actual = getattr(bp, "line", None) or line  # a kernel line snaps to an instruction
-            out.append({"id": bp.number, "verified": True, "line": actual,
-                        "source": self.source, "message": bp.spec})
+            out.append(self._answer(bp, line))
         self.by_file[path] = numbers
         return out
+
+    def _answer(self, bp, line: int | None = None) -> dict:
+        """What the client is told about a breakpoint of the model file (and remembered, so
+        a later change is sent as an event)."""
+        actual = getattr(bp, "line", None) or line  # a kernel line snaps to an instruction
+        answer = {"id": bp.number, "verified": bp.enabled, "line": self.conv.line_out(actual),
+                  "source": self.source,
+                  "message": bp.spec if bp.enabled else f"{bp.spec} (disabled)"}
+        self.reported[bp.number] = answer
+        return answer
+
+    def _plain(self, bp) -> dict:
+        """The same for a function or data breakpoint (no line in the model file)."""
+        answer = {"id": bp.number, "verified": bp.enabled,
+                  "message": bp.spec if bp.enabled else f"{bp.spec} (disabled)"}
+        self.reported[bp.number] = answer
+        return answer
+
+    # -- what changed in the engine since the client was told ----------------------------
+    def changes(self) -> list[dict]:
+        """``breakpoint`` event bodies for what the engine changed behind the client."""
+        table = self.session.breakpoints
+        events = []
+        for n, told in list(self.reported.items()):
+            if n not in table:
+                del self.reported[n]
+                if n in table.spent:  # a hit condition ==N was met: keep it on screen, grey
+                    gone = {**told, "verified": False,
+                            "message": f"{told['message']}: spent (its hit condition was met)"}
+                    events.append({"reason": "changed", "breakpoint": gone})
+                else:
+                    events.append({"reason": "removed", "breakpoint": {"id": n,
+                                                                       "verified": False}})
+                continue
+            line = told.get("line")
+            bp = table.get(n)
+            now = self._answer(bp, None if line is None else self.conv.line_in(line)) \
+                if "source" in told else self._plain(bp)
+            if now != told:
+                events.append({"reason": "changed", "breakpoint": now})
+        events += self._new_from_console(table)
+        return events
+
+    def _new_from_console(self, table) -> list[dict]:
+        """Breakpoints made with ``break`` in the Debug Console: shown in the gutter, and
+        replaced by the next setBreakpoints of the model file like the gutter's own."""
+        events = []
+        for bp in table:
+            if bp.number in self.origin or bp.number in self.reported:
+                continue
+            line = self._line_of(bp)
+            if line is None:
+                continue
+            self.origin[bp.number] = "source"
+            self.by_file.setdefault(self.model_file, []).append(bp.number)
+            events.append({"reason": "new", "breakpoint": self._answer(bp, line)})
+        return events
+
+    def _line_of(self, bp) -> int | None:
+        if isinstance(bp, LineBreakpoint):
+            return bp.line
+        if isinstance(bp, NodeBreakpoint):
+            return next((n.loc.line for n in self.session.nodes if bp.matches(n)), None)
+        return None
 
     # -- setFunctionBreakpoints ------------------------------------------------------------
     def set_functions(self, wanted: list[dict]) -> list[dict]:
@@ -134,7 +208,7 @@ class BreakpointMap:
                 answers.append({"verified": False, "message": e.message})
                 continue
             numbers.append(bp.number)
-            answers.append({"id": bp.number, "verified": True, "message": bp.spec})
+            answers.append(self._plain(bp))
         return numbers, answers
 
     # -- setExceptionBreakpoints -------------------------------------------------------------
@@ -153,7 +227,7 @@ class BreakpointMap:
 
     # -- data breakpoints --------------------------------------------------------------------
     def data_info(self, spec: str) -> dict:
-        w = parse_watch(self.session.model, spec)
+        w = parse_register_watch(spec) or parse_watch(self.session.model, spec)
         return {"dataId": w.spec, "description": f"{w.spec} changes",
                 "accessTypes": ["write"], "canPersist": False}
 

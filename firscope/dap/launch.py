@@ -4,7 +4,9 @@ The arguments are the command line's, spelt as JSON (launch.json):
 ``model`` (a .fir file or a folder holding one; default: the bundled sample),
 ``prompt`` (text) or ``tokens`` (ids, a list or "1,2,3"), ``steps`` (tokens to
 generate after the prompt, the command line's ``-n``; default 16),
-``fir_f32``, ``group``, ``engine`` ("compiled" or "interp"), ``stopOnEntry``.
+``fir_f32``, ``group``, ``engine`` ("compiled" or "interp"), ``stopOnEntry``
+(default true, as the VS Code extension's schema says: a configuration without
+it stops before the first node instead of running to the end and closing).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from ..debug.session import Session
 from ..errors import FirError
 
 DEFAULT_STEPS = 16
+DEFAULT_STOP_ON_ENTRY = True
 ENGINES = ("compiled", "interp")
 # What a launch configuration may say (editors add their own keys, type/name/request...,
 # which are ignored); editors/vscode/package.json documents the same keys.
@@ -70,12 +73,16 @@ def parse_launch(args: dict) -> LaunchConfig:
         elif not isinstance(tokens, str):
             raise FirError(f"launch: 'tokens' must be a list of ids or '1,2,3', found {tokens!r}")
     engine = args.get("engine", "compiled")
+    if engine == "gpu":  # a debugger steps: say why the GPU engine cannot
+        from ..gpu.engine import NO_STEPPING
+        raise FirError(f"launch: 'engine' gpu: {NO_STEPPING}")
     if engine not in ENGINES:
         raise FirError(f"launch: 'engine' must be one of {', '.join(ENGINES)}, found {engine!r}")
     return LaunchConfig(model=model, prompt=prompt, tokens=tokens,
                         steps=_int(args, "steps", DEFAULT_STEPS, 0, 1 << 20),
                         fir_f32=_bool(args, "fir_f32"), group=_int(args, "group", 32, 1, 1 << 20),
-                        engine=engine, stop_on_entry=_bool(args, "stopOnEntry"))
+                        engine=engine, stop_on_entry=_bool(args, "stopOnEntry",
+                                                            DEFAULT_STOP_ON_ENTRY))
 
 
 def open_model(config: LaunchConfig):
@@ -86,8 +93,11 @@ def open_model(config: LaunchConfig):
     return opened.model, list(opened.ids), opened.tokenizer
 
 
-def start_session(config: LaunchConfig) -> CommandInterpreter:
+def start_session(config: LaunchConfig, progress=None) -> CommandInterpreter:
+    """``progress(message)`` hears each stage (the DAP adapter sends progress events)."""
     model, ids, tok = open_model(config)
+    if progress is not None:
+        progress(f"{model.path.name}: {len(model.nodes)} nodes loaded; starting the engine")
     session = Session(model, ids, config.steps, engine=config.engine)
     return CommandInterpreter(session, tok)
 

@@ -100,10 +100,12 @@ class Writer:
         self.send({"type": "response", "request_seq": request.get("seq", 0), "success": True,
                    "command": request.get("command", ""), "body": body or {}})
 
-    def error(self, request: dict, message: str) -> None:
+    def error(self, request: dict, message: str, *, show_user: bool = False) -> None:
+        """A failed response; ``show_user`` makes VS Code show it in a dialog (it shows no
+        error whose ``showUser`` is false)."""
         self.send({"type": "response", "request_seq": request.get("seq", 0), "success": False,
                    "command": request.get("command", ""), "message": message,
-                   "body": {"error": {"id": 1, "format": message, "showUser": False}}})
+                   "body": {"error": {"id": 1, "format": message, "showUser": show_user}}})
 
     def event(self, name: str, body: dict | None = None) -> None:
         self.send({"type": "event", "event": name, **({"body": body} if body else {})})

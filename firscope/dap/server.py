@@ -26,7 +26,6 @@ import sys
 import threading
 
 from ..errors import FirError
-from .adapter import Adapter
 from .protocol import ProtocolError, Writer, read_message
 
 LOOPBACK = "127.0.0.1"
@@ -42,17 +41,46 @@ def serve_stdio() -> int:
     sys.stdout = sys.stderr
     out = os.fdopen(protocol_fd, "wb", buffering=0)
     inp = os.fdopen(os.dup(0), "rb", buffering=0)
+    closing, quiet = _quiet_interrupt_when_closing()
     try:
-        run_session(inp, out)
+        run_session(inp, out, closing)
     finally:
         out.close()
+    if quiet and closing.is_set():
+        # The session is over: leave now, so that a SIGINT landing while Python shuts down
+        # (nvim-dap sends one as it closes stdin) cannot turn exit 0 into 130.
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
-def run_session(inp, out) -> None:
+def _quiet_interrupt_when_closing():
+    """nvim-dap ends a session by closing stdin and sending SIGINT: once the client said
+    disconnect or terminate, or stdin is closed, SIGINT ends the adapter with 0 and says
+    nothing (not "exited with 130"); before that it interrupts as usual."""
+    import signal
+    import threading
+    closing = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        return closing, False
+
+    def interrupt(signum, frame):
+        if closing.is_set():
+            sys.stderr.flush()
+            os._exit(0)
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, interrupt)
+    return closing, True
+
+
+def run_session(inp, out, closing=None) -> None:
+    from .capabilities import first_message
     reader = _buffered(inp)
-    adapter = Adapter(Writer(out))
-    adapter.serve(lambda: read_message(reader))
+    writer = Writer(out)
+    first = first_message(lambda: read_message(reader), writer)  # before the engine loads
+    from .adapter import Adapter
+    adapter = Adapter(writer, closing=closing)
+    adapter.serve(lambda: read_message(reader), first=first)
 
 
 def _buffered(raw):
@@ -134,12 +162,14 @@ class TcpSession:
             inp = conn.makefile("rb")
             out = conn.makefile("wb")
             writer = Writer(out)
-            try:
-                first = read_message(inp)
-            except (ProtocolError, OSError):  # a timeout included: closed without a word
+            read = _strict_reader(inp, writer)
+            from .capabilities import first_message
+            first = first_message(read, writer)  # under the idle timeout; before the engine
+            if first[0] == "eof":  # silence, a timeout, an early close or a broken header
                 return
             conn.settimeout(None)
-            Adapter(writer).serve(_strict_reader(inp, writer, first))
+            from .adapter import Adapter
+            Adapter(writer).serve(read, first=first)
         except OSError:
             pass
         finally:
@@ -170,15 +200,12 @@ def _starts_like_dap(conn: socket.socket, timeout: float) -> bool:
         r, _, _ = select.select([conn], [], [], min(left, 0.05))  # wait for more bytes
 
 
-def _strict_reader(inp, writer: Writer, first: dict | None):
-    """The adapter's reader: ``first``, then messages until the first framing error, which
-    is told to the client and ends the stream (None) instead of resynchronising."""
-    pending = [first]
+def _strict_reader(inp, writer: Writer):
+    """The adapter's reader: messages until the first framing error, which is told to the
+    client and ends the stream (None) instead of resynchronising."""
     broken = []
 
     def read() -> dict | None:
-        if pending:
-            return pending.pop()
         if broken:
             return None
         try:

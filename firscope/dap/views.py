@@ -34,6 +34,7 @@ from ..debug.commands import CommandInterpreter
 from ..debug.snapshot import capture
 from ..errors import FirError
 from ..vm.assembler import NREGS
+from .conventions import Conventions
 
 THREAD_GRAPH = 1
 LANE_BASE = 2
@@ -145,10 +146,11 @@ def preview(a: np.ndarray) -> str:
 class Views:
     """Answers the looking requests from the command interpreter's session at a stop."""
 
-    def __init__(self, ci: CommandInterpreter, source: dict):
+    def __init__(self, ci: CommandInterpreter, source: dict, conv: Conventions | None = None):
         self.ci = ci
         self.s = ci.s
         self.source = source
+        self.conv = conv or Conventions()
         self.handles = Handles()
 
     def reset(self) -> None:
@@ -207,8 +209,8 @@ class Views:
         frames = []
         for level, (name, line) in enumerate(out):
             ref = self.handles.add(FrameRef(thread, level, lane))
-            frames.append({"id": ref, "name": name, "line": line, "column": 1,
-                           "source": self.source})
+            frames.append({"id": ref, "name": name, "line": self.conv.line_out(line),
+                           "column": self.conv.column_out(1), "source": self.source})
         return frames
 
     def _kernel_frames(self, d, node, lane: int) -> list[tuple[str, int]]:
@@ -483,8 +485,10 @@ class Views:
                 a = int(m.group(1))
                 b = int(m.group(2)) if m.group(2) else a + 1
                 return f"{item.expr}[{a}:{b}]"
-        raise RequestError("only buffers, their elements and ranges can be watched "
-                           "(registers: use a breakpoint condition)")
+        if isinstance(item, Registers) and re.fullmatch(r"[RU][0-9]{1,2}", name or ""):
+            return f"lane {item.lane} {name}"  # the register watchpoint of that lane
+        raise RequestError("only buffers, their elements and ranges, and registers can be "
+                           "watched")
 
 
 def _nonneg(v, what: str, default: int) -> int:

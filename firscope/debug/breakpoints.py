@@ -45,12 +45,16 @@ class Breakpoint:
     condition: DebugExpr | None = None
     ignore_count: int = 0
     hit_count: int = 0
+    log: str | None = None  # a log point (dprintf): print this message instead of stopping
 
     what: ClassVar[str] = "breakpoint"
 
     def describe(self) -> str:
-        parts = [f"{self.number:<4}{self.what:<11}{'keep' if not self.temporary else 'del':<5}"
+        what = "dprintf" if self.log is not None else self.what
+        parts = [f"{self.number:<4}{what:<11}{'keep' if not self.temporary else 'del':<5}"
                  f"{'y' if self.enabled else 'n':<4}{self.spec}"]
+        if self.log is not None:
+            parts.append(f"\n\tprint \"{self.log}\"")
         if self.condition is not None:
             parts.append(f"\n\tstop only if {self.condition.text}")
         if self.ignore_count:
@@ -104,6 +108,34 @@ class Watchpoint(Breakpoint):
     offset: int  # where ``start`` is inside the region
 
     what: ClassVar[str] = "watchpoint"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegisterWatch(Breakpoint):
+    """After an instruction that changes a register (``watch R3``: in any active lane;
+    ``watch lane 2 U4``: in lane 2). Registers live inside a dispatch, so every kernel
+    is interpreted while one is set (gdb's software watchpoints are slow the same way)."""
+
+    file: str  # "R" or "U"
+    reg: int
+    lane: int | None = None
+
+    what: ClassVar[str] = "watchpoint"
+
+
+_REGISTER_WATCH = re.compile(r"(?:lane\s+([0-9]{1,12})\s+)?([RU][0-9]{1,12})$")
+
+
+def parse_register_watch(text: str) -> RegisterWatch | None:
+    """``R3`` / ``lane 2 U4`` -> a register watchpoint; None if the text names no register."""
+    from .resolver import parse_register
+    m = _REGISTER_WATCH.match(text.strip())
+    if not m:
+        return None
+    file, reg = parse_register(m.group(2))
+    lane = int(m.group(1)) if m.group(1) is not None else None
+    spec = f"{file}{reg}" if lane is None else f"lane {lane} {file}{reg}"
+    return RegisterWatch(spec=spec, file=file, reg=reg, lane=lane)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +202,7 @@ class Hit:
 
     stop: bool
     error: str | None = None
+    log: str | None = None  # a log point was hit: print this message (and do not stop)
 
 
 class BreakpointTable:
@@ -179,6 +212,7 @@ class BreakpointTable:
         self._bps: dict[int, Breakpoint] = {}
         self._next = 1
         self.watch_values: dict[int, np.ndarray] = {}  # watchpoint -> values last seen
+        self.spent: set[int] = set()  # temporary breakpoints deleted by their hit
 
     # -- the table ----------------------------------------------------------------
     def __iter__(self):
@@ -247,6 +281,9 @@ class BreakpointTable:
     def watches(self) -> list[Watchpoint]:
         return self.enabled(Watchpoint)
 
+    def register_watches(self) -> list[RegisterWatch]:
+        return self.enabled(RegisterWatch)
+
     def node_checks(self) -> list[NodeCheck]:
         return self.enabled(NodeCheck)
 
@@ -297,8 +334,11 @@ class BreakpointTable:
         if bp.ignore_count > 0:
             self.update(bp.number, ignore_count=bp.ignore_count - 1)
             return Hit(False)
+        if bp.log is not None:
+            return Hit(False, log=bp.log)
         if bp.temporary:
             self.delete([bp.number])
+            self.spent.add(bp.number)
         return Hit(True)
 
 

@@ -19,13 +19,14 @@ import numpy as np
 
 from ..errors import FirError
 from ..model.tokens import ByteTokenizer, Tokenizer
-from . import diverge, info
+from . import diverge, info, persist
 from .info import fmt_array, fmt_value, format_stats
 from .session import Session
 from .checkpoints import Checkpoints
 from .element_history import element_history
 from .expr import DebugExpr
 from .lens import lens
+from .logpoints import split_dprintf
 from .snapshot import DisplayValue, Snapshot, Stop, StopReason, capture
 
 _NUMBER = re.compile(r"[0-9]{1,12}$")
@@ -94,12 +95,16 @@ class CommandInterpreter:
             Command(("break", "b"), "break LOCATION [if COND]",
                     "breakpoint at a node (attention, attention@3), kernel line "
                     "(g2.attn_decode:156), token N, nan, race (lanes racing on an element), "
-                    "uninit (a read of unwritten memory) or diverge [RTOL [ATOL] | ulp N] (with "
-                    "--against)", self.c_break),
+                    "uninit (a read of unwritten memory) or diverge [--isolate] [RTOL [ATOL] | "
+                    "ulp N] (with --against)", self.c_break),
             Command(("tbreak",), "tbreak LOCATION [if COND]", "one-shot breakpoint",
                     self.c_tbreak),
-            Command(("watch",), "watch BUFFER[a:b] [if COND]",
-                    "stop when the range changes; shows old and new values", self.c_watch),
+            Command(("watch",), "watch BUFFER[a:b] | [lane N] REG [if COND]",
+                    "stop when the range or register (R3: any lane; lane 2 U4) changes; shows "
+                    "old and new values", self.c_watch),
+            Command(("dprintf",), 'dprintf LOCATION [if COND] "FMT {EXPR}"',
+                    "log point: print FMT with each {EXPR} evaluated there, do not stop",
+                    self.c_dprintf),
             Command(("condition",), "condition N [COND]", "set or clear a breakpoint's condition",
                     self.c_condition),
             Command(("ignore",), "ignore N COUNT", "ignore the next COUNT hits", self.c_ignore),
@@ -155,6 +160,11 @@ class CommandInterpreter:
                     self.c_where),
             Command(("list", "l"), "list", "kernel source around the next instruction",
                     self.c_list),
+            Command(("save",), "save breakpoints FILE",
+                    "write breakpoints, watchpoints, catchpoints, log points and displays as "
+                    "commands", lambda rest: persist.save_breakpoints(self, rest)),
+            Command(("source",), "source FILE", "run the commands in FILE (a saved breakpoint "
+                    "file, a batch script)", lambda rest: persist.source_file(self, rest)),
             Command(("help", "h"), "help", "this list", self.c_help),
             Command(("quit", "q"), "quit", "leave the debugger", self.c_quit),
         ]
@@ -200,6 +210,9 @@ class CommandInterpreter:
         if lanes is not None and not 0 <= self.lane < max(lanes, 1):
             self.lane = 0
         text = self.describe_stop(stop)
+        if self.s.log_lines:  # log points hit on the way, printed before the stop
+            text = "\n".join(self.s.log_lines + [text])
+            self.s.log_lines.clear()
         displays = self._evaluate_displays()
         if displays:
             text += "\n" + "\n".join(f"{v.number}: {v.expr} = {v.text}" for v in displays)
@@ -282,6 +295,12 @@ class CommandInterpreter:
     def c_tbreak(self, rest):
         bp = self.s.add_breakpoint(rest, temporary=True)
         return f"Temporary breakpoint {bp.number} at {bp.spec}"
+
+    def c_dprintf(self, rest):
+        location, message = split_dprintf(rest)
+        bp = self.s.add_breakpoint(location, log=message)
+        return f'Dprintf {bp.number} at {bp.spec}: "{message}"' + (
+            f" if {bp.condition.text}" if bp.condition else "")
 
     def c_watch(self, rest):
         bp = self.s.add_watch(rest)

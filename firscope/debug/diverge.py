@@ -44,9 +44,12 @@ class Divergence:
     result: OutputResult
 
 
-def attach_reference(session, path, tolerance: Tolerance | None = None) -> AttachedDump:
-    """Compare every node ``session`` runs from now on with the dump at ``path``."""
+def attach_reference(session, path, tolerance: Tolerance | None = None, *,
+                     isolate: bool = False) -> AttachedDump:
+    """Compare every node ``session`` runs from now on with the dump at ``path``;
+    ``isolate``: also judge each on its own (from the dump's inputs) and show that."""
     ref = AttachedDump(session.model, Dump(path), session.total_steps, tolerance)
+    ref.isolate = ref.view_own = isolate
     session.reference = ref
     session.node_observers.append(_observe)
     return ref
@@ -68,7 +71,10 @@ def dump_tokens(path) -> list[int]:
 def _observe(session, node) -> None:
     ref = session.reference
     if ref is not None:
-        ref.compare(session.step, node, session.sequence[session.step])
+        token = session.sequence[session.step]
+        ref.compare(session.step, node, token)
+        if ref.isolate:
+            ref.judge(session.step, node, token, session.machine)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,11 +82,14 @@ class DivergeCheck(NodeCheck):
     """Stops after a node whose output diverges from the attached dump."""
 
     tolerance: Tolerance
+    isolate: bool = False  # stop after a node wrong on its own (run from the dump's inputs)
 
     def fired(self, session, node) -> str | None:
         ref = session.reference
         if ref is None or ref.last is None or ref.last[1] != node.index:
             return None
+        if self.isolate:
+            return self._fired_own(session, node, ref)
         step = ref.last[0]
         results = ref.results.get(ref.last, ())
         if results and self.tolerance != ref.tolerance:
@@ -99,7 +108,25 @@ class DivergeCheck(NodeCheck):
                                          bad)
         return divergence_message(bad)
 
+    def _fired_own(self, session, node, ref) -> str | None:
+        step = ref.last[0]
+        results = ref.own.get(ref.last, ())
+        if results and self.tolerance != ref.tolerance:
+            results = ref.judge(step, node, session.sequence[step], session.machine,
+                                self.tolerance)
+        bad = next((r for r in results if r.diff.diverged), None)
+        if bad is None:
+            return None
+        lane = bad.writer.lane if bad.writer is not None else None
+        # 's' from here would step through the session's own inputs, not the dump's: no jump
+        session.diverged_at = None
+        ref.own_lane[self.number] = lane
+        return own_message(bad, ref.dump.path)
+
     def focus_lane(self, session, node) -> int | None:
+        if self.isolate:
+            ref = session.reference
+            return ref.own_lane.get(self.number) if ref is not None else None
         d = getattr(session, "diverged_at", None)
         return d.lane if d is not None and d.breakpoint == self.number else None
 
@@ -117,12 +144,26 @@ def divergence_message(r: OutputResult) -> str:
     return text
 
 
+def own_message(r: OutputResult, dump) -> str:
+    d = r.diff
+    text = (f"{r.instance} is wrong on its own at step {r.step} (run from the dump's inputs): "
+            f"{r.buffer}[{d.index}] is {d.other_value:.7g} in the dump, {d.ref_value:.7g} "
+            f"from its inputs (relative L2 {d.rel_l2:.3g})")
+    if r.writer is not None:
+        text += f"\nlane {r.writer.lane} wrote it (line {r.writer.line})"
+    return (text + f"\nto step through it on those inputs: firscope capture --node "
+            f"{r.instance} --step {r.step} --against {dump} -o CASE, then firscope debug "
+            "CASE/gpt2.fir")
+
+
 def parse_diverge(session, text: str) -> DivergeCheck:
-    """``diverge``, ``diverge RTOL``, ``diverge RTOL ATOL``, ``diverge ulp N``."""
+    """``diverge [--isolate]``, ``diverge RTOL``, ``diverge RTOL ATOL``, ``diverge ulp N``."""
     ref = session.reference
     if ref is None:
         raise FirError("break diverge needs a dump: start the debugger with --against DUMP")
     words = text.split()[1:]
+    isolate = "--isolate" in words
+    words = [w for w in words if w != "--isolate"]
     try:
         if not words:
             tol = ref.tolerance
@@ -133,7 +174,11 @@ def parse_diverge(session, text: str) -> DivergeCheck:
         else:
             raise ValueError(f"cannot read {' '.join(words)!r}")
     except ValueError as e:
-        raise FirError(f"break diverge [RTOL [ATOL] | ulp N]: {e}") from None
+        raise FirError(f"break diverge [--isolate] [RTOL [ATOL] | ulp N]: {e}") from None
+    if isolate:
+        ref.isolate = True  # judge every node from now on
+        return DivergeCheck(spec=f"diverge --isolate ({tol.describe()})", tolerance=tol,
+                            isolate=True)
     return DivergeCheck(spec=f"diverge ({tol.describe()})", tolerance=tol)
 
 
@@ -226,4 +271,27 @@ def info_diff(ci, arg: str = "") -> str:
     lines.append("first divergence so far: " + (
         f"step {first.step}, {first.name} [{first.diff.index}]: {first.diff.reason}"
         if first else "none"))
+    if ref.isolate:
+        lines += _own_lines(ref, step)
     return "\n".join(lines)
+
+
+def _own_lines(ref, step: int) -> list[str]:
+    """``info diff`` with ``--isolate``: each node's own error at ``step``."""
+    keys = sorted(k for k in ref.own if k[0] == step)
+    rows = [r for k in keys for r in ref.own[k]]
+    wrong = sorted({r.instance for r in rows if r.diff.diverged})
+    lines = [f"on their own (run from the dump's inputs), step {step}: {len(rows)} outputs, "
+             f"wrong: {', '.join(wrong) if wrong else 'none'}"]
+    lines += [f"  {r.name:<32} rel L2 {r.diff.rel_l2:<10.3g} "
+              f"{'WRONG ON ITS OWN' if r.diff.diverged else 'ok'}" for r in rows
+              if not r.diff.exact]
+    missing = sorted(ref.model.nodes[n].full_name for s, n in ref.not_judged if s == step)
+    if missing:
+        lines.append(f"  not judged ({len(missing)}): {', '.join(missing[:8])}"
+                     + (", ..." if len(missing) > 8 else ""))
+    mine = ref.first_divergence(own=True)
+    lines.append("first node wrong on its own so far: " + (
+        f"step {mine.step}, {mine.name} [{mine.diff.index}]: {mine.diff.reason}"
+        if mine else "none"))
+    return lines

@@ -66,8 +66,10 @@ class DriveObserver(Observer):
         self.checks = [(bp, bp.observer(session, node))
                        for bp in table.instruction_checks(session, node)]
         self.checks = [(bp, o) for bp, o in self.checks if o is not None]
-        self.wants_before = bool(lines) or self.patched or any(o.wants_before
-                                                               for _, o in self.checks)
+        self.registers = table.register_watches()
+        self.register_before: list = []  # (watch, the register's lanes before this op)
+        self.wants_before = bool(lines) or self.patched or bool(self.registers) \
+            or any(o.wants_before for _, o in self.checks)
         self.wants_after = True
         self.skip_at = d.steps if skip_first else -1
         self.stored: list = []
@@ -85,6 +87,8 @@ class DriveObserver(Observer):
     def before(self, d, op) -> bool:
         if self.patched:
             self.s.patches_due(d)
+        if self.registers:
+            self._registers_before(d, op)
         for bp, o in self.checks:
             if o.wants_before and o.before(d, op) and self._check_fired(bp, o):
                 return True
@@ -110,11 +114,46 @@ class DriveObserver(Observer):
                 if msg:
                     self.stop = self.s._stop(StopReason.NAN, msg)
                     return True
+            if self.register_before and self._registers_after(d, op):
+                return True
             if self.watches and self.stored:
                 return self._watch_after(op)
             return False
         finally:
             self.stored.clear()
+            self.register_before.clear()
+
+    def _registers_before(self, d, op) -> None:
+        if op.spec.is_control:
+            return
+        written = {(file, op.args[idx]) for file, idx in op.spec.writes}
+        for bp in self.registers:
+            if (bp.file, bp.reg) in written and (bp.lane is None or bp.lane < d.lanes):
+                rows = d.R if bp.file == "R" else d.U
+                self.register_before.append((bp, rows[bp.reg].copy()))
+
+    def _registers_after(self, d, op) -> bool:
+        for bp, old in self.register_before:
+            new = (d.R if bp.file == "R" else d.U)[bp.reg]
+            changed = old.view(np.uint32) != new.view(np.uint32)
+            if bp.lane is not None:
+                lanes = [bp.lane] if changed[bp.lane] else []
+            else:
+                lanes = np.flatnonzero(changed & d.mask).tolist()
+            if not lanes:
+                continue
+            hit = self.s._hit(bp, self.goal)
+            if not hit.stop:
+                continue
+            lane = lanes[0]
+            more = f" (and {len(lanes) - 1} more lanes)" if len(lanes) > 1 else ""
+            text = (f"Watchpoint {bp.number}: {bp.file}{bp.reg} in lane {lane}{more}, in "
+                    f"{self.node.full_name} by line {op.loc.line}: {op.text}")
+            self.stop = self.s._stop(StopReason.WATCHPOINT,
+                                     f"{hit.error}\n{text}" if hit.error else text, bp.number,
+                                     old[lane].copy(), new[lane].copy(), lane=lane)
+            return True
+        return False
 
     def _check_fired(self, bp, obs) -> bool:
         hit = self.s._hit(bp, self.goal)

@@ -42,9 +42,12 @@ from ..runtime import Model, PlanNode
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch, Ended
 from .breakpoints import (Breakpoint, BreakpointTable, Hit, LineBreakpoint, NodeBreakpoint,
+                          RegisterWatch, parse_register_watch,
                           TokenBreakpoint, Watchpoint, parse_location, parse_watch,
                           split_condition)
 from .expr import DebugExpr
+from .info import fmt_value
+from .logpoints import check_format, interpolate
 from .history import (DEFAULT_HISTORY_BUDGET, History, Record, RecordKind, changes_since,
                       copy_regions, restore_regions)
 from .patches import Patch, PatchTable, apply_patch, parse_set
@@ -105,6 +108,10 @@ class Session:
         # Called as f(session, node) after every node completes, however it ran
         # (the UI records attention maps this way).
         self.node_observers: list = []
+        # Log points (dprintf): f(breakpoint, text) as each is hit, or, without a sink, the
+        # lines wait here for the command interpreter to print before the stop.
+        self.log_sink: Callable | None = None
+        self.log_lines: list[str] = []
         # The last value each layer left in a buffer that all layers share (scores@2,
         # x@3): (step, node index, copy), for the current token.
         self.layer_values: dict[tuple[str, int], tuple[int, int, np.ndarray]] = {}
@@ -235,7 +242,9 @@ class Session:
         return self._rewind(Goal(lane=lane))
 
     # ------------------------------------------------------------- breakpoints
-    def add_breakpoint(self, text: str, *, temporary: bool = False) -> Breakpoint:
+    def add_breakpoint(self, text: str, *, temporary: bool = False,
+                       log: str | None = None) -> Breakpoint:
+        """``log``: a log point (dprintf) that prints this message where it would stop."""
         loc, cond = split_condition(text)
         if loc.split(None, 1)[:1] == ["diverge"]:
             from .diverge import parse_diverge
@@ -244,11 +253,14 @@ class Session:
             bp = parse_location(self.model, loc)
         if cond is not None:
             self.resolver.check(cond)
-        return self.breakpoints.add(replace(bp, temporary=temporary, condition=cond))
+        if log is not None:
+            check_format(log, self.resolver.check)
+        return self.breakpoints.add(replace(bp, temporary=temporary, condition=cond, log=log))
 
-    def add_watch(self, text: str) -> Watchpoint:
+    def add_watch(self, text: str) -> Watchpoint | RegisterWatch:
+        """``BUFFER[a:b]`` (an arena range), or a register: ``R3``, ``lane 2 U4``."""
         loc, cond = split_condition(text)
-        bp = parse_watch(self.model, loc)
+        bp = parse_register_watch(loc) or parse_watch(self.model, loc)
         if cond is not None:
             self.resolver.check(cond)
         return self.breakpoints.add(replace(bp, condition=cond), self.arena)
@@ -374,7 +386,8 @@ class Session:
 
     def _needs_instructions(self, node: PlanNode, goal: Goal) -> bool:
         """Whether this kernel must be interpreted instruction by instruction."""
-        if self.breakpoints.lines(node.target) or self.breakpoints.nan:
+        if self.breakpoints.lines(node.target) or self.breakpoints.nan \
+                or self.breakpoints.register_watches():
             return True
         if self.breakpoints.instruction_checks(self, node):
             return True
@@ -401,7 +414,19 @@ class Session:
         return None
 
     def _hit(self, bp: Breakpoint, goal: Goal) -> Hit:
-        return self.breakpoints.hit(bp, lambda e: self.evaluate(e, lane=goal.lane))
+        hit = self.breakpoints.hit(bp, lambda e: self.evaluate(e, lane=goal.lane))
+        if hit.log is not None:
+            self._log_point(bp, hit.log, goal.lane)
+        return hit
+
+    def _log_point(self, bp: Breakpoint, message: str, lane: int) -> None:
+        """A log point was hit: its message, interpolated here, goes to ``log_sink`` (DAP
+        sends it at once) or waits in ``log_lines`` for the command that ran."""
+        text = interpolate(message, lambda e: fmt_value(self.evaluate(e, lane=lane)))
+        if self.log_sink is not None:
+            self.log_sink(bp, text)
+        else:
+            self.log_lines.append(text)
 
     def _bp_stop(self, bp: Breakpoint, hit: Hit) -> Stop:
         if bp.number == 0:

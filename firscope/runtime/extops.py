@@ -28,12 +28,19 @@ def embedding(arena: np.ndarray, node: PlanNode) -> None:
     raw = float(arena[ids.region.base])
     rows, cols = table.weight.shape
     if not math.isfinite(raw) or raw < 0 or int(raw) >= rows:
-        raise FirFault(f"node {node.full_name}: fir.embedding id {raw!r} read from "
-                       f"'{ids.display}' is outside table '{table.display}' rows 0..{rows - 1}",
-                       node.loc, node=node.full_name, layer=node.layer)
+        raise embedding_fault(node, raw)
     row = int(raw)
     base = table.region.base + row * cols
     arena[out.region.base: out.region.base + cols] = arena[base: base + cols]
+
+
+def embedding_fault(node: PlanNode, raw: float) -> FirFault:
+    """The fault of an id outside the table (also raised for the GPU engine's record)."""
+    ids, table = node.args
+    rows = table.weight.shape[0]
+    return FirFault(f"node {node.full_name}: fir.embedding id {raw!r} read from "
+                    f"'{ids.display}' is outside table '{table.display}' rows 0..{rows - 1}",
+                    node.loc, node=node.full_name, layer=node.layer)
 
 
 def linear_matrix(arena: np.ndarray, w: Operand, transposed_decl: bool) -> np.ndarray:

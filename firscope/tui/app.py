@@ -67,8 +67,9 @@ class FirscopeApp(App):
                  n: int = DEFAULT_N, fir_f32: bool = False, group: int = 32,
                  engine: str = "compiled", show_times: bool = True,
                  time_of: Callable | None = None, q4_path: str = "packed",
-                 against: str | None = None):
+                 against: str | None = None, isolate: bool = False):
         super().__init__()
+        self.isolate = isolate  # with against: nodes coloured by their own error
         self.q4_path = q4_path
         self.against = against  # a dump every node is compared with (the Diff tab)
         # every line of every widget: no control character from a file reaches the terminal
@@ -153,7 +154,8 @@ class FirscopeApp(App):
     def load(self, carried) -> None:
         options = dict(prompt_ids=self.prompt_ids, prompt_text=self.prompt_text, n=self.n,
                        fir_f32=self.fir_f32, group=self.group, engine=self.engine_name,
-                       q4_path=self.q4_path, against=self.against)
+                       q4_path=self.q4_path, against=self.against,
+                       isolate=self.isolate)
         try:
             parts = open_session(self.model_path, options, carried, self.probe, self.wants,
                                  lambda what, frac: self.post_message(LoadProgress(what, frac)))

@@ -11,6 +11,7 @@ def run_app(args) -> int:
     n = DEFAULT_N if args.n is None else args.n  # -n is checked by its argparse type
     app = FirscopeApp(resolve_model(args.model), prompt_ids=ids, prompt_text=args.prompt, n=n,
                       fir_f32=args.fir_f32, group=args.group, engine=args.engine,
-                      q4_path=args.q4_path, against=getattr(args, "against", None))
+                      q4_path=args.q4_path, against=getattr(args, "against", None),
+                      isolate=getattr(args, "isolate", False))
     app.run()
     return 0

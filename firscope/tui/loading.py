@@ -51,7 +51,7 @@ def open_session(path: Path, options: dict, carried, probe, wants,
     session = Session(model, ids, options["n"], engine=options["engine"])
     if against is not None:
         from ..debug.diverge import attach_reference
-        attach_reference(session, against)
+        attach_reference(session, against, isolate=options.get("isolate", False))
     runner = session.machine.kernel_runner
     if runner is not None and hasattr(runner, "warmup"):
         progress("compiling kernels", 0.75)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..debug.breakpoints import (LineBreakpoint, NanCatchpoint, NodeBreakpoint,
-                                 SanitizerCatchpoint, TokenBreakpoint, Watchpoint)
+from ..debug.breakpoints import LineBreakpoint
+from ..debug.persist import breakpoint_command
 from ..errors import FirError
 
 
@@ -48,22 +48,15 @@ def kernel_span(model, kernel: str) -> tuple[int, int] | None:
 
 
 def _carry_break(model, bp) -> CarriedBreak | None:
-    cond = f" if {bp.condition.text}" if bp.condition is not None else ""
-    verb = "tbreak" if bp.temporary else "break"
-    if isinstance(bp, Watchpoint):
-        return CarriedBreak(f"watch {bp.spec}{cond}", bp.enabled, bp.ignore_count)
-    if isinstance(bp, NanCatchpoint):
-        return CarriedBreak(f"{verb} nan{cond}", bp.enabled, bp.ignore_count)
-    if isinstance(bp, SanitizerCatchpoint):  # break race / break uninit (findings start over)
-        return CarriedBreak(f"{verb} {bp.kind}{cond}", bp.enabled, bp.ignore_count)
+    command = breakpoint_command(bp)  # the same text `save breakpoints` writes
+    if command is None:
+        return None
     if isinstance(bp, LineBreakpoint):
         span = kernel_span(model, bp.kernel)
         start = span[0] if span else bp.line
-        return CarriedBreak(f"{verb} {bp.spec}{cond}", bp.enabled, bp.ignore_count, bp.kernel,
+        return CarriedBreak(command, bp.enabled, bp.ignore_count, bp.kernel,
                             bp.line - start, model.fir.lines[bp.line - 1].strip())
-    if isinstance(bp, (NodeBreakpoint, TokenBreakpoint)):
-        return CarriedBreak(f"{verb} {bp.spec}{cond}", bp.enabled, bp.ignore_count)
-    return None
+    return CarriedBreak(command, bp.enabled, bp.ignore_count)
 
 
 def carry(session, ci) -> Carried:
@@ -94,8 +87,8 @@ def _resolve_line(model, c: CarriedBreak) -> str:
         raise FirError(f"{c.kernel} no longer has the instruction '{c.text}'")
     line = min(same, key=lambda ln: abs(ln - start - c.offset))
     verb, _, rest = c.command.partition(" ")
-    cond = rest.partition(" if ")[2]
-    return f"{verb} {c.kernel}:{line}" + (f" if {cond}" if cond else "")
+    tail = rest.partition(" ")[2]  # the condition, and a log point's message
+    return f"{verb} {c.kernel}:{line}" + (f" {tail}" if tail else "")
 
 
 def restore(ci, carried: Carried) -> list[str]:

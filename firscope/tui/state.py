@@ -255,20 +255,22 @@ def peek_diff(session) -> DiffPeek | None:
         return None
     from ..compare.views import buffer_view, node_errors
     step = session.step
-    if not any(k[0] == step for k in ref.results) and step > 0:
+    shown = ref.shown  # with --isolate, each node's own error
+    if not any(k[0] == step for k in shown) and step > 0:
         step -= 1  # between tokens: what the last one compared
-    results = {k[1]: v for k, v in ref.results.items() if k[0] == step}
+    results = {k[1]: v for k, v in shown.items() if k[0] == step}
     errors = tuple(e for e in node_errors(session.model.nodes, results, ref.tolerance.rtol)
                    if e.node in results)
-    first = ref.first_divergence()
+    first = ref.first_divergence(own=ref.view_own)
+    head = "first node wrong on its own" if ref.view_own else "first divergence"
     first_text = None if first is None else (
-        f"first divergence: step {first.step}, {first.instance}, output {first.buffer}, "
+        f"{head}: step {first.step}, {first.instance}, output {first.buffer}, "
         f"element {first.diff.index} (relative L2 {first.diff.rel_l2:.3g})")
     buffer = None
     last = ref.last
     # the reference side is the arena as the node left it: only right after that node
     if last is not None and last == (session.step, session.node_index - 1) \
-            and ref.results.get(last) and session.dispatch is None:
+            and ref.results.get(last) and session.dispatch is None and not ref.view_own:
         res = max(ref.results[last], key=lambda r: (r.diff.diverged, r.diff.rel_l2))
         node = session.nodes[last[1]]
         other = ref.other_value(last[0], node, res.buffer)
@@ -276,5 +278,10 @@ def peek_diff(session) -> DiffPeek | None:
         if other is not None:
             buffer = buffer_view(res, session.model.view(out.region), other)
     notes = tuple(f"step {s}: {why}" for s, why in sorted(ref.skipped.items()))
+    if ref.view_own:
+        missing = [ref.model.nodes[n].full_name for s, n in sorted(ref.not_judged) if s == step]
+        notes += (f"coloured by each node's own error (run from the dump's inputs); "
+                  f"{len(missing)} not judged" + (f": {', '.join(missing[:6])}" if missing
+                                                  else ""),)
     return DiffPeek(step, errors, MappingProxyType({e.node: e.severity for e in errors}),
                     first_text, buffer, notes)

@@ -13,9 +13,17 @@ let activeEditor;
 class DebugAdapterExecutable {
   constructor(command, args, options) { Object.assign(this, { command, args, options }); }
 }
+let lensSetting;
+const started = [];
+class Range { constructor(...a) { this.args = a; } }
+class CodeLens { constructor(range, command) { Object.assign(this, { range, command }); } }
 const vscode = {
-  DebugAdapterExecutable,
-  workspace: { getConfiguration: (section) => ({ get: (key) => (section === 'firscope' && key === 'path' ? setting : undefined) }) },
+  DebugAdapterExecutable, Range, CodeLens,
+  workspace: {
+    getConfiguration: (section) => ({ get: (key) => (section !== 'firscope' ? undefined
+      : key === 'path' ? setting : key === 'codeLens' ? lensSetting : undefined) }),
+    getWorkspaceFolder: (uri) => ({ uri: { fsPath: path.dirname(uri.fsPath) } }),
+  },
   window: {
     get activeTextEditor() { return activeEditor; },
     showInformationMessage: (msg) => { registered.message = msg; return Promise.resolve(); },
@@ -23,6 +31,11 @@ const vscode = {
   debug: {
     registerDebugAdapterDescriptorFactory: (type, f) => { registered.factory = [type, f]; return {}; },
     registerDebugConfigurationProvider: (type, p) => { registered.provider = [type, p]; return {}; },
+    startDebugging: (folder, config) => { started.push([folder, config]); return Promise.resolve(true); },
+  },
+  commands: { registerCommand: (name, f) => { registered.command = [name, f]; return {}; } },
+  languages: {
+    registerCodeLensProvider: (selector, p) => { registered.lens = [selector, p]; return {}; },
   },
 };
 const load = Module._load;
@@ -34,7 +47,7 @@ async function main() {
   const ext = require(path.resolve(__dirname, '../../editors/vscode/extension.js'));
   const context = { subscriptions: [] };
   ext.activate(context);
-  assert.equal(context.subscriptions.length, 2);
+  assert.equal(context.subscriptions.length, 4);
   const [type, factory] = registered.factory;
   assert.equal(type, 'firscope');
   let d = factory.createDebugAdapterDescriptor({ configuration: {},
@@ -53,11 +66,34 @@ async function main() {
   assert.equal(ptype, 'firscope');
   activeEditor = { document: { languageId: 'fir', uri: { fsPath: '/m/gpt2.fir' } } };
   const cfg = provider.resolveDebugConfiguration(undefined, {});
-  assert.deepEqual(cfg, { type: 'firscope', name: 'Debug the .fir model', request: 'launch',
+  assert.deepEqual(cfg, { type: 'firscope', name: 'Debug gpt2.fir', request: 'launch',
     model: '/m/gpt2.fir', stopOnEntry: true });
+
+  // "firscope: Debug this model file": the lens's file, else the active .fir editor
+  const [cmd, debugFile] = registered.command;
+  assert.equal(cmd, 'firscope.debugFile');
+  assert.equal(await debugFile({ fsPath: '/n/other.fir' }), true);
+  assert.deepEqual(started.pop(), [{ uri: { fsPath: '/n' } }, { type: 'firscope',
+    name: 'Debug other.fir', request: 'launch', model: '/n/other.fir', stopOnEntry: true }]);
+  await debugFile(undefined);
+  assert.equal(started.pop()[1].model, '/m/gpt2.fir');
+  const [selector, lens] = registered.lens;
+  assert.deepEqual(selector, { language: 'fir' });
+  const doc = { uri: { fsPath: '/m/gpt2.fir' } };
+  const [l] = lens.provideCodeLenses(doc);
+  assert.deepEqual(l.range.args, [0, 0, 0, 0]);
+  assert.equal(l.command.command, 'firscope.debugFile');
+  assert.deepEqual(l.command.arguments, [doc.uri]);
+  assert.match(l.command.title, /Debug this model file/);
+  lensSetting = false;
+  assert.deepEqual(lens.provideCodeLenses(doc), []);
+
   activeEditor = undefined;
   assert.equal(await provider.resolveDebugConfiguration(undefined, {}), undefined);
   assert.match(registered.message, /set "model"/);
+  assert.equal(await debugFile(undefined), false);
+  assert.match(registered.message, /open a \.fir file/);
+  assert.equal(started.length, 0);
   console.log('ok extension');
 }
 

@@ -43,12 +43,15 @@ function lineStarting(prefix) {
 // ---------------------------------------------------------------- helpers
 // initialize, launch, configure, configurationDone; resolves to the first stopped event
 // (or, with `wait` false, as soon as configurationDone is answered).
-async function start(dc, launch, configure, wait = true) {
+// stopOnEntry is false here unless a scenario says otherwise (the adapter's default is true).
+async function start(dc, launch, configure, wait = true, init = undefined) {
   const initialized = dc.waitForEvent('initialized', TIMEOUT);
-  const init = await dc.initializeRequest();
-  assert.equal(init.body.supportsStepBack, true);
-  assert.equal(init.body.supportsDataBreakpoints, true);
-  await dc.launchRequest({ model: MODEL, engine: 'interp', steps: 2, ...launch });
+  const caps = await dc.initializeRequest(init);
+  assert.equal(caps.body.supportsStepBack, true);
+  assert.equal(caps.body.supportsDataBreakpoints, true);
+  assert.equal(caps.body.supportsLogPoints, true);
+  await dc.launchRequest({ model: MODEL, engine: 'interp', steps: 2, stopOnEntry: false,
+    ...launch });
   await initialized;
   if (configure) await configure();
   const stopped = wait ? dc.waitForEvent('stopped', TIMEOUT) : null;
@@ -472,6 +475,75 @@ scenarios.goto_node = async (dc) => {
   await dc.terminateRequest({});
   await terminated;
   await assert.rejects(dc.continueRequest({ threadId: 1 }), /the session has ended/);
+};
+
+scenarios.log_points_and_spent_breakpoint = async (dc) => {
+  const addLine = lineOf('add 1 1 2', lineStarting('kernel g2.add'));
+  const ln1 = lineStarting('node ln1 micro');
+  const outputs = [];
+  const changed = [];
+  dc.on('output', (e) => outputs.push(e.body));
+  dc.on('breakpoint', (e) => changed.push(e.body));
+  let logBp;
+  let hitBp;
+  const ev = await start(dc, {}, async () => {
+    [logBp, hitBp] = (await dc.setBreakpointsRequest({
+      source: { path: MODEL },
+      breakpoints: [{ line: addLine, logMessage: 'x+pos lane {lane}: R1={R1}' },
+        { line: ln1, hitCondition: '==2' }],
+    })).body.breakpoints;
+  });
+  assert.equal(logBp.verified, true);
+  assert.equal(ev.body.reason, 'breakpoint');
+  assert.deepEqual(ev.body.hitBreakpointIds, [hitBp.id], 'the log point never stops');
+  assert.ok((await top(dc, 1)).some((f) => f.name.startsWith('before ln1@1')));
+  const logs = outputs.filter((o) => o.output.startsWith('x+pos lane '));
+  assert.ok(logs.length >= 2, JSON.stringify(outputs));
+  for (const o of logs) {
+    assert.match(o.output, /^x\+pos lane 0: R1=-?[0-9.e+-]+\n$/);
+    assert.equal(o.line, addLine);
+  }
+  assert.equal(changed.length, 1, JSON.stringify(changed));
+  assert.equal(changed[0].reason, 'changed');
+  assert.equal(changed[0].breakpoint.id, hitBp.id);
+  assert.equal(changed[0].breakpoint.verified, false, 'spent: shown grey, not left armed');
+};
+
+scenarios.launch_error_is_shown = async (dc) => {
+  const outputs = [];
+  dc.on('output', (e) => outputs.push(e.body));
+  const initialized = dc.waitForEvent('initialized', 10000);
+  await dc.initializeRequest();
+  await initialized; // right after the initialize answer, before any launch
+  // the raw response (launchRequest would turn it into a bare Error): VS Code shows a dialog
+  // only for an error whose showUser is not false
+  const raw = await new Promise((resolve) => dc.doSend('launch',
+    { model: path.join(path.dirname(MODEL), 'nope.fir') }, resolve));
+  assert.equal(raw.success, false);
+  assert.match(raw.message, /nope\.fir/);
+  assert.equal(raw.body.error.showUser, true);
+  await new Promise((r) => setTimeout(r, 200));
+  const err = outputs.filter((o) => o.category === 'stderr');
+  assert.equal(err.length, 1, JSON.stringify(outputs));
+  assert.match(err[0].output, /^firscope: .*nope\.fir/);
+};
+
+scenarios.zero_based_lines_and_uris = async (dc) => {
+  const line = lineOf('cmplt 4 10 3', lineStarting('kernel g2.attn_decode'));
+  const uri = require('node:url').pathToFileURL(MODEL).href;
+  let bps;
+  const ev = await start(dc, {}, async () => {
+    bps = (await dc.setBreakpointsRequest({ source: { path: uri },
+      breakpoints: [{ line: line - 1 }] })).body.breakpoints;
+  }, true, { adapterID: 'firscope', linesStartAt1: false, columnsStartAt1: false,
+    pathFormat: 'uri' });
+  assert.equal(bps[0].verified, true);
+  assert.equal(bps[0].line, line - 1);
+  assert.equal(ev.body.reason, 'breakpoint');
+  const [frame] = await top(dc, ev.body.threadId);
+  assert.equal(frame.line, line - 1);
+  assert.equal(frame.column, 0);
+  assert.equal(frame.source.path, uri);
 };
 
 // ---------------------------------------------------------------- main

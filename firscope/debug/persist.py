@@ -1,0 +1,116 @@
+"""``save breakpoints FILE`` and ``source FILE``, as gdb has them.
+
+A saved file is a batch script: one command per breakpoint, watchpoint,
+catchpoint or log point, as typed (``break attention@1 if R3 > 0``,
+``watch lane 2 U4``, ``dprintf g2.attn_decode:156 "R3={R3}"``), followed by
+``ignore $bpnum N`` / ``disable $bpnum`` where they apply, and one
+``display EXPR`` per display. ``source FILE`` runs any such file a line at a
+time through the command interpreter (``$bpnum`` is the number of the
+breakpoint made last, as in gdb); it stops at the first line that fails and
+names it ``FILE:LINE: message``. Commands that move execution are refused
+there (the UI runs movements in a worker; ``firscope debug -x`` runs scripts
+that move). The F2 reload of the UI keeps breakpoints as
+the same commands (:func:`breakpoint_command`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import FirError
+from .breakpoints import (Breakpoint, LineBreakpoint, NanCatchpoint, NodeBreakpoint,
+                          RegisterWatch, SanitizerCatchpoint, TokenBreakpoint, Watchpoint)
+
+HEADER = "# firscope breakpoints (load with: source FILE)"
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def breakpoint_command(bp: Breakpoint) -> str | None:
+    """The command that makes ``bp`` again (its condition included); None for a kind that
+    cannot be re-made from text alone (``break diverge`` needs its dump attached)."""
+    cond = f" if {bp.condition.text}" if bp.condition is not None else ""
+    verb = "tbreak" if bp.temporary else "break"
+    if isinstance(bp, (Watchpoint, RegisterWatch)):
+        return f"watch {bp.spec}{cond}"
+    if isinstance(bp, NanCatchpoint):
+        location = "nan"
+    elif isinstance(bp, SanitizerCatchpoint):
+        location = bp.kind
+    elif isinstance(bp, (LineBreakpoint, NodeBreakpoint, TokenBreakpoint)):
+        location = bp.spec
+    else:
+        return None
+    if bp.log is not None:
+        return f"dprintf {location}{cond} {_quoted(bp.log)}"
+    return f"{verb} {location}{cond}"
+
+
+def save_lines(session, displays) -> tuple[list[str], list[str]]:
+    """(the script's lines, a note per breakpoint that could not be saved)."""
+    lines, skipped = [HEADER], []
+    for bp in session.breakpoints:
+        command = breakpoint_command(bp)
+        if command is None:
+            skipped.append(f"{bp.what} {bp.number} ({bp.spec}) is not saved: it needs what "
+                           "the session was started with (--against); set it again")
+            continue
+        lines.append(command)
+        if bp.ignore_count:
+            lines.append(f"ignore $bpnum {bp.ignore_count}")
+        if not bp.enabled:
+            lines.append("disable $bpnum")
+    lines += [f"display {expr.text}" for expr in displays]
+    return lines, skipped
+
+
+def save_breakpoints(ci, rest: str) -> str:
+    what, _, name = rest.strip().partition(" ")
+    if what != "breakpoints" or not name.strip():
+        raise FirError("usage: save breakpoints FILE")
+    path = Path(name.strip()).expanduser()
+    lines, skipped = save_lines(ci.s, ci.displays.values())
+    try:
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise FirError(f"cannot write {path}: {e.strerror or e}") from None
+    count = len(ci.s.breakpoints) - len(skipped)
+    out = [f"Saved {count} breakpoint{'s' if count != 1 else ''} and {len(ci.displays)} "
+           f"display{'s' if len(ci.displays) != 1 else ''} to {path}."]
+    return "\n".join(out + skipped)
+
+
+def source_file(ci, rest: str) -> str:
+    name = rest.strip()
+    if not name:
+        raise FirError("usage: source FILE")
+    path = Path(name).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FirError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.split(None, 1)[0] == "source":
+            raise FirError(f"{path}:{number}: a sourced file cannot source another")
+        if ci.resumes(line):  # the UI runs movements in a worker; this runs in place
+            raise FirError(f"{path}:{number}: '{line.split()[0]}' moves execution: source "
+                           "sets breakpoints, displays and the like (run a script that moves "
+                           "with firscope debug -x)")
+        if "$bpnum" in line:
+            made = [bp.number for bp in ci.s.breakpoints]
+            if not made:
+                raise FirError(f"{path}:{number}: $bpnum: no breakpoint was made yet")
+            line = line.replace("$bpnum", str(max(made)))
+        try:
+            result = ci.run(line)
+        except FirError as e:
+            done = f" (the {len(out)} lines before it ran)" if out else ""
+            raise FirError(f"{path}:{number}: {e.message}{done}") from None
+        if result.text:
+            out.append(result.text)
+    return "\n".join(out)

@@ -1,0 +1,161 @@
+"""The GPU engine's commands behind cli.py: ``firscope gpu``, ``firscope wgsl`` and
+``firscope profile --engine gpu``."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from ..errors import FirError
+from ..runtime import Model
+from ..runtime.opening import check_output_folder, check_steps, write_into_folder
+from ..text import printable
+from ..vm import wgsl
+from .device import open_device
+from .engine import GpuMachine
+from .shaders import EXT_SHADERS
+
+SOL_NOTE = ("no speed-of-light prediction: this firscope has no device profiles "
+            "(the cost/ analysis) to predict from")
+
+
+def gpu_info(out=None) -> int:
+    """``firscope gpu``: the adapter wgpu finds, its backend, driver and limits."""
+    out = out or sys.stdout
+    gpu = open_device()
+    print(gpu.describe(), file=out)
+    return 0
+
+
+def _kernel_programs(model: Model) -> dict:
+    """The first node of each kernel, by kernel name (what a shader is made from)."""
+    first: dict = {}
+    for n in model.nodes:
+        if n.kind == "micro":
+            first.setdefault(n.target, n)
+    return first
+
+
+def wgsl_text(model: Model, which: str | None = None) -> str:
+    """The generated shader(s): every kernel's (from its first node), or one kernel's, one
+    node's (``attention@2``: that node's numbers are its params), or an ext op's."""
+    label = model.path.name
+    kernels = _kernel_programs(model)
+    by_node = {n.full_name: n for n in model.nodes}
+    if which is None:
+        parts = [wgsl.generate(n.program, symbols=model.symbols, path=label).source
+                 for n in kernels.values()]
+        return "\n".join(parts)
+    node = kernels.get(which) or by_node.get(which)
+    if node is not None and node.kind == "micro":
+        prog = wgsl.generate(node.program, symbols=model.symbols, path=label)
+        return (f"// node {node.full_name}: params = {prog.params.tolist()}\n"
+                + prog.source)
+    if which in EXT_SHADERS:
+        return EXT_SHADERS[which][0]
+    names = ", ".join(list(kernels) + list(EXT_SHADERS))
+    raise FirError(f"'{printable(which)}' is neither a kernel, a node of {label} nor an ext "
+                   f"shader; kernels and ext shaders: {names}")
+
+
+def print_wgsl(args, out=None) -> int:
+    import os
+
+    from ..runtime.opening import open_model
+    out = out or sys.stdout
+    path, kernel = args.model, args.kernel
+    if kernel is None and path is not None and not os.path.exists(path):
+        path, kernel = None, path  # `firscope wgsl g2.add`: a kernel of the bundled sample
+    model = open_model(path, fir_f32=args.fir_f32, group=args.group, q4_path=args.q4_path)
+    print(wgsl_text(model, kernel), file=out, end="")
+    return 0
+
+
+def profile_steps(model: Model, ids: list[int], n: int, *, budget=None) -> dict:
+    """Decode ``ids`` then ``n`` greedy tokens on the GPU, every node timed. Returns the
+    numbers of the report (seconds per node instance and kernel, per token)."""
+    machine = GpuMachine(model, budget=budget) if budget else GpuMachine(model)
+    machine.reset()
+    runner = machine.runner
+    steps = len(ids) + max(n - 1, 0)
+    machine.check_room(steps)
+    per_node = defaultdict(float)
+    per_token, fed = [], []
+    pending = list(ids)
+    all_nodes = range(len(model.nodes))
+    generated: list[int] = []
+    while pending:
+        tok = pending.pop(0)
+        machine.begin_token(tok)
+        t = time.perf_counter()
+        times = runner.timed(all_nodes)
+        wall = time.perf_counter() - t
+        logits_region = model.outputs["logits"]
+        logits = runner.download(logits_region)
+        model.view(logits_region)[:] = logits
+        machine.finish_token()
+        fed.append(tok)
+        per_token.append({"gpu_s": float(sum(times)), "wall_s": wall})
+        for node, s in zip(model.nodes, times):
+            per_node[node.full_name] += s
+        if not pending and len(generated) < n:
+            generated.append(int(np.argmax(logits)))
+            if len(generated) < n:
+                pending.append(generated[-1])
+    return {"per_node": dict(per_node), "per_token": per_token, "fed": fed,
+            "generated": generated}
+
+
+def _report(model: Model, gpu, data: dict) -> tuple[str, dict]:
+    per_kernel = defaultdict(lambda: [0.0, 0])
+    for node in model.nodes:
+        k = per_kernel[node.target]
+        k[0] += data["per_node"].get(node.full_name, 0.0)
+        k[1] += 1
+    steps = max(len(data["per_token"]), 1)
+    gpu_total = sum(t["gpu_s"] for t in data["per_token"])
+    wall = sum(t["wall_s"] for t in data["per_token"])
+    timing = ("timestamp queries" if gpu.timestamps
+              else "queue completion of one submission per dispatch (no timestamp queries)")
+    lines = [f"GPU profile of {model.path.name} on {gpu.name} ({gpu.backend})",
+             f"timing: {timing}",
+             f"{steps} steps: {1e3 * gpu_total / steps:.3f} ms GPU time per token, "
+             f"{1e3 * wall / steps:.3f} ms wall per token",
+             SOL_NOTE]
+    if gpu.is_software:
+        lines.append("note: a software adapter (CPU): these times say little about a GPU")
+    lines += ["", f"{'kernel / op':28} {'nodes':>5} {'ms/token':>10} {'share':>7}"]
+    for name, (s, count) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0]):
+        share = s / gpu_total if gpu_total else 0.0
+        lines.append(f"{printable(name)[:28]:28} {count:5d} {1e3 * s / steps:10.4f} "
+                     f"{share:7.1%}")
+    as_json = {"model": str(model.path), "adapter": dict(gpu.info), "timing": timing,
+               "steps": steps, "gpu_ms_per_token": 1e3 * gpu_total / steps,
+               "wall_ms_per_token": 1e3 * wall / steps, "speed_of_light": None,
+               "per_kernel_ms_per_token": {k: 1e3 * v[0] / steps for k, v in per_kernel.items()},
+               "per_node_ms_per_token": {k: 1e3 * v / steps
+                                         for k, v in data["per_node"].items()},
+               "fed": data["fed"], "generated": data["generated"]}
+    return "\n".join(lines), as_json
+
+
+def run_gpu_profile(source, *, n: int, out) -> int:
+    """``firscope profile --engine gpu -o DIR``: gpu-profile.txt and gpu-profile.json."""
+    check_steps(n)
+    folder = check_output_folder(out)
+    opened = source.open()
+    gpu = open_device()
+    data = profile_steps(opened.model, list(opened.ids), n)
+    text, as_json = _report(opened.model, gpu, data)
+    try:
+        paths = [write_into_folder(folder, "gpu-profile.txt", text + "\n"),
+                 write_into_folder(folder, "gpu-profile.json", json.dumps(as_json, indent=1))]
+    except OSError as e:
+        raise FirError(f"{printable(folder)}: cannot write the report: {e.strerror}") from None
+    print(text)
+    for p in paths:
+        print(f"wrote {printable(p)}")
+    return 0

@@ -1,0 +1,69 @@
+"""``--engine gpu``: a :class:`~firscope.runtime.Machine` whose nodes run on the GPU.
+
+The host arena stays the mirror the rest of firscope reads: a plain decode step
+runs every node in one submission and copies only the logits back; with per-node
+hooks (``run --dump``) each node runs alone and its outputs are
+copied back before the hooks see them. Per-instruction hooks (the debugger's
+stepping, the sanitizer) are refused: a GPU cannot stop at an instruction, so
+step on the reference and compare with the GPU (``firscope diff --engine gpu``).
+"""
+from __future__ import annotations
+
+from ..errors import FirError, Interrupted
+from ..runtime import Machine, Model
+from ..runtime.machine import DEFAULT_BUDGET
+from .device import Gpu
+from .runner import GpuRunner
+
+GPU_ENGINE = "gpu"
+NO_STEPPING = ("the GPU engine cannot stop at an instruction (a dispatch runs to its end on "
+               "the device): step on the reference (--engine compiled or interp) and compare "
+               "with the GPU with `firscope diff MODEL --engine gpu`")
+
+
+class GpuMachine(Machine):
+    engine_name = GPU_ENGINE
+
+    def __init__(self, model: Model, *, hooks=None, budget: int | None = DEFAULT_BUDGET,
+                 gpu: Gpu | None = None):
+        super().__init__(model, engine="interp", hooks=hooks, budget=budget)
+        self.runner = GpuRunner(model, gpu, budget=budget)
+
+    def reset(self) -> None:
+        super().reset()
+        for a, b in self._buffer_slices:
+            if b > a:
+                self.runner.device.queue.write_buffer(self.runner.arena, a * 4,
+                                                      self.arena[a:b].tobytes())
+
+    def begin_token(self, token: int, *, position: int | None = None) -> None:
+        super().begin_token(token, position=position)
+        for region in self.model.inputs.values():
+            self.runner.upload(region, self.model.view(region))
+
+    def _execute(self, node) -> None:
+        if self.hooks.per_instruction:
+            raise FirError(NO_STEPPING)
+        self.runner.run([node.index])
+        for out in node.outs:
+            if out.region is not None:
+                self.model.view(out.region)[:] = self.runner.download(out.region)
+
+    def step(self, token: int):
+        if self.hooks.per_node or self.hooks.per_instruction:
+            return super().step(token)
+        if self.stop_flag.is_set():  # ctrl+c: a submission runs to its end, so stop here
+            raise Interrupted(f"stopped by the user before position {self.position}")
+        self.begin_token(token)
+        self.runner.run(range(len(self.model.nodes)))
+        out = self.model.outputs["logits"]
+        self.model.view(out)[:] = self.runner.download(out)
+        return self.finish_token()
+
+
+def machine_for(model: Model, engine: str, *, budget: int | None = DEFAULT_BUDGET,
+                hooks=None) -> Machine:
+    """The machine of an engine name: ``gpu`` here, the reference's engines otherwise."""
+    if engine == GPU_ENGINE:
+        return GpuMachine(model, hooks=hooks, budget=budget)
+    return Machine(model, engine=engine, hooks=hooks, budget=budget)

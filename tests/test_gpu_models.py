@@ -1,0 +1,211 @@
+"""Whole models on the GPU engine against the reference (issue 28): every kernel of every
+test model in isolate mode, the sample's decode, and the CLI (diff, run --dump, profile,
+a racy kernel, an out-of-bounds kernel). Skipped, saying why, without wgpu or an adapter.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import SEED_FIR, write_random_gpt2
+from firscope.compare.metrics import compare_arrays, make_tolerance
+from firscope.runtime import Machine, load_model
+from gpu_util import gpu  # noqa: F401 - gpu is a fixture
+from model_util import firscope, line_of
+from test_sanitize import OOB, SMALL, SUM, fir_with
+
+TOL = make_tolerance()  # the diff's default: docs/gpu-engine.md
+
+
+def _models(root):
+    """(name, path, load options) of the test models: the sample (q4 linears on packed
+    codes, groups of 32 and 16; dequantized copies), a random one with its linears as f32
+    arena weights (the Conv1D shader), and the same checkpoint with --fir-f32 ([out, in] matrices beside the arena)."""
+    arena_f32 = SEED_FIR.read_text().replace(" q4 h.", " f32 h.")
+    return [
+        ("sample", SEED_FIR, {}),
+        ("sample dequant", SEED_FIR, {"q4_path": "dequant"}),
+        ("sample q4 group 16", SEED_FIR, {"group": 16}),  # the shader's general group path
+        ("random arena-f32", write_random_gpt2(root / "a", fir_text=arena_f32), {}),
+        ("random --fir-f32", write_random_gpt2(root / "b", seed=3), {"fir_f32": True}),
+    ]
+
+
+@pytest.fixture(scope="module")
+def racy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu")
+    sum64 = SUM.replace("threads=8", "threads=in0.size")
+    return {
+        "sum": write_random_gpt2(root / "sum", fir_text=fir_with(
+            sum64, "node sum micro t.sum x -> total\n", "buf total f32 1\n"), **SMALL),
+        "oob": write_random_gpt2(root / "oob", fir_text=fir_with(
+            OOB, "node oob micro t.oob x -> res res2\n", "buf res f32 8\nbuf res2 f32 8\n"),
+            **SMALL),
+    }
+
+
+def test_every_kernel_of_every_test_model_matches_in_isolation(gpu, tmp_path):
+    from firscope.gpu.diff import gpu_lockstep
+    for name, path, opts in _models(tmp_path):
+        model = load_model(path, **opts)
+        report = gpu_lockstep(model, [3, 7], TOL, engine="interp")
+        assert report.failure is None, (name, report.failure)
+        assert report.first_divergence is None, (name, report.first_divergence)
+        assert report.nodes_compared == len(model.nodes)
+        kinds = {model.nodes[r.node].target for r in report.results}
+        assert {"g2.add", "g2.layernorm", "g2.attn_decode", "g2.gelu_new", "fir.linear",
+                "fir.linear_t", "fir.embedding"} <= kinds
+        # exact where the instructions are: adds, copies into the caches, embeddings
+        for r in report.results:
+            node = model.nodes[r.node]
+            if node.target in ("g2.add", "fir.embedding") or r.buffer.endswith("_cache"):
+                assert r.diff.exact, (name, r.name, r.diff)
+
+
+def test_the_sample_decodes_to_the_reference_tokens(gpu):
+    from firscope.gpu import GpuMachine
+    model = load_model(SEED_FIR)
+    ref = Machine(model, engine="compiled")
+    ref.reset()
+    want, want_logits = ref.generate([5, 9, 2], 10)
+    machine = GpuMachine(model)
+    machine.reset()
+    got, got_logits = machine.generate([5, 9, 2], 10)
+    assert got == want
+    for a, b in zip(want_logits, got_logits):
+        d = compare_arrays(a, b, TOL)
+        assert not d.diverged, d.reason
+
+
+def _diff(capsys, *argv):
+    """``firscope diff ...`` in this process (no new interpreter and imports per call)."""
+    from firscope.cli import main
+    code = main(["diff", *map(str, argv)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_diff_engine_gpu_is_clean_on_the_sample_in_both_modes(gpu, capsys):
+    for mode in ([], ["--chained"]):
+        code, out, err = _diff(capsys, SEED_FIR, "--engine", "gpu", "--tokens", "3,7", *mode)
+        assert code == 0, out + err
+        assert "first divergence: none" in out
+        assert "GPU " in out and ("isolate" in out) == (not mode)
+
+
+def test_a_racy_kernel_diverges_on_the_gpu_and_the_sanitizer_explains_it(gpu, racy, capsys):
+    code, out, err = _diff(capsys, racy["sum"], "--engine", "gpu", "--tokens", "1,2",
+                           "--sanitize")
+    assert code == 1, out + err
+    first = out.split("first divergence:")[1]
+    assert ", sum, output total" in first and "written by lane" in first, out
+    assert "the race explains it" in out and "kernel 't.sum'" in out
+    # without --sanitize: the same divergence, no explanation
+    code, out, _ = _diff(capsys, racy["sum"], "--engine", "gpu", "--tokens", "1,2")
+    assert code == 1 and ", sum, output total" in out
+    assert "race" not in out
+
+
+def test_an_out_of_bounds_kernel_faults_naming_lane_and_line(gpu, racy):
+    path = racy["oob"]
+    r = firscope("run", path, "--engine", "gpu", "--tokens", "1", "-n", "1")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    line = line_of(path.read_text(), "uloadf32 1 1 @in0")
+    msg = r.stderr
+    assert "fault in kernel 't.oob' at node oob" in msg, msg
+    assert f"(line {line}: uloadf32 1 1 @in0)" in msg and "outside x[0:32]" in msg, msg
+    lane = int(msg.split(", lane ")[1].split(",")[0])
+    assert 4 <= lane <= 7  # lanes 4..7 read past x; which of them came first is the GPU's
+
+
+def test_run_on_the_gpu_dumps_and_the_dump_diffs_clean(gpu, tmp_path):
+    dump = tmp_path / "gpu.safetensors"
+    r = firscope("run", SEED_FIR, "--engine", "gpu", "--tokens", "3,7", "-n", "2", "--dump",
+                 dump)
+    assert r.returncode == 0, r.stderr
+    assert "engine gpu" in r.stderr
+    d = firscope("diff", SEED_FIR, "--against", dump)
+    assert d.returncode == 0, d.stdout
+    assert "first divergence: none" in d.stdout
+
+
+def test_profile_engine_gpu_times_every_kernel(gpu, tmp_path):
+    import json
+    r = firscope("profile", SEED_FIR, "--engine", "gpu", "--tokens", "3", "-n", "2",
+                 "-o", tmp_path / "p")
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "p" / "gpu-profile.json").read_text())
+    assert data["steps"] == 2 and data["gpu_ms_per_token"] > 0
+    assert set(data["per_kernel_ms_per_token"]) >= {"g2.attn_decode", "fir.linear"}
+    want = "timestamp queries" if gpu.timestamps else "queue completion"
+    assert data["timing"].startswith(want) and "timing: " + want in r.stdout
+    assert "speed-of-light" in r.stdout
+    assert np.isclose(sum(data["per_kernel_ms_per_token"].values()), data["gpu_ms_per_token"])
+
+
+def test_a_model_over_the_adapters_buffer_limit_is_one_clear_error(gpu):
+    from dataclasses import replace
+
+    from firscope.gpu import GpuError
+    from firscope.gpu.runner import GpuRunner
+    model = load_model(SEED_FIR)
+    small = replace(gpu, limits={**gpu.limits, "max-storage-buffer-binding-size": 1 << 16})
+    with pytest.raises(GpuError) as e:
+        GpuRunner(model, small)
+    msg = str(e.value)
+    assert "the arena of gpt2.fir" in msg and "over the adapter's limit of 0.1 MiB" in msg
+    assert "smaller model" in msg and "\n" not in msg
+
+
+def test_a_shader_the_driver_refuses_is_one_clear_error(gpu, monkeypatch):
+    from firscope.gpu import GpuError
+    from firscope.gpu.runner import GpuRunner
+    from firscope.vm import wgsl
+    monkeypatch.setitem(wgsl.RENDERERS, "add", wgsl.template("R{0} = R{1} +* R{2};"))
+    with pytest.raises(GpuError) as e:
+        GpuRunner(load_model(SEED_FIR))
+    msg = str(e.value)
+    assert msg.startswith("the GPU driver refused the shader of kernel 'g2.add'"), msg
+    assert "firscope wgsl" in msg and "\n" not in msg
+
+
+def test_a_gpu_failure_in_the_lockstep_is_the_gpus_not_the_references(gpu, monkeypatch):
+    from firscope.gpu import GpuError
+    from firscope.gpu.diff import gpu_lockstep
+    from firscope.gpu.runner import GpuRunner
+    real = GpuRunner.run
+
+    def failing(self, indexes):
+        if any(self.model.nodes[i].full_name == "ln2@1" for i in indexes):
+            raise GpuError("the GPU device was lost while testing")
+        return real(self, indexes)
+    monkeypatch.setattr(GpuRunner, "run", failing)
+    report = gpu_lockstep(load_model(SEED_FIR), [3], TOL, engine="interp")
+    assert report.failure.startswith("the GPU failed at step 0 at ln2@1: the GPU device was "
+                                     "lost"), report.failure
+    assert report.exit_code == 1 and report.first_divergence is None
+
+
+BIG_ID = """kernel t.big in=0 out=1 threads=1 tg=1 tgbytes=16
+loadconstf32 1 1e9
+uconst 0 0
+ustoref32 1 0 @out0
+endkernel
+"""
+
+
+def test_an_embedding_id_outside_the_table_faults_as_the_reference_says(gpu, tmp_path):
+    from firscope.errors import FirFault
+    from firscope.gpu import GpuMachine
+    path = write_random_gpt2(tmp_path / "emb", fir_text=fir_with(
+        BIG_ID, "node big micro t.big -> bigid\nnode bad ext fir.embedding bigid wpe -> "
+        "pos_embed\n", "buf bigid f32 1\n"), **SMALL)
+    model = load_model(path)
+    messages = []
+    for machine in (Machine(model, engine="interp"), GpuMachine(model)):
+        machine.reset()
+        with pytest.raises(FirFault) as e:
+            machine.step(1)
+        messages.append(e.value.message)
+    assert messages[1] == messages[0] + " (on the GPU)"
+    assert "fir.embedding id 1000000000.0 read from 'bigid'" in messages[1]
