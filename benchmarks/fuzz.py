@@ -14,7 +14,14 @@ paths (run in this process: exit 0, 1 or 2 with a clean message, no raw
 control characters printed, no file written through a link or beside the path
 given), or a kernel whose lanes overlap at run time ("overlap": decoded node
 by node on both engines, whose arenas must agree bit for bit after every node,
-and whose errors must read the same). A model that loads is decoded for two steps on the interpreter with a
+and whose errors must read the same), a damaged dump ("dumpfile": npz members
+encrypted, of unknown compression, with lying .npy headers or metadata,
+safetensors headers; or a valid dump rewritten while open, which must be
+reported as changed, never a SIGBUS), a pair of output paths for one run
+("outpath": the same file through .., a link or a hard link must be refused; no
+link, device or non-dump replaced), or bytes sent to a `dap --port` server on
+loopback ("daptcp": a stream that is not DAP gets no answer, every connection
+is closed by the server, a clean client is served right after). A model that loads is decoded for two steps on the interpreter with a
 small instruction budget, and must leave every weight as it was loaded (weights
 are read-only). The only acceptable failure is firscope's own FirError,
 located: in the model file with a line and column, or naming the other file.
@@ -47,15 +54,16 @@ sys.path.insert(0, str(REPO / "tests"))
 import numpy as np  # noqa: E402
 
 import fuzzing as F  # noqa: E402
+import fuzzing_io as FIO  # noqa: E402
 from conftest import SEED_FIR, write_random_gpt2  # noqa: E402
 from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
 # Categories whose cases are not models (their "decoded" outcome means something else).
-NOT_MODELS = ("expr", "script", "reverse", "cli")
+NOT_MODELS = ("expr", "script", "reverse", "cli", "dumpfile", "outpath", "daptcp")
 CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "store": 6, "tokens": 6, "bytes": 4,
               "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6, "cli": 6,
-              "overlap": 3}
+              "overlap": 3, "dumpfile": 10, "outpath": 4, "daptcp": 6}
 
 
 class StrayWarning(Exception):
@@ -175,6 +183,8 @@ def main() -> int:
         case_dir / "config.json"
     cli_folder, cli_script = work / "cli-out", work / "cmds.gdb"
     cli_script.write_text("print 1+1\nnext\nbogus\nprint 2\n")
+    dumps = FIO.base_dumps(work)
+    dap_server = FIO.TcpServer() if args.only in (None, "daptcp") else None
     keep = Path(args.keep) if args.keep else None
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
@@ -213,6 +223,19 @@ def main() -> int:
                 elif cat == "cli":
                     outcome, detail, shown = cli_case(rng, base / "gpt2.fir", cli_folder,
                                                       cli_script)
+                elif cat == "dumpfile":
+                    kind = rng.choice(FIO.DUMP_KINDS)
+                    outcome, detail = FIO.dump_case(kind, dumps, work / "dumps", rng.randrange)
+                    shown = kind
+                elif cat == "outpath":
+                    outcome, detail = FIO.outputs_case(str(base / "gpt2.fir"),
+                                                       work / "pairs", dumps[".npz"],
+                                                       rng.randrange)
+                    shown = "outpath"
+                elif cat == "daptcp":
+                    kind = rng.choice(FIO.FRAME_KINDS)
+                    outcome, detail = FIO.dap_tcp_case(dap_server, kind, rng.randrange)
+                    shown = kind
                 else:
                     if cat == "fir":
                         ops = random_ops(rng, F.KINDS)
@@ -322,7 +345,8 @@ def main() -> int:
     for c in cats:
         pc = per_cat[c]
         label = {"expr": "evaluated", "script": "identical", "reverse": "identical",
-                 "cli": "exit 0"}.get(c, "loaded")
+                 "cli": "exit 0", "dumpfile": "read", "outpath": "exit 0",
+                 "daptcp": "answered"}.get(c, "loaded")
         print(f"    {c:<7} {sum(pc.values()):>6} tried  {pc[F.DECODED]:>6} {label}  "
               f"{pc[F.FIRERROR]:>6} FirError  {pc[F.ESCAPE] + pc[F.UNLOCATED]:>4} escaped")
     for n, cat, outcome, detail, shown in escapes[: args.show]:

@@ -50,6 +50,17 @@ def count_arg(text: str) -> int:
     return n
 
 
+def budget_arg(text: str) -> int:
+    """--budget: 1..10^15 instructions (2^63 overflowed the compiled engine's int64)."""
+    try:
+        n = int(text) if text.isascii() else 0
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 10 ** 15:
+        raise argparse.ArgumentTypeError(f"must be 1..{10 ** 15} instructions (got {text!r})")
+    return n
+
+
 def temperature_arg(text: str) -> float:
     try:
         t = float(text)
@@ -215,7 +226,7 @@ def _run_parser(sub) -> None:
     r.add_argument("--seed", type=count_arg, default=None, help="random seed for sampling")
     _engine_arg(r)
     r.add_argument("--ids", action="store_true", help="print token ids instead of text")
-    r.add_argument("--budget", type=int, default=None, metavar="N",
+    r.add_argument("--budget", type=budget_arg, default=None, metavar="N",
                    help="instructions one dispatch may run before it counts as runaway")
     r.add_argument("--dump", type=path_arg, metavar="FILE",
                    help="write every node output of every step to FILE (.safetensors or .npz; "
@@ -283,6 +294,8 @@ def _editor_parsers(sub) -> None:
     dp = sub.add_parser("dap", help="Debug Adapter Protocol server for editors (stdio)")
     dp.add_argument("--port", type=int, default=None, metavar="N",
                     help="listen on 127.0.0.1:N for one client after another instead")
+    dp.add_argument("--idle-timeout", type=float, default=10.0, metavar="S", help="with "
+                    "--port: close a client silent for its first S seconds (default 10)")
 
     sv = sub.add_parser("serve", help="the UI in a browser tab (needs firscope[serve])")
     _model_arg(sv)
@@ -290,6 +303,8 @@ def _editor_parsers(sub) -> None:
     _engine_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument("--max-sessions", type=int, default=1, metavar="N",
+                    help="UI processes (browser tabs) served at once (default 1)")
 
 
 def _capture_parser(sub) -> None:
@@ -325,7 +340,7 @@ def _diff_parser(sub) -> None:
     g.add_argument("--tokens", type=text_arg,
                    help="token ids, e.g. 1,2,3 (default: the dump's tokens)")
     _engine_arg(df)
-    df.add_argument("--budget", type=int, default=None, metavar="N",
+    df.add_argument("--budget", type=budget_arg, default=None, metavar="N",
                     help="instructions one dispatch may run before it counts as runaway")
     df.add_argument("--rtol", type=float, default=None,
                     help="relative L2 bound per node output (default 1e-4)")
@@ -498,9 +513,8 @@ def cmd_run(args) -> int:
 
     from .runtime import Machine
     from .runtime.machine import DEFAULT_BUDGET
-    from .runtime.opening import check_output_file, write_output
-    if args.budget is not None and args.budget < 1:
-        raise FirError(f"--budget {args.budget}: must be at least 1 instruction")
+    from .runtime.opening import check_distinct_outputs, check_output_file, write_output
+    check_distinct_outputs(("--dump", args.dump), ("--logits-out", args.logits_out))
     if args.logits_out is not None:  # before the run, not after it
         check_output_file(args.logits_out, "--logits-out")
     from .runtime.progress import TerminalProgress
@@ -591,7 +605,8 @@ def cmd_diff(args) -> int:
 
 def cmd_dap(args) -> int:
     from .dap.server import serve_stdio, serve_tcp
-    return serve_stdio() if args.port is None else serve_tcp(args.port)
+    return serve_stdio() if args.port is None else serve_tcp(args.port,
+                                                             idle_timeout=args.idle_timeout)
 
 
 def cmd_serve(args) -> int:

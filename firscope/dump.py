@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DumpWriter", "dump_key", "parse_key", "file_sha256", "METADATA_MEMBER"]
+__all__ = ["DumpWriter", "dump_key", "parse_key", "file_sha256", "METADATA_MEMBER",
+           "check_output_target"]
 
 METADATA_MEMBER = "__metadata__"  # the .npz member holding the metadata as JSON
 # Keys as the format spells them; the reader is lenient about the step's digits.
@@ -114,7 +115,7 @@ class DumpWriter:
         if producer is not None:
             meta["producer"] = str(producer)
         self.metadata = meta
-        _check_target(self.path)
+        check_output_target(self.path)
         self.keys: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
         self._offset = 0
         self.closed = False
@@ -216,17 +217,26 @@ class DumpWriter:
         self._tmp = tmp
 
 
-def _check_target(path: Path) -> None:
-    """The dump is renamed over ``path`` at the end: that must replace a file (or a link),
-    never a folder, a device or a FIFO (as root, renaming over /dev/null replaces the
-    device itself)."""
+def check_output_target(path: str | os.PathLike) -> None:
+    """The one rule for a file firscope writes at a name the user gave (``--dump``,
+    ``--logits-out``): the output is written to a new file beside it and renamed over the
+    name, so the name must be new or a regular file. A symbolic link is refused, never
+    followed nor replaced (as root, renaming over the link ``/dev/stdout`` replaced it
+    with a regular file, and following a link writes wherever it points); folders,
+    devices, FIFOs and sockets are refused too. Raises OSError saying which."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-        raise IsADirectoryError(21, "is a folder", str(path)) if stat.S_ISDIR(st.st_mode) \
-            else OSError(22, "is not a regular file (a device, FIFO or socket)", str(path))
+    if stat.S_ISREG(st.st_mode):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "is a folder", str(path))
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(40, f"is a symbolic link (to {os.readlink(path)}); outputs are written "
+                          "only to a new name or a regular file: give the file itself",
+                      str(path))
+    raise OSError(22, "is not a regular file (a device, FIFO or socket)", str(path))
 
 
 def _create_beside(path: Path) -> tuple[Path, int]:
@@ -234,7 +244,8 @@ def _create_beside(path: Path) -> tuple[Path, int]:
     with the permissions a plain open would give (mkstemp's are owner-only)."""
     folder = path.parent if str(path.parent) else Path(".")
     for _ in range(100):
-        tmp = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
+        # short (16 bytes): a name that is legal for the dump is legal with room to spare
+        tmp = folder / f".fs{secrets.token_hex(4)}.part"
         try:
             return tmp, os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:

@@ -326,7 +326,8 @@ def test_logits_out_to_a_full_device_is_an_error_and_creates_nothing(random_mode
         p = fs("run", random_model, "--tokens", "1", "-n", "1", "--engine", "interp",
                "--logits-out", "/dev/full")
         assert p.returncode == 1, p.stderr
-        assert "/dev/full: cannot write the logits: No space left on device" in p.stderr
+        # refused before the run: a device is not a file (issue 23.3)
+        assert "/dev/full: cannot write --logits-out there: is not a regular file" in p.stderr
         assert not made.exists()
     finally:
         if made.exists() and made.is_file():
@@ -340,10 +341,10 @@ def test_output_paths_are_checked_before_anything_runs(random_model, tmp_path):
     assert p.returncode == 1 and "cannot write there: folder" in p.stderr, p.stderr
     p = fs("run", random_model, "--tokens", "1", "--logits-out", tmp_path)
     assert p.returncode == 1 and "is a folder; --logits-out needs a file name" in p.stderr
-    # /proc exists and is a folder, but nobody can create files in it
+    # /proc exists and is a folder of files firscope did not write: refused (issue 23.15)
     p = fs("profile", random_model, "--tokens", "1", "-n", "1", "--engine", "interp",
            "-o", "/proc")
-    assert p.returncode == 1 and "/proc: cannot write into the report folder" in p.stderr
+    assert p.returncode == 1 and "/proc: holds files and no firscope report" in p.stderr
     assert "timed run" not in p.stderr and "loading the model" not in p.stderr
 
 
@@ -362,7 +363,8 @@ def test_profile_replaces_links_in_the_report_folder_instead_of_following_them(r
     victim.write_text("precious")
     out = tmp_path / "rep"
     out.mkdir()
-    for name in ("report.html", "report.json", "logits.npz", "node_timing.csv"):
+    (out / "report.json").write_text('{"format": "firscope-profile"}')  # a previous report
+    for name in ("report.html", "logits.npz", "node_timing.csv"):
         (out / name).symlink_to(victim)
     (out / "trace.json").symlink_to(tmp_path / "dangling")
     p = fs("profile", random_model, "--tokens", "1", "-n", "1", "--engine", "interp",

@@ -77,7 +77,8 @@ def test_launch_errors_are_answered_and_the_adapter_stays(tmp_path):
         request(2, "launch", model=str(broken)),
         request(3, "launch", model=str(tmp_path / "missing.fir")),
         request(4, "launch", steps=-1),
-        request(5, "launch", engine="gpu"),
+        request(5, "launch", engine="cuda"),
+        request(11, "launch", engine="gpu"),  # a real engine, but one that cannot step
         request(6, "launch", prompt="a", tokens=[1]),
         request(7, "launch", tokens=[1, 999999]),
         request(8, "threads"),
@@ -92,6 +93,7 @@ def test_launch_errors_are_answered_and_the_adapter_stays(tmp_path):
     assert "missing.fir" in r[3]["message"]
     assert r[4]["message"] == "launch: 'steps' must be a whole number in 0..1048576, found -1"
     assert "'engine' must be one of compiled, interp" in r[5]["message"]
+    assert not r[11]["success"] and "cannot stop at an instruction" in r[11]["message"]
     assert r[6]["message"] == "launch: give 'prompt' or 'tokens', not both"
     assert "999999" in r[7]["message"]
     assert r[8]["success"] and r[8]["body"]["threads"] == [{"id": 1, "name": "graph"}]

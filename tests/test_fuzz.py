@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fuzzing as F
+import fuzzing_io as FIO
 from conftest import SEED_FIR, write_random_gpt2
 from firscope.debug.expr import DebugExpr
 from firscope.errors import FirError
@@ -199,3 +200,44 @@ def test_fuzz_looking_at_the_state_never_changes_the_decode(small_model, data):
 def test_fuzz_reverse_then_forward_is_the_identity(small_model, data):
     problem = F.check_reverse(small_model, lambda n: data.draw(st.integers(0, max(n - 1, 0))))
     assert problem is None, problem
+
+
+# -- issue 23: dump containers, output-path pairs, DAP over TCP (tests/fuzzing_io.py) --------
+@pytest.fixture(scope="session")
+def base_dumps(tmp_path_factory):
+    return FIO.base_dumps(tmp_path_factory.mktemp("dumps"))
+
+
+def _picker(seed: int):
+    import random
+    return random.Random(seed).randrange
+
+
+@fuzz_settings(80)
+@given(kind=st.sampled_from(FIO.DUMP_KINDS), seed=BIG)
+def test_damaged_dumps_read_or_fail_naming_the_file(base_dumps, tmp_path_factory, kind, seed):
+    outcome, detail = FIO.dump_case(kind, base_dumps, tmp_path_factory.mktemp("d"),
+                                    _picker(seed))
+    check(outcome, detail, (kind, seed))
+
+
+@fuzz_settings(20)
+@given(seed=BIG)
+def test_output_path_pairs_are_refused_or_written_safely(fuzz_folder, base_dumps,
+                                                         tmp_path_factory, seed):
+    outcome, detail = FIO.outputs_case(str(fuzz_folder / "gpt2.fir"),
+                                       tmp_path_factory.mktemp("pairs"), base_dumps[".npz"],
+                                       _picker(seed))
+    check(outcome, detail, seed)
+
+
+@pytest.fixture(scope="session")
+def dap_tcp_server():
+    return FIO.TcpServer()
+
+
+@fuzz_settings(40)
+@given(kind=st.sampled_from(FIO.FRAME_KINDS), seed=BIG)
+def test_dap_tcp_framing_is_answered_or_closed(dap_tcp_server, kind, seed):
+    outcome, detail = FIO.dap_tcp_case(dap_tcp_server, kind, _picker(seed))
+    check(outcome, detail, (kind, seed))

@@ -140,3 +140,26 @@ def test_kernel_operand_names_are_written_as_bound(make_model):
     e = load_err(make_model("op", fir_text=text))
     assert "'in00' is not an operand of kernel 'g2.add'" in str(e)
     assert e.loc.line == line_of(text, "size=in00")
+
+
+@pytest.mark.parametrize("secret", [
+    "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",  # an AWS secret access key: 40 characters
+    "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",  # a GitHub classic token
+    "a8Fh3kLm9QzX2pR7",  # 16 random characters: short, but not a plain word
+    "AKIAIOSFODNN7EXAMPLE",
+])
+def test_a_secret_looking_config_string_is_never_echoed(make_model, secret):
+    """Issue 23.8: `require config KEY x` against a file whose value is a secret."""
+    text = SEED.replace("require config model_type gpt2",
+                        "require config aws_secret_access_key x")
+    e = load_err(make_model("secret", fir_text=text,
+                            config_extra={"aws_secret_access_key": secret}))
+    assert secret not in str(e) and secret[:8] not in str(e)
+    assert f"config.json has a string of {len(secret)} characters" in str(e)
+
+
+@pytest.mark.parametrize("word", ["gelu_new", "float32", "GPT2LMHeadModel", "gpt2-medium"])
+def test_a_plain_config_word_is_still_shown(make_model, word):
+    text = SEED.replace("require config model_type gpt2", "require config model_type x")
+    e = load_err(make_model("word", fir_text=text, config_extra={"model_type": word}))
+    assert f'config.json has "{word}"' in str(e)

@@ -123,7 +123,8 @@ def test_check_output_folder(tmp_path):
 def test_check_output_file(tmp_path):
     assert O.check_output_file(tmp_path / "x", "--out") == tmp_path / "x"
     assert not (tmp_path / "x").exists() and list(tmp_path.iterdir()) == []
-    assert O.check_output_file("/dev/null", "--out") == O.Path("/dev/null")
+    with pytest.raises(FirError, match="/dev/null: cannot write --out there: is not a regular"):
+        O.check_output_file("/dev/null", "--out")  # devices are refused (issue 23.3)
     with pytest.raises(FirError, match="is a folder; --out needs a file name"):
         O.check_output_file(tmp_path, "--out")
     with pytest.raises(FirError, match="cannot write there: folder .* does not exist"):
@@ -132,19 +133,21 @@ def test_check_output_file(tmp_path):
         O.check_output_file("", "--out")
 
 
-def test_write_output_replaces_a_link_and_writes_into_devices(tmp_path):
+def test_write_output_refuses_links_and_devices_and_replaces_regular_files(tmp_path):
     target = tmp_path / "target.npy"
     target.write_bytes(b"old")
     link = tmp_path / "link"
     link.symlink_to(target)
-    O.write_output(link, b"new", "the logits")
-    assert not link.is_symlink() and link.read_bytes() == b"new"
-    assert target.read_bytes() == b"old"
+    with pytest.raises(FirError, match="link: cannot write the logits there: is a symbolic link"):
+        O.write_output(link, b"new", "the logits")
+    assert link.is_symlink() and target.read_bytes() == b"old"
     O.write_output(tmp_path / "plain", b"data", "the logits")
     assert (tmp_path / "plain").read_bytes() == b"data"
-    O.write_output("/dev/null", b"x" * 10, "the logits")
-    with pytest.raises(FirError, match="/dev/full: cannot write the logits: No space left"):
-        O.write_output("/dev/full", b"x" * 10, "the logits")
+    O.write_output(target, b"new", "the logits")
+    assert target.read_bytes() == b"new"
+    for device in ("/dev/null", "/dev/full", "/dev/stdout"):
+        with pytest.raises(FirError, match="cannot write the logits there: is "):
+            O.write_output(device, b"x" * 10, "the logits")
     assert not os.path.exists("/dev/full.npy")
 
 

@@ -1,17 +1,21 @@
 """Reading a dump (docs/dump-format.md): safetensors or npz, lazily, as data only.
 
 Opening a dump reads its key list, each entry's dtype and shape, and the
-metadata; values are read one tensor at a time when the diff needs them
-(safetensors tensors are memory-mapped, npz members are read from the zip),
-so a dump larger than memory can be diffed. Everything a file can get wrong
+metadata; values are read one tensor at a time when the diff needs them, into
+memory of their own (plain reads, never a mapping: a dump regenerated in place
+while a session has it open truncated the mapped file and killed the process
+with SIGBUS), so a dump larger than memory can be diffed. Each read first checks
+that the file is still the one opened and says "the dump changed on disk"
+otherwise. Everything a file can get wrong
 is a :class:`~firscope.errors.FirError` naming the file (and the key), never
 a traceback: npz members are read with ``allow_pickle=False``.
 """
 from __future__ import annotations
 
 import json
-import mmap
+import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +70,7 @@ class Dump:
         self.warnings: list[str] = []
         self.entries: dict[str, DumpEntry] = {}
         self.metadata: dict[str, str] = {}
-        self._map: mmap.mmap | None = None
+        self._stamp = _stamp(self.path)
         if self.kind == "npz":
             self._open_npz()
         else:
@@ -112,33 +116,34 @@ class Dump:
 
     # -- values -------------------------------------------------------------------------
     def read(self, key: str) -> np.ndarray:
-        """The tensor as a flat float32 array (zero-copy for f32 safetensors)."""
+        """The tensor as a flat float32 array of its own (read now, not mapped)."""
         entry = self.entries[key]
         if not entry.is_float:
             raise FirError(f"{self.path}: '{shown(key)}' is {entry.dtype}; dumps hold "
                            "floating-point values")
+        self.check_unchanged()
         if self.kind == "safetensors":
-            if entry.dtype == "F32":  # the common case: a view of the mapped file, no copy
-                return self._f32_view(key)
-            return np.asarray(self._st.read(key)).reshape(-1)
+            return self._st.load(key).reshape(-1)
         return self._read_npz(key)
 
-    def _f32_view(self, key: str) -> np.ndarray:
-        if self._map is None:
-            try:
-                with self.path.open("rb") as f:
-                    self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError) as e:
-                raise FirError(f"{self.path}: cannot map file: {e}") from None
-        t = self._st.tensors[key]
-        return np.frombuffer(self._map, dtype="<f4", count=t.nbytes // 4, offset=t.start)
+    def check_unchanged(self) -> None:
+        """FirError when the file is no longer the one opened (rewritten or replaced)."""
+        try:
+            now = _stamp(self.path)
+        except FirError:
+            now = None
+        if now != self._stamp:
+            raise FirError(f"{self.path}: the dump changed on disk since it was opened: "
+                           "reload (F2 in the UI) or start the session again to use the "
+                           "new one")
 
     # -- npz ------------------------------------------------------------------------------
     def _open_npz(self) -> None:
         try:
             self._zip = zipfile.ZipFile(self.path)
             infos = self._zip.infolist()
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError,
+                RuntimeError) as e:  # NotImplementedError: "zip file version 22.8"
             raise FirError(f"{self.path}: not a readable .npz (zip) file: {e}") from None
         self._members: dict[str, str] = {}
         for info in infos:
@@ -154,39 +159,52 @@ class Dump:
     def _npy_header(self, name: str) -> tuple[str, tuple[int, ...]]:
         try:
             with self._zip.open(name) as f:
-                version = np.lib.format.read_magic(f)
-                if version == (1, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-                else:
-                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as e:
+                shape, dtype = _npy_shape_dtype(f)
+        except ValueError as e:  # read, but not an array
             raise FirError(f"{self.path}: member '{shown(name)}' is not a .npy array: "
                            f"{e}") from None
+        except _MEMBER_ERRORS as e:
+            raise _member_error(self.path, name, e) from None
+        claimed = _claimed_bytes(shape, dtype)
+        size = self._zip.getinfo(name).file_size
+        if claimed > size:
+            raise FirError(f"cannot read member '{shown(name)}' of {self.path}: its header "
+                           f"claims {claimed} bytes of values but the member holds {size}")
         if dtype.kind == "f" and dtype.itemsize in _NPY_FLOATS:
             return _NPY_FLOATS[dtype.itemsize], tuple(shape)
         return dtype.str, tuple(shape)
 
     def _read_npz_metadata(self, name: str, info: zipfile.ZipInfo) -> None:
+        def ignored(why: str) -> None:
+            self.warnings.append(f"{self.path}: the metadata member {why}; ignored")
         if info.file_size > MAX_METADATA:
-            raise FirError(f"{self.path}: the metadata member is {info.file_size} bytes, "
-                           f"more than {MAX_METADATA}")
+            return ignored(f"is {info.file_size} bytes, more than {MAX_METADATA}")
         try:
             with self._zip.open(name) as f:
-                a = np.lib.format.read_array(f, allow_pickle=False)
+                shape, dtype = _npy_shape_dtype(f)
+                claimed = _claimed_bytes(shape, dtype)
+                if dtype.kind != "U" or claimed > min(MAX_METADATA, info.file_size):
+                    # checked before numpy allocates what the header claims (10^13 strings)
+                    return ignored(f"claims {claimed} bytes of {dtype.str} values, not a "
+                                   f"string of at most {min(MAX_METADATA, info.file_size)}")
+                count = 1
+                for d in shape:
+                    count *= d
+                a = np.frombuffer(f.read(claimed), dtype=dtype, count=count).reshape(shape)
             meta = json.loads(str(a[()]))
         except (ValueError, OSError, zipfile.BadZipFile, EOFError, IndexError, TypeError,
-                RecursionError) as e:
-            self.warnings.append(f"{self.path}: the metadata member is not a JSON string "
-                                 f"({type(e).__name__}); ignored")
-            return
+                RecursionError, RuntimeError, NotImplementedError, zlib.error,
+                SystemError) as e:  # SystemError: numpy on a code point past U+10FFFF
+            return ignored(f"is not a JSON string ({type(e).__name__})")
         self._set_metadata(meta)
 
     def _read_npz(self, key: str) -> np.ndarray:
+        name = self._members[key]
         try:
-            with self._zip.open(self._members[key]) as f:
+            with self._zip.open(name) as f:
                 a = np.lib.format.read_array(f, allow_pickle=False)
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-            raise FirError(f"{self.path}: cannot read '{shown(key)}': {e}") from None
+        except _MEMBER_ERRORS as e:
+            raise _member_error(self.path, name, e) from None
         return np.asarray(a, dtype=np.float32).reshape(-1)
 
     def close(self) -> None:
@@ -194,6 +212,45 @@ class Dump:
         z = getattr(self, "_zip", None)
         if z is not None:
             z.close()
+
+
+# What reading one zip member can raise: an encrypted member (RuntimeError), an unknown
+# compression method (NotImplementedError), broken deflate data (zlib.error), ...
+_MEMBER_ERRORS = (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError, RuntimeError,
+                  NotImplementedError, zlib.error, MemoryError)
+
+
+def _member_error(path: Path, name: str, e: BaseException) -> FirError:
+    why = str(e) or type(e).__name__
+    if isinstance(e, MemoryError):
+        why = "out of memory"
+    return FirError(f"cannot read member '{shown(name)}' of {path}: {why}")
+
+
+def _npy_shape_dtype(f) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype a .npy header declares (the values are not read)."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+    else:
+        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    return tuple(shape), dtype
+
+
+def _claimed_bytes(shape, dtype) -> int:
+    n = int(dtype.itemsize)
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _stamp(path: Path) -> tuple[int, int, int, int]:
+    """What identifies the file's contents as opened: device, inode, size, change time."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise FirError(f"{path}: cannot read: {e.strerror}") from None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _is_zip(path: Path) -> bool:

@@ -486,9 +486,11 @@ class Adapter(LifeCycle):
         raw = self.ci.s.arena.view(np.uint8)
         if count < 0:
             raise RequestError("count must be >= 0")
+        # Bytes before address 0 do not exist: the answer starts at 0 (its address says so)
+        # and counts the ones skipped as unreadable, never shifts real bytes to -N.
         lo, hi = max(start, 0), min(start + min(count, 1 << 24), raw.size)
         data = raw[lo:hi].tobytes() if hi > lo else b""
-        self.out.response(req, {"address": hex(start), "data": base64.b64encode(data).decode(),
+        self.out.response(req, {"address": hex(lo), "data": base64.b64encode(data).decode(),
                                 "unreadableBytes": count - len(data)})
 
     def r_source(self, req):

@@ -2,14 +2,15 @@
 
 textual-serve runs ``firscope ui ...`` as a child process for each browser
 connection and relays its screen over a websocket. It binds 127.0.0.1 unless
-told otherwise: whoever reaches the port runs the debugger as this user.
+told otherwise: whoever reaches the port runs the debugger as this user, so the
+server (webserve.py) wants the random token of the URL it prints, refuses other
+origins and runs at most ``--max-sessions`` UIs at once.
 It lives beside the DAP server as the other way an editor-less user reaches
 the debugger; it imports no part of the UI, only starts it.
 """
 from __future__ import annotations
 
 import ipaddress
-import shlex
 import sys
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def _is_loopback(host: str) -> bool:
 
 def serve(args) -> int:
     try:
-        from textual_serve.server import Server
+        from .webserve import GuardedServer
     except ImportError:
         raise FirError("firscope serve needs textual-serve: pip install 'firscope[serve]'") \
             from None
@@ -54,16 +55,25 @@ def serve(args) -> int:
         raise FirError(f"{args.model}: no such file")
     if not 1 <= args.port <= 65535:
         raise FirError(f"--port {args.port}: must be 1..65535")
+    max_sessions = getattr(args, "max_sessions", 1)
+    if not 1 <= max_sessions <= 64:
+        raise FirError(f"--max-sessions {max_sessions}: must be 1..64")
     if not _is_loopback(args.host):
         print(f"firscope serve: warning: listening on {args.host}: anyone who can reach this "
               "address can run the debugger as you", file=sys.stderr)
-    command = shlex.join(ui_command(args))
-    server = Server(command, host=args.host, port=args.port, title="firscope")
-    print(f"firscope serve: open http://{args.host}:{args.port} (ctrl+c stops)",
+    server = GuardedServer(ui_command(args), host=args.host, port=args.port,
+                           max_sessions=max_sessions)
+    print(f"firscope serve: open {server.url} (ctrl+c stops; the token is needed, "
+          f"at most {max_sessions} session{'s' if max_sessions > 1 else ''} at once)",
           file=sys.stderr, flush=True)
     try:
         server.serve()
     except OSError as e:  # the port is taken, or the address is not this machine's
         raise FirError(f"cannot listen on {args.host}:{args.port}: "
                        f"{e.strerror or e}") from None
+    finally:
+        for ui in list(server.sessions):  # whatever the server did not end: ended now
+            ui.kill_now()
+    refused = f" ({server.refusals} connection(s) refused)" if server.refusals else ""
+    print(f"firscope serve: stopped{refused}", file=sys.stderr, flush=True)
     return 0

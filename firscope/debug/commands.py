@@ -108,7 +108,8 @@ class CommandInterpreter:
             Command(("condition",), "condition N [COND]", "set or clear a breakpoint's condition",
                     self.c_condition),
             Command(("ignore",), "ignore N COUNT", "ignore the next COUNT hits", self.c_ignore),
-            Command(("delete", "d"), "delete [N...]", "delete breakpoints (all without N)",
+            Command(("delete", "d"), "delete [N...]", "delete breakpoints (all without N); "
+                    "delete checkpoint [N...] frees checkpoints",
                     self.c_delete),
             Command(("disable",), "disable N...", "disable breakpoints", self.c_disable),
             Command(("enable",), "enable N...", "enable breakpoints", self.c_enable),
@@ -337,10 +338,23 @@ class CommandInterpreter:
         return f"Will ignore next {count} crossings of breakpoint {n}."
 
     def c_delete(self, rest):
+        words = rest.split()
+        if words and words[0] in ("checkpoint", "checkpoints"):
+            return self._delete_checkpoints(words[1:])
         nums = _numbers(rest.split()) if rest else None
         self.s.delete_breakpoints(nums)
         return "Deleted all breakpoints." if nums is None else \
             f"Deleted {', '.join(map(str, dict.fromkeys(nums)))}."
+
+    def _delete_checkpoints(self, words: list[str]) -> str:
+        nums = _numbers(words, "checkpoint number") if words else [c.number for c in
+                                                                   self.checkpoints]
+        for n in nums:
+            self.checkpoints.get(n)  # all checked before any is deleted
+        for n in dict.fromkeys(nums):
+            self.checkpoints.delete(n, self.s)
+        return "Deleted no checkpoints." if not nums else \
+            f"Deleted checkpoint {', '.join(map(str, dict.fromkeys(nums)))}."
 
     def c_disable(self, rest):
         self.s.set_enabled(_numbers(rest.split()), False)
@@ -545,8 +559,13 @@ class CommandInterpreter:
         return "\n".join(out)
 
     def c_checkpoint(self, rest):
-        ck = self.checkpoints.save(self.s)
-        return f"checkpoint {ck.number}: {ck.made_at}"
+        ck, dropped = self.checkpoints.save(self.s)
+        lines = [f"checkpoint {ck.number}: {ck.made_at}"]
+        if dropped:
+            lines.append(f"dropped checkpoint{'s' if len(dropped) > 1 else ''} "
+                         f"{', '.join(str(c.number) for c in dropped)} (oldest first) to stay "
+                         "within the memory budget checkpoints share with the undo log")
+        return "\n".join(lines)
 
     def c_restart(self, rest):
         nums = _numbers(rest.split(), "checkpoint number")
@@ -555,6 +574,7 @@ class CommandInterpreter:
         ck = self.checkpoints.get(nums[0])
         from .checkpoints import restore
         restore(self.s, ck)
+        self.checkpoints.rebudget(self.s)  # the restored log gets the share left to it
         return self._moved(self.s.here(StopReason.STEP, f"restarted at checkpoint {ck.number}: "
                                                        f"{ck.made_at}"))
 

@@ -91,6 +91,14 @@ class History:
             self.nbytes -= old.nbytes
             self.truncated = True
 
+    def set_budget(self, budget: int) -> None:
+        """A new bound (checkpoints take their share of one budget); trimmed at once."""
+        self.budget = budget
+        while self.nbytes > self.budget and len(self.records) > 1:
+            old = self.records.popleft()
+            self.nbytes -= old.nbytes
+            self.truncated = True
+
     def pop(self) -> Record:
         rec = self.records.pop()
         self.nbytes -= rec.nbytes

@@ -68,10 +68,7 @@ def info_patches(ci) -> str:
     return "Num What (made at)\n" + "\n".join(p.describe() for p in patches)
 
 def info_checkpoints(ci) -> str:
-    cks = list(ci.checkpoints)
-    if not cks:
-        return "No checkpoints."
-    return "\n".join(f"{c.number:<4}{c.made_at}  ({c.nbytes / 2**20:.1f} MiB)" for c in cks)
+    return ci.checkpoints.describe()
 
 
 def info_registers(ci) -> str:

@@ -4,7 +4,8 @@ A model file can name any path as its config (``config /proc/self/environ``,
 ``config ~/.docker/config.json``), so nothing read from it is echoed beyond
 what a check needs: a JSON error gives the path, line, column and reason,
 never the offending line; a value is shown only when it is a number, a
-boolean or a short string, escaped.
+boolean or a short plain word (see :func:`show_json`); otherwise its type and
+length.
 """
 from __future__ import annotations
 
@@ -25,8 +26,15 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 # Fraction("1e999999999") would build a billion-digit integer.
 _NUMBER = re.compile(r"[-+]?(\d{1,100}(\.\d{0,100})?|\.\d{1,100})([eE][-+]?\d{1,3}|/\d{1,100})?$")
 # Longest string value an error message quotes from a config (HF values are short
-# words like "gelu_new"; a longer one may be a secret in a file that is no config).
-MAX_SHOWN_STRING = 40
+# words like "gelu_new"; a longer one may be a secret in a file that is no config:
+# AWS secret keys, GitHub classic tokens and service-account key ids are 40 characters).
+MAX_SHOWN_STRING = 16
+# A plain word: letters, digits and _ . - only, few digits, few case changes
+# ("gelu_new", "float32", "GPT2LMHeadModel"; not "a8Fh3kLm9QzX2pR7").
+_PLAIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+_SHORT_NUMBER = re.compile(r"[-+]?[0-9]{1,6}(\.[0-9]{0,6})?")  # "2", "0.02"
+_MAX_DIGITS = 3
+_MAX_CASE_CHANGES = 3
 
 
 @dataclass(frozen=True)
@@ -120,13 +128,24 @@ def _as_float(value: Fraction) -> float:
         return math.copysign(math.inf, value)
 
 
+def _harmless(text: str) -> bool:
+    """Whether a config string may be echoed: a short plain word, not a token-like one."""
+    if len(text) <= 8 and _SHORT_NUMBER.fullmatch(text):
+        return True
+    if len(text) > MAX_SHOWN_STRING or not _PLAIN_WORD.fullmatch(text):
+        return False
+    letters = [c.isupper() for c in text if c.isalpha()]
+    changes = sum(a != b for a, b in zip(letters, letters[1:]))
+    return sum(c.isdigit() for c in text) <= _MAX_DIGITS and changes <= _MAX_CASE_CHANGES
+
+
 def show_json(value) -> str:
     """A config value as an error message may show it: never a long string or a whole object."""
     if isinstance(value, dict):
         return f"an object with {len(value)} key{'s' if len(value) != 1 else ''}"
     if isinstance(value, list):
         return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
-    if isinstance(value, str) and len(value) > MAX_SHOWN_STRING:
+    if isinstance(value, str) and not _harmless(value):
         return f"a string of {len(value)} characters"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 40:
         return f"an integer of {len(str(abs(value)))} digits"

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +28,7 @@ from ..text import printable
 from . import figures as F
 from .collect import Profiler, make_machine, preserved_state, run_instrumented
 from .data import ProfileData
+from .export import FORMAT as EXPORT_FORMAT
 from .export import csv_tables, dumps, report_dict, trace_json
 from .html import render_html
 from .progress import Progress, Silent
@@ -139,6 +141,42 @@ def build_figures(report: dict) -> dict[str, bytes | None]:
     return figs
 
 
+def check_report_folder(path, what: str = "-o") -> Path:
+    """The one rule for a report folder (``profile -o`` and the UI's export): a new or
+    empty folder, or one holding a previous firscope report (its report.json says
+    ``"format": "firscope-profile"``), whose files are then replaced; any other folder is
+    refused before profiling, so nothing firscope did not write is ever overwritten."""
+    out = Path(path)
+    if out.is_dir() and not out.is_symlink():
+        try:
+            holds = next(iter(os.scandir(out)), None) is not None
+        except OSError as e:
+            raise FirError(f"{printable(out)}: cannot read the report folder: "
+                           f"{e.strerror or e}") from None
+        if holds and not _holds_a_report(out / "report.json"):
+            raise FirError(f"{printable(out)}: holds files and no firscope report "
+                           f"(report.json); {what} writes into a new or empty folder or over a "
+                           "previous firscope report: choose another")
+    elif out.is_symlink():
+        raise FirError(f"{printable(out)}: is a symbolic link; {what} writes into a new or "
+                       "empty folder or a previous report: give the folder itself")
+    return check_output_folder(out, what)
+
+
+def _holds_a_report(path: Path, limit: int = 256 << 20) -> bool:
+    import json
+    import stat as st
+    try:
+        info = os.lstat(path)
+        if not st.S_ISREG(info.st_mode) or info.st_size > limit:
+            return False
+        with open(path, "rb") as f:
+            report = json.loads(f.read(limit))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(report, dict) and report.get("format") == EXPORT_FORMAT
+
+
 def write_report(data: ProfileData, out_dir, *, progress: Progress | None = None
                  ) -> dict[str, Path]:
     """Write the report folder; returns {file name: path} of everything written.
@@ -148,7 +186,7 @@ def write_report(data: ProfileData, out_dir, *, progress: Progress | None = None
     is either the old one or the whole new one.
     """
     progress = progress or Silent()
-    out = check_output_folder(out_dir)
+    out = check_report_folder(out_dir)
     progress.phase("writing the report")
     report = report_dict(data)
     contents: dict[str, str | bytes] = dict(csv_tables(data, report))
@@ -213,7 +251,7 @@ def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "comp
         from ..cost import find_device
         dev = find_device(device)
     # A folder we cannot write is reported before minutes of profiling, not after.
-    out = check_output_folder(out)
+    out = check_report_folder(out)
     progress = Progress(sys.stderr)
     progress.phase("loading the model")
     opened = source.open()

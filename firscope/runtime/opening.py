@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -164,16 +163,6 @@ def _os_error(path: Path, doing: str, e: OSError) -> FirError:
     return FirError(f"{printable(path)}: cannot {doing}: {e.strerror or e}")
 
 
-def _stat(path: Path, doing: str) -> os.stat_result | None:
-    """What ``path`` is (links followed), or None when nothing is there yet."""
-    try:
-        return os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise _os_error(path, doing, e) from None
-
-
 def _probe(folder: Path, doing: str) -> None:
     """Create and remove a file in ``folder``: only an actual write proves it is writable
     (``os.access`` says yes to root on a read-only file system)."""
@@ -201,21 +190,50 @@ def check_output_folder(path: str | os.PathLike, what: str = "-o") -> Path:
 
 
 def check_output_file(path: str | os.PathLike, what: str) -> Path:
-    """Check before a run that exactly ``path`` can be written afterwards."""
+    """Check before a run that exactly ``path`` can be written afterwards: a new name or a
+    regular file in a folder that exists (the rule of :func:`firscope.dump.check_output_target`:
+    links, devices and FIFOs are refused)."""
     out = _path_of(path, what)
-    st = _stat(out, "write there")
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise FirError(f"{printable(out)}: is a folder; {what} needs a file name")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        if not os.access(out, os.W_OK):
-            raise FirError(f"{printable(out)}: cannot write there: permission denied")
-        return out  # a device or FIFO (/dev/stdout): written into as it is
-    folder = out.parent  # the link itself is replaced: its own folder is written
+    _check_target(out, what)
+    folder = out.parent
     if not folder.is_dir():
         raise FirError(f"{printable(out)}: cannot write there: folder "
                        f"{printable(folder)} does not exist")
     _probe(folder, "write there")
     return out
+
+
+def _check_target(out: Path, what: str) -> None:
+    from ..dump import check_output_target
+    try:
+        check_output_target(out)
+    except IsADirectoryError:
+        raise FirError(f"{printable(out)}: is a folder; {what} needs a file name") from None
+    except OSError as e:
+        raise FirError(f"{printable(out)}: cannot write {what} there: {e.strerror}") from None
+
+
+def check_distinct_outputs(*named: tuple[str, str | os.PathLike | None]) -> None:
+    """Refuse two outputs (``(flag, path)`` pairs; None: not given) that name one file,
+    spelled alike or not (``a/../x``, a link to the folder, a hard link): the second
+    write would replace the first."""
+    seen: list[tuple[str, str, os.PathLike]] = []
+    for flag, path in named:
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        for other_flag, other_real, other in seen:
+            if real == other_real or _same_file(path, other):
+                raise FirError(f"{printable(str(path))}: {other_flag} and {flag} name the "
+                               "same file; give each its own")
+        seen.append((flag, real, path))
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _replace(final: Path, data: bytes) -> None:
@@ -236,17 +254,12 @@ def _replace(final: Path, data: bytes) -> None:
 
 def write_output(path: str | os.PathLike, data: bytes, what: str) -> Path:
     """Write ``data`` to exactly the file ``path`` names, keeping the old file if the write
-    fails. A link at ``path`` is replaced by the file, as in a report folder: firscope never
-    writes through a link into a regular file. A device or FIFO (``/dev/stdout``, a pipe)
-    is written into, as a shell redirection would."""
+    fails: a new file beside it, renamed over it. ``path`` must be new or a regular file
+    (links, devices and FIFOs are refused, see :func:`check_output_file`)."""
     out = _path_of(path, what)
-    st = _stat(out, f"write {what}")
+    _check_target(out, what)
     try:
-        if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-            with open(out, "wb") as f:
-                f.write(data)
-        else:
-            _replace(out, data)
+        _replace(out, data)
     except OSError as e:
         raise _os_error(out, f"write {what}", e) from None
     return out

@@ -10,7 +10,6 @@ escape interrupts it (or an export, which then leaves no files).
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -29,8 +28,7 @@ from .attention_view import AttentionView
 from .buffers_view import BuffersView
 from .console_view import CommandInput, ConsoleView, completion_words
 from .graph_pane import GraphPane, NodeList
-from .jobs import (Interrupted, JobProgress, Probe, default_report_dir, export_session,
-                   measure_quant)
+from .jobs import Interrupted, Probe
 from .keys import bindings
 from .loading import LoadingPanel, open_session
 from .messages import Job, JobDone, LoadFailed, Loaded, LoadProgress
@@ -38,6 +36,7 @@ from .diff_view import DiffView
 from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
 from .cost_actions import CostActions
+from .report_actions import ReportActions
 from .profile_view import ProfileView
 from .registers_pane import RegistersPane, RightColumn
 from .safe_text import ControlCharacterFilter
@@ -56,7 +55,7 @@ class Bottom(TabbedContent):
     ALLOW_MAXIMIZE = True
 
 
-class FirscopeApp(CostActions, App):
+class FirscopeApp(CostActions, ReportActions, App):
     CSS_PATH = "app.tcss"
     ALLOW_IN_MAXIMIZED_VIEW = "Footer, #status"  # a maximized pane keeps the header
     TITLE = "firscope"
@@ -500,48 +499,6 @@ class FirscopeApp(CostActions, App):
         self.screen.add_class("-loading")
         self.set_status("reloading")
         self.load(self._carried)
-
-    def action_quant(self) -> None:
-        if self.model is None:
-            return
-        if self.model.fir_f32:
-            self.notify("loaded with --fir-f32: nothing is quantized", severity="warning")
-            return
-        s = self.session
-
-        def measure():
-            return measure_quant(s)
-
-        def shown(out):
-            self.query_one(ProfileView).set_quant(out[0], out[1])
-            self.query_one(ProfileView).show(self.model, self.view)
-            self.query_one(ConsoleView).write(f"quantization error measured over {out[2]} "
-                                              "token(s)")
-
-        self.query_one(Bottom).active = "profile"
-        self.submit(Job("quantization error", measure, then=shown, quiet=True))
-
-    def action_export(self) -> None:
-        if self.session is None:
-            return
-        s, tok = self.session, self.tokenizer
-        default = str(default_report_dir(self.model.folder.name))
-
-        def chosen(value: str) -> None:
-            out = Path(value).expanduser().resolve()
-            cancel = threading.Event()
-            job = Job(f"export to {out}", lambda: export_session(
-                s, tok, out, JobProgress(self.probe, cancel), self.device_name),
-                cancel=cancel, quiet=True,
-                then=lambda done: self._exported(done))
-            self.submit(job)
-
-        self._ask("export the report to folder (a new or empty folder):", default, chosen)
-
-    def _exported(self, done) -> None:
-        self.query_one(ConsoleView).write(done.text())
-        self.set_status(f"report written to {done.folder}")
-        self.notify(f"report written to {done.folder}", timeout=8)
 
     # -- messages from the panes ---------------------------------------------------------------
     def on_console_view_command(self, message: ConsoleView.Command) -> None:

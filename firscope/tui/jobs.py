@@ -130,32 +130,30 @@ def export_session(session, tokenizer, out: Path, progress: JobProgress,
     """The same report as `firscope profile`, for the tokens this session decodes
     (``device``: with the GPU speed-of-light section, as ``profile --device``).
 
-    Written to a hidden folder next to ``out`` and renamed at the end: an
-    interrupted or failed export leaves no files.
+    The folder rule is profile -o's (``check_report_folder``): a new or empty folder, or
+    a previous firscope report. A new one is written as a hidden folder next to ``out``
+    and renamed at the end, so an interrupted or failed export leaves no files.
     """
     from ..profile.collect import preserved_state
-    from ..profile.report import profile_model, write_report
-    out = Path(out).expanduser().resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FirError(f"{out}: exists and is not an empty folder; choose another")
+    from ..profile.report import check_report_folder, write_report
+    out = Path(os.path.abspath(Path(out).expanduser()))  # not resolve(): a link is refused
+    previous = out.is_dir() and not out.is_symlink() and any(out.iterdir())
+    if os.path.lexists(out):
+        check_report_folder(out, "the export")
+    if previous:  # replaced file by file, as profile -o does
+        with preserved_state(session.model):
+            data = _export_data(session, tokenizer, progress, device)
+        files = write_report(data, out, progress=progress)
+        return ExportDone(out, tuple(sorted(files)))
+
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        staging = Path(tempfile.mkdtemp(prefix=".fs-export-", dir=out.parent))
     except OSError as e:
         raise FirError(f"{out}: cannot create the report folder: {e.strerror or e}") from None
     try:
         with preserved_state(session.model):
-            data = profile_model(session.model, list(session.prompt), session.n_generate,
-                                 engine=session.machine.engine, tokenizer=tokenizer,
-                                 progress=progress)
-            if device is not None:
-                from ..cost import find_device
-                from ..profile.report import add_gpu
-                add_gpu(data, session.model, find_device(device),
-                        engine=session.machine.engine, progress=progress)
-        note = patch_note(session)
-        if note:
-            data.meta.setdefault("notes", []).append(note)
+            data = _export_data(session, tokenizer, progress, device)
         files = write_report(data, staging, progress=progress)
         progress._check()
         if out.exists():
@@ -165,6 +163,21 @@ def export_session(session, tokenizer, out: Path, progress: JobProgress,
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return ExportDone(out, tuple(sorted(files)))
+
+
+def _export_data(session, tokenizer, progress, device: str | None):
+    from ..profile.report import profile_model
+    data = profile_model(session.model, list(session.prompt), session.n_generate,
+                         engine=session.machine.engine, tokenizer=tokenizer, progress=progress)
+    if device is not None:  # the GPU speed-of-light section, as profile --device
+        from ..cost import find_device
+        from ..profile.report import add_gpu
+        add_gpu(data, session.model, find_device(device), engine=session.machine.engine,
+                progress=progress)
+    note = patch_note(session)
+    if note:
+        data.meta.setdefault("notes", []).append(note)
+    return data
 
 
 def measure_quant(session):
