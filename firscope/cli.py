@@ -497,17 +497,14 @@ def cmd_run(args) -> int:
     import numpy as np
 
     from .runtime import Machine
-    from .runtime.machine import DEFAULT_BUDGET
-    from .runtime.opening import check_output_file, write_output
-    if args.budget is not None and args.budget < 1:
-        raise FirError(f"--budget {args.budget}: must be at least 1 instruction")
+    from .runtime.opening import check_budget, check_output_file, write_output
+    budget = check_budget(args.budget)
     if args.logits_out is not None:  # before the run, not after it
         check_output_file(args.logits_out, "--logits-out")
     from .runtime.progress import TerminalProgress
     shown = TerminalProgress()
     opened = _run_input(args).open(progress=shown)
     ids, tok = list(opened.ids), opened.tokenizer
-    budget = args.budget if args.budget is not None else DEFAULT_BUDGET
     if args.engine == "gpu":
         from .gpu import machine_for
         machine = machine_for(opened.model, args.engine, budget=budget)
