@@ -175,7 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr.add_argument("--device", metavar="NAME",
                     help="also predict each node's time on this GPU (report.json 'gpu', "
-                         "gpu_nodes.csv, the speed-of-light table and roofline)")
+                         "gpu_nodes.csv, the speed-of-light table and roofline); with "
+                         "--engine gpu, the device the measured times are set beside "
+                         "(default: the adapter's own profile, else the devices.toml "
+                         "default, else h200)")
 
     _sanitize_parser(sub)
     _diff_parser(sub)
@@ -561,7 +564,7 @@ def cmd_profile(args) -> int:
             raise FirError("profile --engine gpu times the GPU only: --against and --sanitize "
                            "need a reference engine (compare with `diff --engine gpu`)")
         from .gpu.commands import run_gpu_profile
-        return run_gpu_profile(_run_input(args), n=args.n, out=args.out)
+        return run_gpu_profile(_run_input(args), n=args.n, out=args.out, device=args.device)
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
                        against=args.against, sanitize=args.sanitize, device=args.device)
