@@ -221,3 +221,37 @@ def test_a_failed_analysis_keeps_the_measurement(gpu, tmp_path, monkeypatch, cap
     data = json.loads((tmp_path / "p" / "gpu-profile.json").read_text())
     assert data["speed_of_light"] is None and "no analysis today" in data["speed_of_light_error"]
     assert data["gpu_ms_per_token"] > 0
+
+
+def test_the_benchmark_sets_the_rounds_median_beside_the_prediction(sample, capsys):
+    """benchmarks/gpu.py's table from what its children report, as on an H200 (a hardware
+    adapter that is the device predicted for): nothing of lavapipe is assumed."""
+    import importlib.util
+
+    from conftest import REPO
+    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "benchmarks" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model, report = sample
+    h200 = find_device("h200")
+    report = predict_step(model, h200, FED)
+    seconds = [2e-6] * len(model.nodes)
+    sol = beside(seconds, report, fake_gpu("NVIDIA H200"), h200, "the adapter's own profile")
+    rounds = []
+    for scale in (1.0, 3.0, 2.0):  # per-kernel medians: the 2.0 round's
+        kernel_us = {}
+        for n in model.nodes:
+            kernel_us[n.target] = kernel_us.get(n.target, 0.0) + 2.0 * scale
+        rounds.append({"kernel_us": kernel_us, "position": len(FED) - 1,
+                       "gpu_ms_per_token": 2e-3 * scale * len(model.nodes)})
+    rounds[0]["speed_of_light"] = sol
+    bench.kernels(rounds)
+    out = capsys.readouterr().out
+    assert "is the device predicted for" in out and "means little" not in out
+    assert "different chip" not in out
+    predicted = {k["kernel"]: k["predicted_us"] for k in sol["kernels"]}
+    for kernel, pred in predicted.items():
+        count = sum(n.target == kernel for n in model.nodes)
+        row = next(ln.split() for ln in out.splitlines() if ln.split()[:1] == [kernel])
+        assert float(row[1]) == pytest.approx(4.0 * count, abs=0.01)
+        assert float(row[-1]) == pytest.approx(4.0 * count / pred, abs=0.01)
