@@ -186,7 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr.add_argument("--device", metavar="NAME",
                     help="also predict each node's time on this GPU (report.json 'gpu', "
-                         "gpu_nodes.csv, the speed-of-light table and roofline)")
+                         "gpu_nodes.csv, the speed-of-light table and roofline); with "
+                         "--engine gpu, the device the measured times are set beside "
+                         "(default: the adapter's own profile, else the devices.toml "
+                         "default, else h200)")
 
     _sanitize_parser(sub)
     _diff_parser(sub)
@@ -512,16 +515,16 @@ def cmd_run(args) -> int:
     import numpy as np
 
     from .runtime import Machine
-    from .runtime.machine import DEFAULT_BUDGET
-    from .runtime.opening import check_distinct_outputs, check_output_file, write_output
+    from .runtime.opening import (check_budget, check_distinct_outputs, check_output_file,
+                                  write_output)
     check_distinct_outputs(("--dump", args.dump), ("--logits-out", args.logits_out))
+    budget = check_budget(args.budget)
     if args.logits_out is not None:  # before the run, not after it
         check_output_file(args.logits_out, "--logits-out")
     from .runtime.progress import TerminalProgress
     shown = TerminalProgress()
     opened = _run_input(args).open(progress=shown)
     ids, tok = list(opened.ids), opened.tokenizer
-    budget = args.budget if args.budget is not None else DEFAULT_BUDGET
     if args.engine == "gpu":
         from .gpu import machine_for
         machine = machine_for(opened.model, args.engine, budget=budget)
@@ -578,7 +581,7 @@ def cmd_profile(args) -> int:
             raise FirError("profile --engine gpu times the GPU only: --against and --sanitize "
                            "need a reference engine (compare with `diff --engine gpu`)")
         from .gpu.commands import run_gpu_profile
-        return run_gpu_profile(_run_input(args), n=args.n, out=args.out)
+        return run_gpu_profile(_run_input(args), n=args.n, out=args.out, device=args.device)
     from .profile.report import run_profile
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
                        against=args.against, sanitize=args.sanitize, device=args.device)

@@ -139,7 +139,7 @@ def test_profile_engine_gpu_times_every_kernel(gpu, tmp_path):
     assert set(data["per_kernel_ms_per_token"]) >= {"g2.attn_decode", "fir.linear"}
     want = "timestamp queries" if gpu.timestamps else "queue completion"
     assert data["timing"].startswith(want) and "timing: " + want in r.stdout
-    assert "speed-of-light" in r.stdout
+    assert "speed of light beside the measurement" in r.stdout
     assert np.isclose(sum(data["per_kernel_ms_per_token"].values()), data["gpu_ms_per_token"])
 
 

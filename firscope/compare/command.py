@@ -17,7 +17,7 @@ from ..dump import file_sha256
 from ..errors import FirError
 from ..model.checkpoint import shown
 from ..runtime import Model
-from ..runtime.machine import DEFAULT_BUDGET
+from ..runtime.opening import check_budget
 from .dumpfile import Dump
 from .isolate import DumpInputs, ModelInputs, isolating
 from .lockstep import DiffReport, run_lockstep
@@ -85,14 +85,12 @@ def build_report(args, load, prompt_ids, announce=None) -> DiffReport:
         raise FirError("give the run to compare with: --against DUMP, or a second model "
                        "file (firscope diff A.fir B.fir)")
     tol = tolerance_of(args)
-    budget = args.budget if getattr(args, "budget", None) is not None else DEFAULT_BUDGET
-    if budget < 1:
-        raise FirError(f"--budget {budget}: must be at least 1 instruction")
+    budget = check_budget(getattr(args, "budget", None))
     model = load(args)
     if args.against is not None:
         return _against_dump(model, args, tol, prompt_ids, budget)
     other = load(argparse.Namespace(**{**vars(args), "model": args.other}))
-    tokens, tokens_from = _given_tokens(args, model, prompt_ids)
+    tokens, tokens_from = given_tokens(args, model, prompt_ids)
     fd = diff_fir(model.path, other.path)
     if announce is not None:
         announce(fd.lines + [""] if fd.lines else
@@ -108,7 +106,9 @@ def build_report(args, load, prompt_ids, announce=None) -> DiffReport:
     return report
 
 
-def _given_tokens(args, model: Model, prompt_ids) -> tuple[list[int], str]:
+def given_tokens(args, model: Model, prompt_ids) -> tuple[list[int], str]:
+    """The ids a diff is fed (``prompt_ids(args, model)``) and where they came from, as the
+    report says it: ``--tokens``, ``--prompt`` or the default prompt."""
     ids, _ = prompt_ids(args, model)
     if getattr(args, "tokens", None):
         return ids, "--tokens"
@@ -121,7 +121,7 @@ def _against_dump(model: Model, args, tol: Tolerance, prompt_ids, budget: int) -
     dump = Dump(args.against)
     warnings = list(dump.warnings)
     if getattr(args, "tokens", None) or getattr(args, "prompt", None) is not None:
-        tokens, tokens_from = _given_tokens(args, model, prompt_ids)
+        tokens, tokens_from = given_tokens(args, model, prompt_ids)
         try:
             said = dump.tokens
         except FirError as e:

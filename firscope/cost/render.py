@@ -24,7 +24,9 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+def text_table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+    """Aligned columns under a header and a rule: the first ``left`` columns flush left, the
+    rest (numbers) flush right."""
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
 
     def line(r):
@@ -69,17 +71,18 @@ def render(report: CostReport, *, limit: int | None = None) -> str:
              v["bound"], _pct(v["simd_efficiency"]) if v["kind"] == "micro" else "-",
              _f(v["sectors_per_request"], ".1f"), _pct(v["coalescing_efficiency"]),
              _f(v["arithmetic_intensity"], ".2f")] for k, v in kernels.items()]
-    out += ["per kernel"] + _table(["kernel", "nodes", "pred us", "share", "bound", "SIMD eff",
-                                    "sect/req", "coalesced", "flop/B"], rows)
+    out += ["per kernel"] + text_table(["kernel", "nodes", "pred us", "share", "bound",
+                                        "SIMD eff", "sect/req", "coalesced", "flop/B"], rows)
     out.append("")
     layers = sorted(report.by_layer().items(), key=lambda kv: -1 if kv[0] is None else kv[0])
-    out += ["per layer"] + _table(["layer", "pred us"], [["-" if la is None else str(la),
-                                                        f"{us:.1f}"] for la, us in layers])
+    out += ["per layer"] + text_table(["layer", "pred us"],
+                                      [["-" if la is None else str(la), f"{us:.1f}"]
+                                       for la, us in layers])
     out.append("")
     ranked = report.ranked()
     shown = ranked if limit is None else ranked[:limit]
-    out += ["per node, ranked by predicted time"] + _table(NODE_HEADER,
-                                                           node_rows(shown, total), left=2)
+    out += ["per node, ranked by predicted time"] + text_table(NODE_HEADER,
+                                                               node_rows(shown, total), left=2)
     if len(shown) < len(ranked):
         out.append(f"  ... {len(ranked) - len(shown)} more (--top 0 shows every node)")
     out.append("")

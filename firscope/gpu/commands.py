@@ -17,10 +17,9 @@ from ..vm import wgsl
 from .device import open_device
 from .engine import GpuMachine
 from .shaders import EXT_SHADERS
+from .sol import REPEATS, beside, choose_device, predict_step, render_beside, retime_last_step
 
-SOL_NOTE = ("no speed-of-light prediction: this firscope has no device profiles "
-            "(the cost/ analysis) to predict from")
-
+SHOWN_NODES = 12  # node instances printed on the terminal (the files have all)
 
 def gpu_info(out=None) -> int:
     """``firscope gpu``: the adapter wgpu finds, its backend, driver and limits."""
@@ -74,9 +73,12 @@ def print_wgsl(args, out=None) -> int:
     return 0
 
 
-def profile_steps(model: Model, ids: list[int], n: int, *, budget=None) -> dict:
+def profile_steps(model: Model, ids: list[int], n: int, *, budget=None,
+                  repeats: int = 0) -> dict:
     """Decode ``ids`` then ``n`` greedy tokens on the GPU, every node timed. Returns the
-    numbers of the report (seconds per node instance and kernel, per token)."""
+    numbers of the report (seconds per node instance and kernel, per token); with
+    ``repeats``, also ``last_step_s``: each node's median over that many more runs of the
+    last step (the measurement the speed-of-light prediction is set beside)."""
     machine = GpuMachine(model, budget=budget) if budget else GpuMachine(model)
     machine.reset()
     runner = machine.runner
@@ -105,11 +107,12 @@ def profile_steps(model: Model, ids: list[int], n: int, *, budget=None) -> dict:
             generated.append(int(np.argmax(logits)))
             if len(generated) < n:
                 pending.append(generated[-1])
+    last = retime_last_step(machine, repeats) if repeats and fed else None
     return {"per_node": dict(per_node), "per_token": per_token, "fed": fed,
-            "generated": generated}
+            "generated": generated, "last_step_s": last}
 
 
-def _report(model: Model, gpu, data: dict) -> tuple[str, dict]:
+def _report(model: Model, gpu, data: dict, *, top: int | None = None) -> tuple[str, dict]:
     per_kernel = defaultdict(lambda: [0.0, 0])
     for node in model.nodes:
         k = per_kernel[node.target]
@@ -123,8 +126,7 @@ def _report(model: Model, gpu, data: dict) -> tuple[str, dict]:
     lines = [f"GPU profile of {model.path.name} on {gpu.name} ({gpu.backend})",
              f"timing: {timing}",
              f"{steps} steps: {1e3 * gpu_total / steps:.3f} ms GPU time per token, "
-             f"{1e3 * wall / steps:.3f} ms wall per token",
-             SOL_NOTE]
+             f"{1e3 * wall / steps:.3f} ms wall per token"]
     if gpu.is_software:
         lines.append("note: a software adapter (CPU): these times say little about a GPU")
     lines += ["", f"{'kernel / op':28} {'nodes':>5} {'ms/token':>10} {'share':>7}"]
@@ -134,28 +136,51 @@ def _report(model: Model, gpu, data: dict) -> tuple[str, dict]:
                      f"{share:7.1%}")
     as_json = {"model": str(model.path), "adapter": dict(gpu.info), "timing": timing,
                "steps": steps, "gpu_ms_per_token": 1e3 * gpu_total / steps,
-               "wall_ms_per_token": 1e3 * wall / steps, "speed_of_light": None,
+               "wall_ms_per_token": 1e3 * wall / steps, "speed_of_light": data.get("sol"),
+               "speed_of_light_error": data.get("sol_error"),
                "per_kernel_ms_per_token": {k: 1e3 * v[0] / steps for k, v in per_kernel.items()},
                "per_node_ms_per_token": {k: 1e3 * v / steps
                                          for k, v in data["per_node"].items()},
                "fed": data["fed"], "generated": data["generated"]}
+    lines.append("")
+    if data.get("sol") is not None:
+        lines += render_beside(data["sol"], top=top)
+    else:
+        lines.append(f"no speed-of-light prediction: {printable(data.get('sol_error', '?'))}")
     return "\n".join(lines), as_json
 
 
-def run_gpu_profile(source, *, n: int, out) -> int:
-    """``firscope profile --engine gpu -o DIR``: gpu-profile.txt and gpu-profile.json."""
+def add_speed_of_light(model: Model, gpu, data: dict, device, chosen_by: str) -> None:
+    """``data['sol']``: the last step's prediction beside its re-timed dispatches; a failed
+    analysis is said in ``data['sol_error']`` and the measurement is kept."""
+    if not data.get("last_step_s"):
+        data["sol_error"] = "no step was run"
+        return
+    try:
+        report = predict_step(model, device, data["fed"])
+    except FirError as e:
+        data["sol_error"] = f"the cost analysis failed: {e.message}"
+        return
+    data["sol"] = beside(data["last_step_s"], report, gpu, device, chosen_by, repeats=REPEATS)
+
+
+def run_gpu_profile(source, *, n: int, out, device: str | None = None) -> int:
+    """``firscope profile --engine gpu -o DIR [--device NAME]``: gpu-profile.txt and
+    gpu-profile.json, each dispatch's GPU time beside its speed-of-light prediction."""
     check_steps(n)
     folder = check_output_folder(out)
-    opened = source.open()
     gpu = open_device()
-    data = profile_steps(opened.model, list(opened.ids), n)
+    dev, chosen_by = choose_device(device, gpu.name)  # a typo fails before the model loads
+    opened = source.open()
+    data = profile_steps(opened.model, list(opened.ids), n, repeats=REPEATS)
+    add_speed_of_light(opened.model, gpu, data, dev, chosen_by)
     text, as_json = _report(opened.model, gpu, data)
     try:
         paths = [write_into_folder(folder, "gpu-profile.txt", text + "\n"),
                  write_into_folder(folder, "gpu-profile.json", json.dumps(as_json, indent=1))]
     except OSError as e:
         raise FirError(f"{printable(folder)}: cannot write the report: {e.strerror}") from None
-    print(text)
+    print(_report(opened.model, gpu, data, top=SHOWN_NODES)[0])
     for p in paths:
         print(f"wrote {printable(p)}")
     return 0

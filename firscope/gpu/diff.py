@@ -28,6 +28,7 @@ from ..dump import dump_key
 from ..errors import FirError
 from ..runtime import Machine, Model, PlanNode
 from ..runtime.machine import DEFAULT_BUDGET
+from ..runtime.opening import check_budget
 from ..sanitize import Tool
 from ..sanitize.runner import sanitize_run
 from .runner import GpuRunner
@@ -152,17 +153,15 @@ def explain_with_races(model: Model, tokens: list[int], report: DiffReport,
 
 def run_gpu_diff(args, *, load, prompt_ids) -> DiffReport:
     """The report behind ``firscope diff MODEL --engine gpu`` (see the module docstring)."""
-    from ..compare.command import _given_tokens, tolerance_of
+    from ..compare.command import given_tokens, tolerance_of
     if args.other is not None or args.against is not None:
         raise FirError("--engine gpu compares the GPU with the reference itself: drop "
                        "--against/B.fir, or make a dump on the GPU (firscope run --engine gpu "
                        "--dump FILE) and compare that with --against")
     tol = tolerance_of(args)
-    budget = args.budget if getattr(args, "budget", None) is not None else DEFAULT_BUDGET
-    if budget < 1:
-        raise FirError(f"--budget {budget}: must be at least 1 instruction")
+    budget = check_budget(getattr(args, "budget", None))
     model = load(args)
-    ids, tokens_from = _given_tokens(args, model, prompt_ids)
+    ids, tokens_from = given_tokens(args, model, prompt_ids)
     ref_engine = getattr(args, "reference_engine", None) or "compiled"
     isolate = not getattr(args, "chained", False)
     report = gpu_lockstep(model, list(ids), tol, isolate=isolate, engine=ref_engine,

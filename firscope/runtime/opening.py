@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # the model layer is imported when a model is opened, not bef
     from .load import Model
 
 __all__ = ["DEFAULT_PROMPT", "DEFAULT_GROUP", "RunInput", "Opened", "resolve_model",
-           "open_model", "prompt_ids", "refuse_prompt_early", "check_steps", "check_text", "check_output_folder",
+           "open_model", "prompt_ids", "refuse_prompt_early", "check_steps", "check_budget",
+           "check_text", "check_output_folder",
            "check_output_file", "write_output", "write_into_folder"]
 
 DEFAULT_PROMPT = "    if "  # the prompt when none is given (the UI shows it being completed)
@@ -122,6 +123,17 @@ def check_steps(n: int) -> int:
     if n < 0:
         raise FirError("-n must be 0 or more")
     return n
+
+
+def check_budget(budget: int | None) -> int:
+    """``--budget N`` (instructions one kernel may execute): at least 1; None (not given)
+    is the machine's default. The rule behind every ``--budget``."""
+    if budget is None:
+        from .machine import DEFAULT_BUDGET  # the machine (and NumPy) only when needed
+        return DEFAULT_BUDGET
+    if budget < 1:
+        raise FirError(f"--budget {budget}: must be at least 1 instruction")
+    return budget
 
 
 @dataclass(frozen=True)
