@@ -354,16 +354,18 @@ def run_isolated(model: Model, source, inputs: InputSource, tokens: list[int],
 
 def _judge_one(model, machine, source, inputs, node, step, ws, tol, held, comparer,
                report, name, in_step=False) -> tuple[OutputResult, ...] | None:
-    # what the arena does not hold already (none while in step: run_isolated)
-    loads = [] if in_step else inputs.loads(step, node, held)
-    if isinstance(loads, str):
-        report.not_judged.append(NotJudged(step, node.index, name, loads))
-        return None
-    expected = [(w.out, _fetcher(source, step, node, w),
-                 tol if w.dtype == "F32" else tol.for_dtype(w.dtype)) for w in ws]
     try:
-        res = judge_node(machine, node, step, loads, expected, held=held, rows=comparer,
-                         name=name)
+        if in_step:  # no input to load (run_isolated): run it as the plain diff would
+            res = _run_in_step(machine, node, step, ws, source, tol, held, comparer, name)
+        else:
+            loads = inputs.loads(step, node, held)  # what the arena does not hold already
+            if isinstance(loads, str):
+                report.not_judged.append(NotJudged(step, node.index, name, loads))
+                return None
+            expected = [(w.out, _fetcher(source, step, node, w),
+                         tol if w.dtype == "F32" else tol.for_dtype(w.dtype)) for w in ws]
+            res = judge_node(machine, node, step, loads, expected, held=held, rows=comparer,
+                             name=name)
     except OtherRunFailed:  # the other model faulted: the diff ends there (run_lockstep)
         raise
     except FirError as e:
@@ -380,8 +382,29 @@ def _judge_one(model, machine, source, inputs, node, step, ws, tol, held, compar
     if report.lane_lookups > 0 and node.kind == "micro" and any(r.diff.diverged for r in res):
         report.lane_lookups -= 1
         every = inputs.loads(step, node)  # all of them: the node's run may have changed some
-        res = _with_writers(machine, node, every if isinstance(every, list) else loads, res)
+        res = _with_writers(machine, node, every if isinstance(every, list) else [], res)
     return res
+
+
+def _run_in_step(machine, node, step, ws, source, tol, held, comparer,
+                 name) -> tuple[OutputResult, ...]:
+    """:func:`judge_node` with nothing to load, each expected value read after the run."""
+    for o in node.outs:
+        if o.region is not None:
+            held.pop(o.region.base, None)
+    machine.run_node(node)
+    arena = machine.arena
+    micro = node.kind == "micro"
+    out = []
+    for w in ws:
+        o = node.outs[w.out]
+        t = tol if w.dtype == "F32" else tol.for_dtype(w.dtype)
+        r = o.region
+        ref, other = arena[r.base: r.base + r.size], source.value(step, node, w)
+        diff = compare_arrays(ref, other, t) if comparer is None else \
+            comparer.compare(step, node, w.out, ref, other, t)
+        out.append(OutputResult(step, node.index, name, o.name, o.display, micro, diff))
+    return tuple(out)
 
 
 def _with_writers(machine: Machine, node: PlanNode, loads: list[Load],
