@@ -336,9 +336,11 @@ def run_isolated(model: Model, source, inputs: InputSource, tokens: list[int],
                 in_step = False
                 taint.wrote(node, origin)
                 continue
-            if in_step and (len(ws) != outs[node.index] or not all(r.diff.exact for r in res)):
-                in_step = False
             report.results.extend(res)
+            if in_step:
+                if len(ws) == outs[node.index] and all(r.diff.exact for r in res):
+                    continue  # nothing is wrong upstream yet: no taint to carry
+                in_step = False
             if any(r.diff.diverged for r in res):
                 taint.wrote(node, f"{names[node.index]} at step {step}")
             else:
