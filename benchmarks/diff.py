@@ -1,6 +1,7 @@
 """What ``firscope diff`` costs against a plain run of the reference (issue 13).
 
     python benchmarks/diff.py [--steps 64] [--rounds 5] [--no-noisy] [--blas-threads 1]
+                              [--threads 1] [--jobs plain,self,isolate]
 
 On the GPT-2 small random checkpoint that benchmarks/decode.py makes in
 ~/.cache/firscope-bench (outside the repo), with ``--steps`` random tokens:
@@ -182,6 +183,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-noisy", action="store_true", help="skip the noisy copy (saves 5 GB)")
     ap.add_argument("--blas-threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="FIRSCOPE_THREADS per job (0: adapt to the load, model/threads)")
+    ap.add_argument("--jobs", help="only these jobs, comma-separated (plain is always run: "
+                    "the ratios are to it)")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     ap.add_argument("--dump", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -199,12 +204,21 @@ def main() -> int:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in load_before)}; "
           f"{os.cpu_count()} cpus; MemAvailable {free_memory_gb():.1f} GB")
     jobs = ["plain"] + list(dumps)
+    if args.jobs:
+        only = set(args.jobs.split(","))
+        unknown = only - set(jobs)
+        if unknown:
+            ap.error(f"unknown job(s) {', '.join(sorted(unknown))}: {', '.join(jobs)}")
+        jobs = ["plain"] + [j for j in jobs[1:] if j in only]
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.blas_threads),
                OMP_NUM_THREADS=str(args.blas_threads))
     print(f"BLAS threads per job: {args.blas_threads} (spinning BLAS threads on a shared "
           "machine distort both runs alike; 0 = the library default)")
     if args.blas_threads == 0:
         env = dict(os.environ)
+    if args.threads:  # adapting jobs pick 1 or 2 threads by the moment's load, and waiting
+        env["FIRSCOPE_THREADS"] = str(args.threads)  # workers' CPU time skews the ratios
+    print(f"kernel threads per job: {args.threads or 'adapted to the load'}")
     runs: dict[str, list[dict]] = {j: [] for j in jobs}
     for r in range(args.rounds):
         for j in jobs[r % len(jobs):] + jobs[:r % len(jobs)]:

@@ -72,8 +72,10 @@ class Load:
 
 
 class InputSource(Protocol):
-    def loads(self, step: int, node: PlanNode) -> list[Load] | str:
-        """The regions to fill for ``node`` at ``step``, or why the other side lacks them."""
+    def loads(self, step: int, node: PlanNode,
+              held: dict[int, object] | None = None) -> list[Load] | str:
+        """The regions to fill for ``node`` at ``step``, or why the other side lacks them;
+        those ``held`` already says the arena holds (by tag) may be left out."""
 
 
 def input_regions(model: Model, node: PlanNode,
@@ -154,17 +156,23 @@ class DumpInputs:
             self._plans[key] = plan
         return plan
 
-    def loads(self, step: int, node: PlanNode) -> list[Load] | str:
+    def loads(self, step: int, node: PlanNode,
+              held: dict[int, object] | None = None) -> list[Load] | str:
+        """``held``: region base -> the tag the arena holds there; a region already holding
+        its value is left out (judge_node would skip it)."""
         out = []
+        keys = self.keys
         for r, needed, (back, wnode, wout) in self._plan(step, node):
             at = (step - back, wnode, wout)
-            w = self.keys.get(at)
+            w = keys.get(at)
             if w is None:
                 if not needed:
                     continue
                 writer = self.model.nodes[wnode]
                 return (f"the dump has no {writer.outs[wout].name} of {writer.full_name} at "
                         f"step {at[0]} (an input)")
+            if held is not None and held.get(r.base) == w.key:
+                continue  # the arena holds it: no Load, no fetcher made
             out.append(Load(r, w.key, _fetcher(self.source, at[0], self.model.nodes[wnode], w)))
         return out
 
@@ -192,7 +200,8 @@ class ModelInputs:
                 if o.region is not None:
                     self.names[o.region.base] = o.display
 
-    def loads(self, step: int, node: PlanNode) -> list[Load] | str:
+    def loads(self, step: int, node: PlanNode,
+              held: dict[int, object] | None = None) -> list[Load] | str:
         j = self.source.index.get(node.full_name)
         if j is None:
             return f"{node.full_name} is not in {self.source.other.path.name}"
@@ -219,7 +228,8 @@ def _model_fetcher(source, step, j, region):
 def judge_node(machine: Machine, node: PlanNode, step: int, loads: Iterable[Load],
                expected: Sequence[tuple[int, object, Tolerance]], *,
                held: dict[int, object] | None = None,
-               rows: RowComparer | None = None) -> tuple[OutputResult, ...]:
+               rows: RowComparer | None = None,
+               name: str | None = None) -> tuple[OutputResult, ...]:
     """Fill ``loads`` into ``machine``'s arena, run ``node`` once, and compare its outputs
     ``node.outs[i]`` with the given values (``expected``: (i, values, tolerance); values
     may be a function giving them, called after the node ran).
@@ -227,32 +237,32 @@ def judge_node(machine: Machine, node: PlanNode, step: int, loads: Iterable[Load
     ``held``: region base -> the tag of the value the arena holds there: a load whose tag
     is held is not copied again; loaded regions are noted, the node's outputs forgotten
     (the caller notes an output that compared bit for bit under its expected value's tag).
-    ``rows``: compare KV caches by rows (compare/rows). A FirError from the run
-    propagates."""
-    model = machine.model
+    ``rows``: compare KV caches by rows (compare/rows). ``name``: the node's instance name
+    when the caller has it. A FirError from the run propagates."""
     arena = machine.arena
     held = {} if held is None else held
     for ld in loads:
-        if ld.tag is not None and held.get(ld.region.base) == ld.tag:
+        base = ld.region.base
+        if ld.tag is not None and held.get(base) == ld.tag:
             continue
-        values = np.asarray(ld.fetch(), dtype=np.float32).reshape(-1)
-        arena[ld.region.base: ld.region.stop] = values
-        held[ld.region.base] = ld.tag
+        arena[base: ld.region.stop] = np.asarray(ld.fetch(), dtype=np.float32).reshape(-1)
+        held[base] = ld.tag
     for o in node.outs:
         if o.region is not None:
             held.pop(o.region.base, None)
     machine.run_node(node)
+    name = node.full_name if name is None else name
+    micro = node.kind == "micro"
     out = []
     for i, values, tol in expected:
         o = node.outs[i]
         if callable(values):
             values = values()
-        if rows is not None:
-            diff = rows.compare(step, node, i, model.view(o.region), values, tol)
-        else:
-            diff = compare_arrays(model.view(o.region), values, tol)
-        out.append(OutputResult(step, node.index, node.full_name, o.name, o.display,
-                                node.kind == "micro", diff))
+        r = o.region
+        ref = arena[r.base: r.base + r.size]
+        diff = compare_arrays(ref, values, tol) if rows is None else \
+            rows.compare(step, node, i, ref, values, tol)
+        out.append(OutputResult(step, node.index, name, o.name, o.display, micro, diff))
     return tuple(out)
 
 
@@ -267,10 +277,14 @@ class _Taint:
         self._reads = {n.index: input_regions(model, n, buffers)[0] for n in model.nodes}
 
     def origin(self, node: PlanNode) -> str | None:
+        if not self.by_base:  # nothing wrong upstream yet (the common case): no lookups
+            return None
         return next((self.by_base[r.base] for r in self._reads[node.index]
                      if r.base in self.by_base), None)
 
     def wrote(self, node: PlanNode, origin: str | None) -> None:
+        if origin is None and not self.by_base:
+            return
         for o in node.outs:
             if o.region is None:
                 continue
@@ -298,6 +312,12 @@ def run_isolated(model: Model, source, inputs: InputSource, tokens: list[int],
     held: dict[int, object] = {}
     taint = _Taint(model)
     comparer = RowComparer(model, len(tokens)) if rows else None
+    names = {n.index: n.full_name for n in model.nodes}  # built once, not per output
+    outs = {n.index: sum(o.region is not None for o in n.outs) for n in model.nodes}
+    # In step: every node so far had all its outputs in the dump and each compared bit for
+    # bit, so the arena holds the dump's value of every buffer written so far (``held`` says
+    # so of each) and no input needs loading: loads() is not asked (it would return none).
+    in_step = isinstance(inputs, DumpInputs)
     t0 = time.perf_counter()
     for step, token in enumerate(tokens):
         machine.begin_token(token)
@@ -307,16 +327,22 @@ def run_isolated(model: Model, source, inputs: InputSource, tokens: list[int],
             origin = taint.origin(node)
             ws = wanted.get(node.index, ())
             if not ws:
+                in_step = False
                 taint.wrote(node, origin)
                 continue
             res = _judge_one(model, machine, source, inputs, node, step, ws, tol, held,
-                             comparer, report)
+                             comparer, report, names[node.index], in_step)
             if res is None:
+                in_step = False
                 taint.wrote(node, origin)
                 continue
             report.results.extend(res)
+            if in_step:
+                if len(ws) == outs[node.index] and all(r.diff.exact for r in res):
+                    continue  # nothing is wrong upstream yet: no taint to carry
+                in_step = False
             if any(r.diff.diverged for r in res):
-                taint.wrote(node, f"{node.full_name} at step {step}")
+                taint.wrote(node, f"{names[node.index]} at step {step}")
             else:
                 if origin is not None:
                     report.inherited[(step, node.index)] = origin
@@ -329,19 +355,23 @@ def run_isolated(model: Model, source, inputs: InputSource, tokens: list[int],
 
 
 def _judge_one(model, machine, source, inputs, node, step, ws, tol, held, comparer,
-               report) -> tuple[OutputResult, ...] | None:
-    loads = inputs.loads(step, node)
-    if isinstance(loads, str):
-        report.not_judged.append(NotJudged(step, node.index, node.full_name, loads))
-        return None
-    expected = [(w.out, _fetcher(source, step, node, w),
-                 tol if w.dtype == "F32" else tol.for_dtype(w.dtype)) for w in ws]
+               report, name, in_step=False) -> tuple[OutputResult, ...] | None:
     try:
-        res = judge_node(machine, node, step, loads, expected, held=held, rows=comparer)
+        if in_step:  # no input to load (run_isolated): run it as the plain diff would
+            res = _run_in_step(machine, node, step, ws, source, tol, held, comparer, name)
+        else:
+            loads = inputs.loads(step, node, held)  # what the arena does not hold already
+            if isinstance(loads, str):
+                report.not_judged.append(NotJudged(step, node.index, name, loads))
+                return None
+            expected = [(w.out, _fetcher(source, step, node, w),
+                         tol if w.dtype == "F32" else tol.for_dtype(w.dtype)) for w in ws]
+            res = judge_node(machine, node, step, loads, expected, held=held, rows=comparer,
+                             name=name)
     except OtherRunFailed:  # the other model faulted: the diff ends there (run_lockstep)
         raise
     except FirError as e:
-        report.not_judged.append(NotJudged(step, node.index, node.full_name,
+        report.not_judged.append(NotJudged(step, node.index, name,
                                            f"the reference faulted on the other run's "
                                            f"inputs: {e.message}"))
         for o in node.outs:
@@ -353,8 +383,30 @@ def _judge_one(model, machine, source, inputs, node, step, ws, tol, held, compar
             held[node.outs[w.out].region.base] = w.key
     if report.lane_lookups > 0 and node.kind == "micro" and any(r.diff.diverged for r in res):
         report.lane_lookups -= 1
-        res = _with_writers(machine, node, loads, res)
+        every = inputs.loads(step, node)  # all of them: the node's run may have changed some
+        res = _with_writers(machine, node, every if isinstance(every, list) else [], res)
     return res
+
+
+def _run_in_step(machine, node, step, ws, source, tol, held, comparer,
+                 name) -> tuple[OutputResult, ...]:
+    """:func:`judge_node` with nothing to load, each expected value read after the run."""
+    for o in node.outs:
+        if o.region is not None:
+            held.pop(o.region.base, None)
+    machine.run_node(node)
+    arena = machine.arena
+    micro = node.kind == "micro"
+    out = []
+    for w in ws:
+        o = node.outs[w.out]
+        t = tol if w.dtype == "F32" else tol.for_dtype(w.dtype)
+        r = o.region
+        ref, other = arena[r.base: r.base + r.size], source.value(step, node, w)
+        diff = compare_arrays(ref, other, t) if comparer is None else \
+            comparer.compare(step, node, w.out, ref, other, t)
+        out.append(OutputResult(step, node.index, name, o.name, o.display, micro, diff))
+    return tuple(out)
 
 
 def _with_writers(machine: Machine, node: PlanNode, loads: list[Load],

@@ -12,6 +12,7 @@ only as short, escaped names (:func:`shown`), never as raw text.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,7 @@ class SafetensorsFile:
                 raise FirError(f"{path}: tensor '{shown(name)}' has unsupported dtype {what}")
             if any(d < 0 for d in shape):
                 raise FirError(f"{path}: tensor '{shown(name)}' has a negative dimension {shape}")
-            count = int(np.prod(shape, dtype=object)) if shape else 1
+            count = math.prod(shape)  # exact Python ints (np.prod cost 10 us a tensor)
             want = count * _DTYPES[dtype][1]
             if not 0 <= begin <= end or end - begin != want:
                 raise FirError(f"{path}: corrupt safetensors entry for tensor '{shown(name)}': "
