@@ -198,7 +198,7 @@ lanes_q4_rows, lanes_q4_row = _lanes_q4(ROWS), _lanes_q4(1)
 # Rows without a tail (columns a multiple of 32): the tree in vector registers, the
 # result straight into y (no partial sums through memory, no call per row).
 dot_f32_rows, dot_f32_row = _lanes_f32(ROWS, True), _lanes_f32(1, True)
-dot_q4_rows, dot_q4_row = _lanes_q4(ROWS, True), _lanes_q4(1, True)
+dot_q4_row = _lanes_q4(1, True)
 
 
 @intrinsic
