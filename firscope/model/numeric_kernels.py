@@ -3,16 +3,20 @@
 Imported on first use (it imports numba). Nothing here is compiled with
 ``fastmath``: LLVM may then neither reassociate a sum nor fuse a multiply and
 an add on its own, so the code means the same on every target; the dot
-products' fused multiply-adds are written as such (``llvm.fma``, one rounding:
-the FMA instruction, or libm's correctly rounded ``fmaf`` on a target without). What makes the dot
-products fast anyway is that the 32 partial sums are written as one LLVM
-vector ``<32 x float>`` (``lanes_f32_rows``, ``lanes_q4_rows``): element-wise vector
-arithmetic has one meaning whatever width the machine splits it into (two
-AVX-512 registers, four AVX2, eight SSE or NEON ones), so the vectorizing is
-done here and not left to a loop vectorizer that would need ``reassoc``.
-ROWS rows go through the loop together: one row's sums are a chain of
-dependent additions (one per 32 columns), and independent rows' chains
-overlap, so the kernel is not bound by the latency of an addition.
+products' fused multiply-adds are written as such (``llvm.fma``, one
+rounding: the FMA instruction, or libm's correctly rounded ``fmaf`` on a
+target without one). What makes the dot products fast anyway is that the 32
+partial sums are written as one LLVM vector ``<32 x float>``
+(``lanes_f32_rows``, ``lanes_q4_rows``): element-wise vector arithmetic has
+one meaning whatever width the machine splits it into (two AVX-512
+registers, four AVX2, eight SSE or NEON ones), so the vectorizing is done
+here and not left to a loop vectorizer that would need ``reassoc``. The
+``dot_*`` variants (rows whose columns are a multiple of 32) add the fixed
+tree in registers and store the row's result. ROWS rows can go through the
+loop together: one row's sums are a chain of dependent additions (one per
+32 columns), and independent rows' chains overlap (the f32 kernels do; the
+q4 ones, whose weights stream from memory in a decode, run one row at a
+time, which streams better: see q4_kernels.q4_rows32).
 """
 from __future__ import annotations
 
