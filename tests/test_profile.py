@@ -34,6 +34,7 @@ STEPS = len(PROMPT) + N - 1
 # -- independent references ------------------------------------------------------------------
 def q4_reference(w: np.ndarray, group: int = 32):
     """The .fir Q4 formula on an [out, in] f32 matrix: (dequantized, scale, min) per group."""
+    from firscope.model.numerics import fma_f32_numpy
     rows, cols = w.shape
     assert cols % group == 0
     g = w.reshape(rows, cols // group, group)
@@ -42,7 +43,7 @@ def q4_reference(w: np.ndarray, group: int = 32):
     scale = ((hi - lo) / np.float32(15)).astype(np.float32)
     scale[scale == 0] = 1
     q = np.clip(np.rint((g - lo).astype(np.float64) / scale), 0, 15).astype(np.float32)
-    deq = (q * scale + lo).astype(np.float32).reshape(rows, cols)
+    deq = fma_f32_numpy(q, scale, lo).reshape(rows, cols)  # q * scale + lo, rounded once
     return deq, scale[..., 0], lo[..., 0]
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from conftest import REPO
 from firscope.model.numerics import (EXP_MAX, EXP_MIN, dot_f32_numpy, exp_f32_numpy,
-                                     sigmoid_f32_numpy)
+                                     fma_f32_numpy, sigmoid_f32_numpy)
 from firscope.model.q4 import quantize
 from firscope.runtime.gemv import f32_matvec
 from firscope.vm.opcodes import exp_f32, sigmoid_f32
@@ -78,6 +78,42 @@ def test_exp_and_sigmoid_are_correctly_rounded_but_for_rare_ties():
     assert sigmoid_f32(np.array([-np.inf, np.inf], np.float32)).tolist() == [0.0, 1.0]
 
 
+def test_fma_is_rounded_once_in_numpy_and_in_the_kernels():
+    """fma_f32_numpy is IEEE fusedMultiplyAdd: where rounding a*b + c in f64 and then to f32
+    rounds twice (an f64 sum landing on an f32 midpoint), it still gives the correctly
+    rounded f32; and the kernels' fma (llvm.fma) gives the same bits on random, cancelling
+    and special inputs."""
+    from firscope.model.numeric_kernels import fma32
+    from numba import njit
+
+    @njit
+    def fma_loop(a, b, c, out):
+        for i in range(a.size):
+            out[i] = fma32(a[i], b[i], c[i])
+
+    # 1 + 2^-23 + (2^-24 - 2^-60): f64 rounds to the midpoint 1 + 2^-23 + 2^-24, ties to
+    # even would then give 1 + 2^-22; the exact value is below the midpoint: 1 + 2^-23
+    a = np.array([1 + 2**-18, -(1 + 2**-18)], np.float32)
+    b = np.array([2**-24 * (1 - 2**-18)] * 2, np.float32)
+    c = np.array([1 + 2**-23, -(1 + 2**-23)], np.float32)
+    assert fma_f32_numpy(a, b, c).tolist() == [1 + 2**-23, -(1 + 2**-23)]
+    assert (a.astype(np.float64) * b + c).astype(np.float32).tolist() != [1 + 2**-23, -(1 + 2**-23)]
+    rng = np.random.default_rng(11)
+    n = 200_000
+    a = rng.standard_normal(n).astype(np.float32)
+    b = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+    c = (-(a.astype(np.float64) * b) * (1 + rng.standard_normal(n) * 1e-7)).astype(np.float32)
+    c[::3] = rng.standard_normal(c[::3].size).astype(np.float32)
+    sp = np.array([0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 1e-45, 1.0], np.float32)
+    grid = [g.ravel() for g in np.meshgrid(sp, sp, sp)]
+    a, b, c = (np.concatenate([v, g]) for v, g in zip((a, b, c), grid))
+    got = np.empty(a.size, np.float32)
+    fma_loop(a, b, c, got)
+    want = fma_f32_numpy(a, b, c)
+    same = (bits(got) == bits(want)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), (a[~same][:3], b[~same][:3], c[~same][:3])
+
+
 SHAPES = [(1, 1), (5, 7), (3, 32), (4, 33), (37, 47), (9, 64), (300, 131), (700, 768),
           (2, 3072)]
 
@@ -90,10 +126,11 @@ def test_f32_matvec_is_the_defined_sum(shape):
     y = np.empty(shape[0], dtype=np.float32)
     f32_matvec(w, x, y)
     assert np.array_equal(bits(y), bits(dot_f32_numpy(w, x)))
-    # the definition is the written order, not just any order: sum i mod 32, then the tree
+    # the definition is the written order, not just any order: sum i mod 32 by fused
+    # multiply-adds, then the tree
     s = np.zeros((shape[0], 32), np.float32)
     for i in range(shape[1]):
-        s[:, i % 32] += w[:, i] * x[i]
+        s[:, i % 32] = fma_f32_numpy(w[:, i], x[i], s[:, i % 32])
     for h in (16, 8, 4, 2, 1):
         s[:, :h] = s[:, :h] + s[:, h: 2 * h]
     assert np.array_equal(bits(y), bits(s[:, 0]))
@@ -103,7 +140,7 @@ def test_f32_matvec_is_the_defined_sum(shape):
 @pytest.mark.parametrize("group", [32, 48, 7])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_q4_matvec_is_the_f32_sum_of_the_dequantized_weights(shape, group, parallel):
-    """Packed and dequantized paths are one computation: q * scale + min (no FMA), then the
+    """Packed and dequantized paths are one computation: fma(q, scale, min), then the
     defined f32 sum."""
     rng = np.random.default_rng(shape[0] * 7 + shape[1] + group)
     q = quantize(rng.standard_normal(shape).astype(np.float32), group)

@@ -2,15 +2,21 @@
 
 Imported on first use (it imports numba). Nothing here is compiled with
 ``fastmath``: LLVM may then neither reassociate a sum nor fuse a multiply and
-an add, so the code means the same on every target. What makes the dot
-products fast anyway is that the 32 partial sums are written as one LLVM
-vector ``<32 x float>`` (``lanes_f32_rows``, ``lanes_q4_rows``): element-wise vector
-arithmetic has one meaning whatever width the machine splits it into (two
-AVX-512 registers, four AVX2, eight SSE or NEON ones), so the vectorizing is
-done here and not left to a loop vectorizer that would need ``reassoc``.
-ROWS rows go through the loop together: one row's sums are a chain of
-dependent additions (one per 32 columns), and independent rows' chains
-overlap, so the kernel is not bound by the latency of an addition.
+an add on its own, so the code means the same on every target; the dot
+products' fused multiply-adds are written as such (``llvm.fma``, one
+rounding: the FMA instruction, or libm's correctly rounded ``fmaf`` on a
+target without one). What makes the dot products fast anyway is that the 32
+partial sums are written as one LLVM vector ``<32 x float>``
+(``lanes_f32_rows``, ``lanes_q4_rows``): element-wise vector arithmetic has
+one meaning whatever width the machine splits it into (two AVX-512
+registers, four AVX2, eight SSE or NEON ones), so the vectorizing is done
+here and not left to a loop vectorizer that would need ``reassoc``. The
+``dot_*`` variants (rows whose columns are a multiple of 32) add the fixed
+tree in registers and store the row's result. ROWS rows can go through the
+loop together: one row's sums are a chain of dependent additions (one per
+32 columns), and independent rows' chains overlap (the f32 kernels do; the
+q4 ones, whose weights stream from memory in a decode, run one row at a
+time, which streams better: see q4_kernels.q4_rows32).
 """
 from __future__ import annotations
 
@@ -63,16 +69,53 @@ def _splat(builder, value, n):
                                   ir.Constant(ir.VectorType(ir.IntType(32), n), [0] * n))
 
 
+def _fma(builder, a, b, c):
+    """LLVM's ``llvm.fma`` of three values of one f32 or f32-vector type."""
+    ty = a.type
+    suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty] * 3),
+                                        f"llvm.fma.{suffix}")
+    return builder.call(fn, [a, b, c])
+
+
+def _fold_vector(builder, v):
+    """The fixed tree of fold_lanes on a <32 x float> value: for h = 16, 8, 4, 2, 1 the
+    first h lanes plus the next h (one vector add per level); returns lane 0."""
+    n = LANES
+    while n > 1:
+        h = n // 2
+        undef = ir.Constant(v.type, ir.Undefined)
+        lo = builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), h),
+                                                          list(range(h))))
+        hi = builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), h),
+                                                          list(range(h, 2 * h))))
+        v, n = builder.fadd(lo, hi), h
+    return builder.extract_element(v, ir.Constant(_I64, 0))
+
+
+def _store_lanes(context, builder, t_out, out, r0v, k, value, fold):
+    """Row k's 32 partial sums ``value``: into row k of ``out`` [>= rows, 32], or, with
+    ``fold``, summed by the fixed tree into ``out[r0 + k]`` (``out`` 1-D: the result)."""
+    if fold:
+        data = context.make_array(t_out)(context, builder, out).data
+        ptr = builder.gep(data, [builder.add(r0v, ir.Constant(_I64, k))])
+        builder.store(_fold_vector(builder, value), ptr)
+        return
+    row = _row_data(context, builder, t_out, out, ir.Constant(_I64, k))
+    builder.store(value, builder.bitcast(row, value.type.as_pointer()), align=1)
+
+
 def _c_layout(*arrays) -> bool:
     return all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
 
 
-def _lanes_f32(rows: int):
+def _lanes_f32(rows: int, fold: bool = False):
     @intrinsic
     def lanes(typingctx, acc, w, x, r0, blocks):
         """acc[k, j] = sum over b < blocks, in increasing b, of w[r0 + k, 32b + j] *
-        x[32b + j] for k < rows (f32 products and sums, from +0.0). C-contiguous arrays:
-        acc [>= rows, 32], w [.., n], x [n]."""
+        x[32b + j] for k < rows (each step one fused multiply-add, from +0.0). C-contiguous
+        arrays: acc [>= rows, 32], w [.., n], x [n]. With ``fold`` (rows of exactly
+        ``blocks`` blocks), acc is y [..] and gets y[r0 + k] = the tree of those sums."""
         if not _c_layout(acc, w, x):
             return None
         sig = types.void(acc, w, x, r0, blocks)
@@ -91,24 +134,24 @@ def _lanes_f32(rows: int):
                 off = builder.mul(loop.index, ir.Constant(_I64, LANES))
                 xv = _vector_at(builder, px, off, vec)
                 for k in range(rows):  # independent sums: their latencies overlap
-                    prod = builder.fmul(_vector_at(builder, wrow[k], off, vec), xv)
-                    builder.store(builder.fadd(builder.load(accs[k]), prod), accs[k])
+                    wv = _vector_at(builder, wrow[k], off, vec)
+                    builder.store(_fma(builder, wv, xv, builder.load(accs[k])), accs[k])
             for k in range(rows):
-                out = _row_data(context, builder, t_acc, args[0], ir.Constant(_I64, k))
-                builder.store(builder.load(accs[k]), builder.bitcast(out, vec.as_pointer()),
-                              align=1)
+                _store_lanes(context, builder, t_acc, args[0], r0v, k, builder.load(accs[k]),
+                             fold)
             return context.get_dummy_value()
         return sig, codegen
     return lanes
 
 
-def _lanes_q4(rows: int):
+def _lanes_q4(rows: int, fold: bool = False):
     @intrinsic
     def lanes(typingctx, acc, packed, scale, minimum, xe, xo, r0, blocks):
         """The same for q4 rows of group 32 from their packed codes: block b is bytes
         16b..16b+15 of a row (columns 32b..32b+31, group b); byte 16b+i holds column
         32b+2i (low nibble, x in xe[16b+i]) and 32b+2i+1 (high nibble, xo[16b+i]). Each
-        weight is dequantized as q * scale + min (f32 product, then f32 sum) first."""
+        weight is dequantized as fma(q, scale, min) first, then fma(w, x, acc). ``fold``:
+        as in _lanes_f32."""
         if not _c_layout(acc, packed, scale, minimum, xe, xo):
             return None
         sig = types.void(acc, packed, scale, minimum, xe, xo, r0, blocks)
@@ -141,17 +184,14 @@ def _lanes_q4(rows: int):
                     hi = builder.sitofp(builder.lshr(codes, ir.Constant(vec32, [4] * half)), vec)
                     s = _splat(builder, builder.load(builder.gep(psc[k], [g])), half)
                     m = _splat(builder, builder.load(builder.gep(pmn[k], [g])), half)
-                    pe = builder.fmul(builder.fadd(builder.fmul(lo, s), m), xev)
-                    po = builder.fmul(builder.fadd(builder.fmul(hi, s), m), xov)
-                    builder.store(builder.fadd(builder.load(acce[k]), pe), acce[k])
-                    builder.store(builder.fadd(builder.load(acco[k]), po), acco[k])
+                    we, wo = _fma(builder, lo, s, m), _fma(builder, hi, s, m)
+                    builder.store(_fma(builder, we, xev, builder.load(acce[k])), acce[k])
+                    builder.store(_fma(builder, wo, xov, builder.load(acco[k])), acco[k])
             order = [j // 2 + (j % 2) * half for j in range(LANES)]  # e0 o0 e1 o1 ...
             mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), order)
-            vec16 = ir.VectorType(_F32, LANES)
             for k in range(rows):
-                lanes16 = builder.shuffle_vector(builder.load(acce[k]), builder.load(acco[k]), mask)
-                out = _row_data(context, builder, t[0], args[0], ir.Constant(_I64, k))
-                builder.store(lanes16, builder.bitcast(out, vec16.as_pointer()), align=1)
+                lanes32 = builder.shuffle_vector(builder.load(acce[k]), builder.load(acco[k]), mask)
+                _store_lanes(context, builder, t[0], args[0], r0v, k, lanes32, fold)
             return context.get_dummy_value()
         return sig, codegen
     return lanes
@@ -159,6 +199,24 @@ def _lanes_q4(rows: int):
 
 lanes_f32_rows, lanes_f32_row = _lanes_f32(ROWS), _lanes_f32(1)
 lanes_q4_rows, lanes_q4_row = _lanes_q4(ROWS), _lanes_q4(1)
+# Rows without a tail (columns a multiple of 32): the tree in vector registers, the
+# result straight into y (no partial sums through memory, no call per row).
+dot_f32_rows, dot_f32_row = _lanes_f32(ROWS, True), _lanes_f32(1, True)
+dot_q4_row = _lanes_q4(1, True)
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """fma(a, b, c) of three f32: a * b + c rounded once (LLVM's ``llvm.fma``: the
+    machine's FMA instruction where it has one, libm's correctly rounded ``fmaf``
+    where it has none; never the two roundings of a multiply and an add)."""
+    if not all(t == types.float32 for t in (a, b, c)):
+        return None
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return _fma(builder, *args)
+    return sig, codegen
 
 
 @intrinsic
@@ -173,7 +231,7 @@ def pow2(typingctx, k):
     return sig, codegen
 
 
-@njit(**_OPTS)
+@njit(**_INLINE)  # once per row: a call cost as much as the fold
 def fold_lanes(s):  # pragma: no cover - compiled
     """s[j] += s[j + h] for h = 8, 4, 2, 1 (j < h); returns s[0]."""
     h = LANES

@@ -6,17 +6,20 @@ every CPU whatever its vector width, FMA or libm (docs/reference-numerics.md
 says it for a reader). This module is the NumPy statement of each definition;
 :mod:`.numeric_kernels` is the numba one the kernels run, and the tests hold
 the two equal bit for bit. Only IEEE-754 basic operations (+ - * /, sqrt,
-conversions, all correctly rounded), ``rint`` and ``ldexp`` (both exact) are
-used: no libm transcendental, no fused multiply-add, no reassociation.
+conversions, fused multiply-add, all correctly rounded), ``rint`` and ``ldexp``
+(both exact) are used: no libm transcendental, no reassociation.
 
 Dot products (``fir.linear``, ``fir.linear_t``, on f32 and q4 weights):
 ``LANES`` = 32 partial sums; element ``i`` of a row is added, in increasing
-``i``, to partial sum ``i mod 32`` (each product ``w[i] * x[i]`` rounded to
-f32, then the sum rounded to f32; partial sums start at +0.0). Then a fixed
-tree: ``s[j] += s[j + h]`` for h = 16, 8, 4, 2, 1 (j < h); the result is
-``s[0]``. A q4 weight is first dequantized to f32 as ``q * scale + min`` (a
-rounded product, then a rounded sum), so the packed path and the dequantized
-path are one computation.
+``i``, to partial sum ``i mod 32`` by one fused multiply-add,
+``s = fma(w[i], x[i], s)`` (the exact ``w[i] * x[i] + s`` rounded once to f32;
+partial sums start at +0.0). Then a fixed tree: ``s[j] += s[j + h]`` for
+h = 16, 8, 4, 2, 1 (j < h); the result is ``s[0]``. A q4 weight is first
+dequantized to f32 as ``fma(q, scale, min)`` (rounded once), so the packed path
+and the dequantized path are one computation. ``fma`` is IEEE-754's
+fusedMultiplyAdd: one value on every machine (the kernels use the FMA
+instruction, or libm's correctly rounded ``fmaf`` where there is none;
+:func:`fma_f32_numpy` is its exact NumPy statement).
 
 ``exp(x)`` and ``sigmoid(x)`` are computed in float64 by the algorithm below
 and rounded once to f32: the f64 value is within about 2^-51 of the true one,
@@ -92,6 +95,29 @@ def sigmoid_f32_numpy(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def fma_f32_numpy(a, b, c) -> np.ndarray:
+    """IEEE fusedMultiplyAdd of f32 arrays (broadcast): ``a * b + c`` rounded once to f32.
+
+    In f64 the product of two f32 is exact (48 bits), but ``f32(f64(a b) + f64(c))``
+    would round twice. So the f64 sum is made round-to-odd first: its exact error
+    comes from Knuth's TwoSum, and where the sum is inexact and its last bit is even it
+    moves one f64 ULP towards the exact value. An f64 (53 bits) rounded to odd then
+    rounded to f32 (24 bits, >= 2 bits fewer) is the correctly rounded f32 of the exact
+    value (Boldo and Melquiond), subnormal and overflowing results included."""
+    a = np.asarray(a, dtype=np.float32).astype(np.float64)
+    b = np.asarray(b, dtype=np.float32).astype(np.float64)
+    c = np.asarray(c, dtype=np.float32).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = a * b  # exact
+        s = p + c
+        bp = s - p
+        err = (p - (s - bp)) + (c - bp)  # s + err == p + c exactly (s finite)
+        even = (s.view(np.int64) & 1) == 0
+        fix = np.isfinite(s) & (err != 0) & even
+        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return s.astype(np.float32)
+
+
 def fold_lanes_numpy(s: np.ndarray) -> np.ndarray:
     """[..., 32] partial sums -> [...]: s[j] + s[j + h] for h = 16, 8, 4, 2, 1."""
     h = LANES
@@ -111,5 +137,5 @@ def dot_f32_numpy(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         for i0 in range(0, n, LANES):
             k = min(LANES, n - i0)
-            s[:, :k] += w[:, i0: i0 + k] * x[i0: i0 + k]
+            s[:, :k] = fma_f32_numpy(w[:, i0: i0 + k], x[i0: i0 + k], s[:, :k])
         return fold_lanes_numpy(s)

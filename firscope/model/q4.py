@@ -153,7 +153,8 @@ class Q4Matrix:
         if ng * g != self.cols:
             codes = np.pad(codes, ((0, 0), (0, ng * g - self.cols)))
         q = codes.reshape(self.rows, ng, g).astype(np.float32)
-        deq = q * self.scale[:, :, None] + self.minimum[:, :, None]
+        from .numerics import fma_f32_numpy
+        deq = fma_f32_numpy(q, self.scale[:, :, None], self.minimum[:, :, None])
         return np.ascontiguousarray(deq.reshape(self.rows, ng * g)[:, : self.cols])
 
 
