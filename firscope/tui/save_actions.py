@@ -60,8 +60,8 @@ class SaveActions:
             self.submit(Job(line, lambda: ci.run(line),
                             then=lambda out: self._quit(message=out.text)))
 
-        self._ask("save breakpoints and displays to file (then quit; source FILE reads them "
-                  "back):", str(default), chosen)
+        self._ask("save breakpoints, then quit (source FILE reads them back):", str(default),
+                  chosen)
 
     def _save_note(self, carried) -> str | None:
         """The console line after F2 when something was carried into the new session."""
