@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "json_text", "undecodable", "UNSAFE"]
+__all__ = ["printable", "json_text", "undecodable", "web_piece", "UNSAFE"]
 
 # C0 controls except TAB (and LF, decided per call), DEL and the C1 controls
 # (0x9B is CSI, 0x9D is OSC to a terminal that reads 8-bit controls); the
@@ -81,3 +81,17 @@ def undecodable(text: str) -> str | None:
     code = ord(bad.group())
     what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
     return f"{what} at character {bad.start() + 1} is not UTF-8 text"
+
+
+# The byte tokenizer's token pictures (model/tokens.py) that common fonts lack: Debian's
+# default fonts (DejaVu, Liberation) have no Control Pictures block, so Chromium drew ␠ as a
+# box, in the report, in `serve` and in the UI's screenshots. The report and the terminal UI
+# show characters every font has instead; report.json, batch mode and DAP keep the pieces.
+_WEB_PICTURES = {0x2420: "·", 0x23CE: "↵", 0x21E5: "→", 0x2421: "\\x7f",
+                 **{0x2400 + b: f"\\x{b:02x}" for b in range(0x20) if b not in (0x09, 0x0A)}}
+
+
+def web_piece(text: str) -> str:
+    """A token piece as the report and the UI show it: ``␠`` -> ``·``, ``⏎`` -> ``↵``,
+    ``⇥`` -> ``→``, other control pictures as ``\\x01``."""
+    return text.translate(_WEB_PICTURES)

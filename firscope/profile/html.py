@@ -10,7 +10,7 @@ import base64
 import html
 import math
 
-from ..text import printable
+from ..text import printable, web_piece
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0 auto;max-width:1100px;
@@ -64,19 +64,6 @@ def table(header: list[str], rows: list[list[str]], left: set[int] = frozenset()
     body = "".join("<tr>" + "".join(f'<td class="{"l" if i in left else ""}">{c}</td>'
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-
-# The UI's token pictures (model/tokens.py) that common fonts lack: Debian's default fonts
-# (DejaVu, Liberation) have no Control Pictures block, so Chromium drew ␠ as a box. In the
-# report they become characters every font has; report.json keeps the pieces as they are.
-_WEB_PICTURES = {0x2420: "·", 0x23CE: "↵", 0x21E5: "→", 0x2421: "\\x7f",
-                 **{0x2400 + b: f"\\x{b:02x}" for b in range(0x20) if b not in (0x09, 0x0A)}}
-
-
-def web_piece(text: str) -> str:
-    """A token piece as the report shows it: ``␠`` -> ``·``, ``⏎`` -> ``↵``, ``⇥`` -> ``→``,
-    other control pictures as ``\\x01``."""
-    return text.translate(_WEB_PICTURES)
 
 
 def _token_text(report: dict, ids: list[int]) -> str:

@@ -37,11 +37,12 @@ from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
 from .cost_actions import CostActions
 from .report_actions import ReportActions
+from .save_actions import SaveActions
 from .profile_view import ProfileView
 from .registers_pane import RegistersPane, RightColumn
 from .safe_text import ControlCharacterFilter
 from .reload import carry
-from .screens import HelpScreen, HistoryScreen, PromptScreen, QuitScreen
+from .screens import HelpScreen, HistoryScreen, PromptScreen
 from .source_pane import SourceLines, SourcePane
 from .state import StopView, Wants, build_view, status_bar
 
@@ -55,7 +56,7 @@ class Bottom(TabbedContent):
     ALLOW_MAXIMIZE = True
 
 
-class FirscopeApp(CostActions, ReportActions, App):
+class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     CSS_PATH = "app.tcss"
     ALLOW_IN_MAXIMIZED_VIEW = "Footer, #status"  # a maximized pane keeps the header
     TITLE = "firscope"
@@ -210,6 +211,8 @@ class FirscopeApp(CostActions, ReportActions, App):
         if any(n.startswith("not restored") for n in p["notes"]):
             self.notify("some breakpoints did not survive the reload: see the console",
                         severity="warning", timeout=8)
+        if not first and (note := self._save_note(self._carried)):
+            console.write(note)
         console.write(self.ci.where_line())
         self.show_view(p["view"])
         self.set_status(p["view"].status)
@@ -474,19 +477,11 @@ class FirscopeApp(CostActions, ReportActions, App):
         elif self.focused is not None:
             self.screen.maximize(self.focused)
 
-    def action_quit(self) -> None:
-        if isinstance(self.screen, QuitScreen):
-            self.screen.dismiss(True)
-        elif self.session is None:
-            self.exit()
-        else:
-            self.push_screen(QuitScreen(), lambda yes: self._quit() if yes else None)
-
-    def _quit(self) -> None:
+    def _quit(self, message: str | None = None) -> None:
         if self.busy:  # a thread cannot be killed: ask the run to stop, then leave
             self.pending.clear()
             self._cancel_flag().set()
-        self.exit()
+        self.exit(message=message or None)
 
     def action_reload(self) -> None:
         if self.busy:

@@ -55,7 +55,8 @@ KEYS: tuple[Key, ...] = (
     Key("escape", "interrupt", "stop", "interrupt a run or an export; leave an input"),
     Key("ctrl+p", "command_palette", "palette", "command palette: every debugger command"),
     Key("question_mark", "help", "help", "this help", True),
-    Key("q,ctrl+q,ctrl+c", "quit", "quit", "quit (asks first: press q again)", True),
+    Key("q,ctrl+q,ctrl+c", "quit", "quit",
+        "quit (asks first: q again; s saves the breakpoints first)", True),
 )
 
 _NAMES = {"question_mark": "?", "left_square_bracket": "[", "right_square_bracket": "]",

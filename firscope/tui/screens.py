@@ -124,18 +124,32 @@ class HistoryScreen(ModalScreen[object]):
         self.dismiss(None)
 
 
-class QuitScreen(ModalScreen[bool]):
-    BINDINGS = [Binding("q,y,enter", "quit", "quit"), Binding("n,escape", "stay", "stay")]
+class QuitScreen(ModalScreen[object]):
+    """True: quit; "save": save the breakpoints first (offered with ``save=True``); False: stay."""
+
+    BINDINGS = [Binding("q,y,enter", "quit", "quit"), Binding("n,escape", "stay", "stay"),
+                Binding("s", "save", "save breakpoints first", show=False)]
     DEFAULT_CSS = """
     QuitScreen { align: center middle; }
     QuitScreen > Label { border: thick $warning; background: $surface; padding: 1 2; }
     """
 
+    def __init__(self, save: bool = False) -> None:
+        super().__init__()
+        self.save = save
+
     def compose(self) -> ComposeResult:
-        yield Label("Quit firscope?  q / y / Enter: quit · n / escape: stay")
+        text = "Quit firscope?  q / y / Enter: quit · n / escape: stay"
+        if self.save:
+            text += "\ns: save breakpoints first (breakpoints, watchpoints, displays)"
+        yield Label(text)
 
     def action_quit(self) -> None:
         self.dismiss(True)
 
     def action_stay(self) -> None:
         self.dismiss(False)
+
+    def action_save(self) -> None:
+        if self.save:
+            self.dismiss("save")

@@ -23,7 +23,7 @@ from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint, SanitizerCatchpo
 from ..debug.snapshot import Snapshot, token_of, token_range
 from ..errors import FirError
 from ..model import Ref
-from ..text import printable
+from ..text import printable, web_piece
 
 NEXT_INPUTS = ""  # the Buffers tab's default: the next node's inputs
 FINDING_MARK = "!"  # after a node's name, and in the source gutter: a sanitizer finding
@@ -159,7 +159,7 @@ def place_of(session, tokenizer) -> str:
     """The header's token part, numbered as everywhere else (:func:`token_of`)."""
     if session.finished:
         return f"finished: tokens {token_range(session.total_steps)} ran"
-    piece = tokenizer.piece(session.token) if session.token is not None else "?"
+    piece = web_piece(tokenizer.piece(session.token)) if session.token is not None else "?"
     return f"{token_of(session.step, session.total_steps)} {piece!r} pos {session.step}"
 
 
@@ -234,7 +234,7 @@ def peek_lens(session, tokenizer) -> LensPeek:
         rows = lens(session, k=5, every_layer=True)
     except FirError as e:
         return LensPeek(error=e.message)
-    pieces = {t: tokenizer.piece(t) for row in rows for t, _ in row.top}
+    pieces = {t: web_piece(tokenizer.piece(t)) for row in rows for t, _ in row.top}
     return LensPeek(tuple(rows), MappingProxyType(pieces))
 
 
@@ -248,7 +248,7 @@ def build_view(session, ci, tokenizer, recorder, wants: Wants) -> StopView:
     return StopView(
         snapshot=snap, status=ci.status_line(snap), header=header_of(session, tokenizer),
         place=place_of(session, tokenizer),
-        pieces=tuple(tokenizer.piece(t) for t in session.sequence),
+        pieces=tuple(web_piece(tokenizer.piece(t)) for t in session.sequence),  # font-safe
         n_prompt=len(session.prompt), lane=ci.lane, register=ci.register,
         marks=marks_of(session),
         kernel_counts=MappingProxyType({k: _frozen(v) for k, v in session.line_counts.items()}),
