@@ -620,7 +620,21 @@ def test_export_writes_the_report_where_asked_and_keeps_the_session(tmp_path, mo
     run(go())
 
 
-def test_escape_during_export_leaves_no_files(tmp_path):
+def test_escape_during_export_leaves_no_files(tmp_path, monkeypatch):
+    # Writing the files waits (up to 20 s) for the escape, so the report of two steps cannot
+    # finish before the key arrives on a fast, idle machine; the cancel is the job's own.
+    import time
+
+    import firscope.profile.report as report_mod
+    real_write = report_mod.write_report
+
+    def write_after_escape(data, out, progress=None):
+        for _ in range(2000):
+            progress._check()  # raises Interrupted once escape set the job's cancel flag
+            time.sleep(0.01)
+        return real_write(data, out, progress=progress)
+    monkeypatch.setattr(report_mod, "write_report", write_after_escape)
+
     async def go():
         app = make_app(n=2)
         async with app.run_test(size=SIZE) as pilot:
