@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from firscope.debug.breakpoints import InstructionCheck, NodeCheck
 from firscope.debug.commands import CommandInterpreter
@@ -82,3 +83,23 @@ def test_counts_stay_right_when_a_breakpoint_is_hit_many_times_in_one_run(random
     assert stop.breakpoint == bp.number
     assert s.breakpoints.get(bp.number).hit_count == 6
     assert s.breakpoints.get(bp.number).ignore_count == 0
+
+
+def test_a_node_named_token_is_a_node_breakpoint_and_token_n_still_a_token_one(random_model):
+    # the seed's first node is called 'token': F9 on it in the UI sent `break token`, which
+    # was read as an incomplete `break token N`
+    from firscope.debug.breakpoints import NodeBreakpoint, TokenBreakpoint, parse_location
+    from firscope.errors import FirError
+    m = load_model(random_model)
+    assert any(n.name == "token" for n in m.nodes)
+    bp = parse_location(m, "token")
+    assert isinstance(bp, NodeBreakpoint) and bp.node == "token"
+    assert isinstance(parse_location(m, "token 3"), TokenBreakpoint)
+    assert parse_location(m, "token 3").token == 3
+    s = Session(m, [1, 2], 2, engine="compiled")
+    ci = CommandInterpreter(s)
+    ci.execute("break token")
+    ci.execute("continue")
+    assert ci.last.stop.reason is StopReason.BREAKPOINT and s.location().node == "token"
+    with pytest.raises(FirError, match="expected 'token N'"):
+        parse_location(m, "token x")

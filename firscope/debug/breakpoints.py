@@ -372,7 +372,7 @@ def parse_location(model: Model, text: str) -> Breakpoint:
         from .sanitizing import tracker_for
         return SanitizerCatchpoint(spec=SANITIZER_SPECS[text], kind=text,
                                    tracker=tracker_for(text, model))
-    if text.startswith("token"):
+    if text.startswith("token") and not _names_a_node(model, text):  # the seed has a node 'token'
         rest = text[5:].strip()
         if not _digits(rest):
             raise FirError(f"expected 'token N' with N a token index, found {text!r}")
@@ -406,6 +406,11 @@ def parse_location(model: Model, text: str) -> Breakpoint:
                            "outside the repeat)")
         return NodeBreakpoint(spec=full, node=name, layer=int(layer))
     return NodeBreakpoint(spec=name, node=name)
+
+
+def _names_a_node(model: Model, text: str) -> bool:
+    m = _NODE.match(text)
+    return bool(m) and any(n.name == m.group(1) for n in model.nodes)
 
 
 def _line_bp(model: Model, kernel: str, line: int) -> LineBreakpoint:
