@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -122,16 +123,21 @@ def main() -> int:
     firscope = Path(sys.executable).parent / "firscope"
     server = subprocess.Popen([str(firscope), "serve", "--port", str(port), "--prompt",
                                "def main(", "-n", "12"], cwd=REPO, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+                              stderr=subprocess.PIPE, text=True)
+    # the first line names the URL with its token (serve refuses a page without it)
+    m = re.search(r"(http://127\.0\.0\.1:\d+/\?token=[A-Za-z0-9_-]+)", server.stderr.readline())
+    if m is None:
+        server.kill()
+        raise SystemExit("firscope serve did not print its URL")
+    url = m.group(1)
     with tempfile.TemporaryDirectory(prefix="firscope-chromium-") as profile:
         browser = None
         try:
-            wait_http(f"http://127.0.0.1:{port}/", 60)
+            wait_http(url, 60)
             browser = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
                                         "about:blank"], stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)
-            png = asyncio.run(shoot(devtools_port(Path(profile), 30),
-                                    f"http://127.0.0.1:{port}/"))
+            png = asyncio.run(shoot(devtools_port(Path(profile), 30), url))
         finally:
             for proc in (browser, server):
                 if proc is not None:
