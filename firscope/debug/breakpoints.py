@@ -373,10 +373,7 @@ def parse_location(model: Model, text: str) -> Breakpoint:
         return SanitizerCatchpoint(spec=SANITIZER_SPECS[text], kind=text,
                                    tracker=tracker_for(text, model))
     if text.startswith("token") and not _names_a_node(model, text):  # the seed has a node 'token'
-        rest = text[5:].strip()
-        if not _digits(rest):
-            raise FirError(f"expected 'token N' with N a token index, found {text!r}")
-        return TokenBreakpoint(spec=f"token {int(rest)}", token=int(rest))
+        return _token_bp(text)
     if ":" in text:
         left, _, right = text.rpartition(":")
         if not _digits(right.strip()):
@@ -406,6 +403,13 @@ def parse_location(model: Model, text: str) -> Breakpoint:
                            "outside the repeat)")
         return NodeBreakpoint(spec=full, node=name, layer=int(layer))
     return NodeBreakpoint(spec=name, node=name)
+
+
+def _token_bp(text: str) -> TokenBreakpoint:
+    rest = text[5:].strip()
+    if not _digits(rest):
+        raise FirError(f"expected 'token N' with N a token index, found {text!r}")
+    return TokenBreakpoint(spec=f"token {int(rest)}", token=int(rest))
 
 
 def _names_a_node(model: Model, text: str) -> bool:
