@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import FirError
 from ..model.layout import Region
 from ..vm.assembler import Address, Program
-from ..vm.interp import Dispatch
+from ..vm.interp import Dispatch, StoreObserver
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,9 @@ def writers(program: Program, start: Mapping[int, np.ndarray], addresses: Iterab
             for k in hit:
                 found[wanted[int(where[k])]] = Writer(int(lanes[k]), op.pc, op.loc.line)
 
-    d = Dispatch(relocate(program, layout), scratch, store_hook=store)
+    d = Dispatch(relocate(program, layout), scratch)
     try:
-        d.run(budget)
+        d.run(budget, observer=StoreObserver(store))
     except FirError:  # the reference run did not fault here; a replay that does says little
         pass
     return found

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compare.lanes import program_regions, relocate, scratch_arena
-from ..vm.interp import Dispatch
+from ..vm.interp import Dispatch, StoreObserver
 from .history import RecordKind
 
 MAX_WRITES_PER_NODE = 64  # writes listed from one dispatch (a reduction can write many times)
@@ -128,9 +128,8 @@ def _replay_writes(session, records, i, node, address):
             found.append((op, int(lanes[k]), float(scratch[target]), new))
 
     d = Dispatch(moved, scratch)
-    d.store_hook = store
     try:
-        d.run(session.machine.budget)
+        d.run(session.machine.budget, observer=StoreObserver(store))
     except Exception:  # a fault or budget in the replay: report what was found until then
         pass
     return [w for w in found if w[2] != w[3] or len(found) == 1]

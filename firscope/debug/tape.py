@@ -36,6 +36,7 @@ class Mark:
 
 class Tape(Observer):
     wants_after = True
+    wants_store = True
 
     def __init__(self, dispatch: Dispatch, journal_budget: int = DEFAULT_JOURNAL_BYTES):
         self.d = dispatch

@@ -37,10 +37,14 @@ class _Watch(Observer):
 
     wants_before = True
 
-    def __init__(self, checker: DispatchChecker):
+    def __init__(self, checker: DispatchChecker, memcheck: bool):
         self.checker = checker
         self.wanted = checker.wanted
         self.events: list[Event] = []
+        self.wants_memcheck = memcheck  # out-of-bounds accesses reported and skipped
+
+    def memcheck(self, d, op, addr, indices, lanes) -> None:
+        self.checker.memcheck(d, op, addr, indices, lanes)
 
     def before(self, d, op) -> bool:
         if self.wanted[op.pc]:
@@ -179,9 +183,7 @@ class Sanitizer:
         if race:
             before = [(r.base, arena[r.base: r.stop].copy()) for r in f.stores]
         d = Dispatch(program, arena)
-        if Tool.MEM in self.tools:
-            d.memcheck = checker.memcheck
-        watch = _Watch(checker)
+        watch = _Watch(checker, Tool.MEM in self.tools)
         new_races = []
         try:
             d.run(budget, stop, observer=watch)

@@ -55,12 +55,17 @@ class Observer:
     Override what you need and set the matching ``wants_*`` flag, so the loop
     pays nothing for a hook nobody uses. ``before``/``after`` return True to
     stop the run there. ``store`` is called before a store lands (the arena
-    still holds the old values) with the arena addresses and the values; set
-    it as the dispatch's ``store_hook`` to receive it.
+    still holds the old values) with the arena addresses and the values.
+    ``memcheck`` receives the accesses outside their region (dispatch, op,
+    address, indices, lanes), which are then skipped (a skipped load reads 0)
+    instead of faulting. :meth:`Dispatch.run` installs an observer for that
+    run only; :func:`compose` makes one observer of several.
     """
 
     wants_before = False
     wants_after = False
+    wants_store = False
+    wants_memcheck = False
 
     def before(self, d: "Dispatch", op: Op) -> bool:
         return False
@@ -68,11 +73,71 @@ class Observer:
     def after(self, d: "Dispatch", op: Op) -> bool:
         return False
 
+    def store(self, d: "Dispatch", where: np.ndarray, values) -> None:
+        return None
+
+    def memcheck(self, d: "Dispatch", op: Op, addr: Address, indices, lanes) -> None:
+        return None
+
+
+class StoreObserver(Observer):
+    """An observer of stores only: ``fn(dispatch, addresses, values)`` before each lands."""
+
+    wants_store = True
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def store(self, d, where, values) -> None:
+        self.fn(d, where, values)
+
+
+class _Composite(Observer):
+    """Several observers as one, called in the order given; ``before``/``after`` stop at
+    the first that asks to stop (the later ones do not see that instruction)."""
+
+    def __init__(self, parts: list[Observer]):
+        self.parts = parts
+        self._before = [o.before for o in parts if o.wants_before]
+        self._after = [o.after for o in parts if o.wants_after]
+        self._store = [o.store for o in parts if o.wants_store]
+        self._memcheck = [o.memcheck for o in parts if o.wants_memcheck]
+        self.wants_before, self.wants_after = bool(self._before), bool(self._after)
+        self.wants_store, self.wants_memcheck = bool(self._store), bool(self._memcheck)
+
+    def before(self, d, op) -> bool:
+        for f in self._before:
+            if f(d, op):
+                return True
+        return False
+
+    def after(self, d, op) -> bool:
+        for f in self._after:
+            if f(d, op):
+                return True
+        return False
+
+    def store(self, d, where, values) -> None:
+        for f in self._store:
+            f(d, where, values)
+
+    def memcheck(self, d, op, addr, indices, lanes) -> None:
+        for f in self._memcheck:
+            f(d, op, addr, indices, lanes)
+
+
+def compose(*observers: "Observer | None") -> "Observer | None":
+    """One observer that passes every hook to ``observers`` in order (None ones left out)."""
+    parts = [o for o in observers if o is not None]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return _Composite(parts)
+
 
 class Dispatch:
     """One execution of a program over ``threads`` lanes on a shared arena."""
 
-    def __init__(self, program: Program, arena: np.ndarray, *, store_hook=None):
+    def __init__(self, program: Program, arena: np.ndarray):
         self.program = program
         self.ops = program.ops
         self.arena = arena
@@ -89,10 +154,9 @@ class Dispatch:
         self.steps = 0  # instructions executed
         self.lane_steps = 0  # sum of active lanes over executed instructions
         self._counts = [0] * len(self.ops)  # executions per pc (a list: cheap to bump)
-        self.store_hook = store_hook  # called (dispatch, addresses, values) before each store
-        # None: an access outside its region faults. The sanitizer's memcheck sets a
-        # recorder, called (dispatch, op, address, indices, lanes) with the bad accesses,
-        # which are then skipped (a skipped load reads 0) and the dispatch goes on.
+        # The running observer's store and memcheck hooks (installed by run()). With
+        # memcheck None, an access outside its region faults.
+        self.store_hook = None
         self.memcheck = None
         # Per-op closures with their register rows looked up once. R and U are
         # only ever written in place (restore() too), so the row views stay valid.
@@ -138,8 +202,10 @@ class Dispatch:
         instructions and ends the run with :class:`Interrupted`; the dispatch
         stays resumable where it stopped. An instruction that faults leaves
         the dispatch exactly as before it (pc, steps, counts), so a debugger
-        can stop on it and replay.
+        can stop on it and replay. The observer's store and memcheck hooks are
+        installed for this run only.
         """
+        installed = self._install(observer)
         fns, ops = self._fns, self.ops
         n = len(fns)
         counts = self._counts
@@ -183,7 +249,21 @@ class Dispatch:
                             return Ended.AFTER
         finally:
             self.pc, self.steps, self.lane_steps = pc, steps, lane_steps
+            if installed is not None:
+                self.store_hook, self.memcheck = installed
         return Ended.DONE
+
+    def _install(self, observer: "Observer | None"):
+        """Set the observer's store/memcheck hooks; returns the ones to put back (None: no
+        change)."""
+        if observer is None or not (observer.wants_store or observer.wants_memcheck):
+            return None
+        saved = self.store_hook, self.memcheck
+        if observer.wants_store:
+            self.store_hook = observer.store
+        if observer.wants_memcheck:
+            self.memcheck = observer.memcheck
+        return saved
 
     @property
     def line_counts(self) -> np.ndarray:
