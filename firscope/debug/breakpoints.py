@@ -164,7 +164,7 @@ class InstructionCheck(Breakpoint):
     :meth:`wants` says whether a node must be interpreted for it; :meth:`observer`
     gives a :class:`~firscope.vm.interp.Observer` for that dispatch whose
     ``before``/``after`` return True to stop there, with ``message`` saying why
-    and ``lane`` (optional) the lane to focus. A ``store`` method, if it has one,
+    and ``lane`` (optional) the lane to focus. With ``wants_store`` set, its ``store``
     sees every store before it lands.
     """
 

@@ -1,10 +1,11 @@
 """gdb's ``checkpoint`` / ``restart N``: save the whole session state, come back to it.
 
 A checkpoint copies every buffer of the arena (and any weight a ``set
---weight`` patch changed), the cursor (token, node, and the live dispatch's
-registers, mask and frames), the sequence and logits so far, and the undo log
-as it is (its records are immutable, so that is a list of references): after
-``restart`` reverse execution works from the restored place as it did then.
+--weight`` patch changed), the session's state (:class:`~.state.SessionState`:
+the cursor, the live dispatch's registers, mask and frames, the sequence and
+logits so far, ...), the machine's position, and the undo log as it is (its
+records are immutable, so that is a list of references): after ``restart``
+reverse execution works from the restored place as it did then.
 The patches stay as they are (they belong to the run, not to a place in it).
 
 Memory: checkpoints and the undo log share one budget (the session's history
@@ -18,30 +19,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from ..errors import FirError
 from .history import Regions, copy_regions, restore_regions
-from .tape import Tape
+from .state import SessionState
 
 
 @dataclass(frozen=True)
 class Checkpoint:
     number: int
     made_at: str
-    cursor: tuple[int, int]
-    finished: bool
-    sequence: tuple[int, ...]
-    logits: tuple[np.ndarray, ...]
+    state: SessionState  # a copy, never the session's own: restart copies it again
     arena: Regions
     records: tuple
     history_bytes: int
     history_truncated: bool
     machine: tuple  # position, tokens fed, current token
-    layer_values: dict
-    node_times: dict
-    line_counts: dict
-    dispatch: tuple | None = None  # (state, counts, node_before)
     nbytes: int = field(default=0)  # the copies it holds
     records_bytes: int = field(default=0)  # the undo records it keeps alive
 
@@ -61,56 +53,27 @@ def _spans(session) -> list[tuple[int, int]]:
 
 
 def take(session, number: int, made_at: str) -> Checkpoint:
-    d = session.dispatch
-    disp = None
-    if d is not None:
-        disp = (d.snapshot(), tuple(d._counts),
-                [(a, data.copy()) for a, data in session._node_before])
+    state = session.state.copy()
     arena = copy_regions(session.arena, _spans(session))
     mach = session.machine
     ck = Checkpoint(
-        number, made_at, session.cursor, session.finished, tuple(session.sequence),
-        tuple(l.copy() for l in session.logits), arena, tuple(session.history.records),
+        number, made_at, state, arena, tuple(session.history.records),
         session.history.nbytes, session.history.truncated,
-        (mach.position, tuple(mach.history), mach.current_token),
-        {k: (a, b, v.copy()) for k, (a, b, v) in session.layer_values.items()},
-        dict(session.node_times), {k: v.copy() for k, v in session.line_counts.items()}, disp)
-    size = sum(data.nbytes for _, data in arena) + sum(l.nbytes for l in ck.logits)
-    size += sum(v.nbytes for _, _, v in ck.layer_values.values())
-    size += sum(getattr(v, "nbytes", 0) for v in ck.line_counts.values())
-    if disp is not None:
-        size += sum(data.nbytes for _, data in disp[2])
+        (mach.position, tuple(mach.history), mach.current_token))
+    size = sum(data.nbytes for _, data in arena) + state.nbytes
     return replace(ck, nbytes=size, records_bytes=sum(r.nbytes for r in ck.records))
 
 
 def restore(session, ck: Checkpoint) -> None:
     from collections import deque
     restore_regions(session.arena, ck.arena)
-    session.step, session.node_index = ck.cursor
-    session.finished = ck.finished
-    session.sequence = list(ck.sequence)
-    session.logits = [l.copy() for l in ck.logits]
+    session.state = ck.state.copy()
     h = session.history
     h.records = deque(ck.records)
     h.nbytes, h.truncated = ck.history_bytes, ck.history_truncated
     mach = session.machine
     mach.position, mach.current_token = ck.machine[0], ck.machine[2]
     mach.history = list(ck.machine[1])
-    session.layer_values = {k: (a, b, v.copy()) for k, (a, b, v) in ck.layer_values.items()}
-    session.node_times = dict(ck.node_times)
-    session.line_counts = {k: v.copy() for k, v in ck.line_counts.items()}
-    session._leave_dispatch()
-    if ck.dispatch is not None:
-        state, counts, before = ck.dispatch
-        node = session.nodes[session.node_index]
-        d = session.machine.dispatch(node)
-        d.restore(state)
-        d._counts = list(counts)
-        session.dispatch = d
-        session._node_before = [(a, data.copy()) for a, data in before]
-        tape = Tape(d)
-        tape.complete = False  # stepping back replays from the node's start
-        session.tape = tape
     session.breakpoints.refresh_watches(session.arena)
 
 

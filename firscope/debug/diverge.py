@@ -1,8 +1,8 @@
 """The debugger against a dump (issue 13): ``--against``, ``break diverge``, ``info diff``.
 
-:func:`attach_reference` opens a dump for a session: a node observer
-compares every node's outputs with it as the session runs them
-(``session.reference``, an :class:`~firscope.compare.attached.AttachedDump`).
+:func:`attach_reference` opens a dump for a session, which compares every
+node's outputs with it as it runs them (``session.reference``, an
+:class:`~firscope.compare.attached.AttachedDump`).
 ``break diverge [RTOL [ATOL] | ulp N]`` is a :class:`DivergeCheck`, a
 :class:`~firscope.debug.breakpoints.NodeCheck`: it stops after the first node
 whose output diverges, focused on the lane that wrote the element shown.
@@ -50,8 +50,7 @@ def attach_reference(session, path, tolerance: Tolerance | None = None, *,
     ``isolate``: also judge each on its own (from the dump's inputs) and show that."""
     ref = AttachedDump(session.model, Dump(path), session.total_steps, tolerance)
     ref.isolate = ref.view_own = isolate
-    session.reference = ref
-    session.node_observers.append(_observe)
+    session.attach_reference(ref)
     return ref
 
 
@@ -66,15 +65,6 @@ def dump_tokens(path) -> list[int]:
         raise FirError(f"{path}: the dump does not say which tokens it was fed (no 'tokens' "
                        "metadata): give --tokens or --prompt")
     return tokens
-
-
-def _observe(session, node) -> None:
-    ref = session.reference
-    if ref is not None:
-        token = session.sequence[session.step]
-        ref.compare(session.step, node, token)
-        if ref.isolate:
-            ref.judge(session.step, node, token, session.machine)
 
 
 @dataclass(frozen=True, kw_only=True)

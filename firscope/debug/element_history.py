@@ -64,7 +64,7 @@ def element_history(session, address: int) -> tuple[list[Write], bool]:
 
 def _value_after(session, records, i, address) -> float:
     """The element's value right after record i, when no later record changed it."""
-    before = session._node_before or []
+    before = session.node_before or []
     for a, data in before:  # a live dispatch may have written it since: its start value
         if a <= address < a + data.size:
             return float(data[address - a])
@@ -98,7 +98,7 @@ def _start_values(session, records, i, regions) -> dict[int, np.ndarray]:
             if inside.any():
                 vals[r.base][addr[inside] - r.base] = old[inside]
 
-    for a, data in (session._node_before or []):  # a live dispatch: back to its start
+    for a, data in (session.node_before or []):  # a live dispatch: back to its start
         undo(a, np.arange(data.size), data)
     for rec in reversed(records[i:]):
         for c in reversed(rec.changes):

@@ -79,7 +79,7 @@ def project(session, path: LensPath, residual: np.ndarray | None = None) -> np.n
     res_region = m.regions[path.residual]
     spans = [(res_region.base, res_region.base + res_region.size)]
     for node in (path.norm, path.head):
-        spans += session._write_regions(node)
+        spans += session.write_regions(node)
     saved = copy_regions(arena, list(dict.fromkeys(spans)))
     try:
         if residual is not None:

@@ -113,7 +113,7 @@ def apply_patch(session, patch: Patch) -> None:
 def _cover(session, addresses: np.ndarray) -> None:
     """Make the live node's undo record include elements a patch writes outside the regions
     the node itself writes (their values now are their values at its start)."""
-    before = session._node_before
+    before = session.node_before
     spans = [(a, a + data.size) for a, data in before]
     for addr in np.unique(addresses):
         a = int(addr)

@@ -2,8 +2,9 @@
 
 Line breakpoints are checked before an instruction; NaN catchpoints and
 watchpoints after it (on the registers it wrote and the stores it made), so
-the stop's location is the instruction after the write. The tape records
-the dispatch for stepping back.
+the stop's location is the instruction after the write. The session runs
+them composed with the tape, which records the dispatch for stepping back,
+and builds their stops (:meth:`~firscope.debug.session.Session.breakpoint_stop`).
 """
 from __future__ import annotations
 
@@ -60,27 +61,25 @@ class DriveObserver(Observer):
         self.lines = lines
         self.watches = table.watches()
         self.nan = table.nan
-        self.tape = session.tape
         self.patched = session.patches.inside(session.step, session.node_index)
         # kinds that watch every instruction (break race, ...), each with its observer
         self.checks = [(bp, bp.observer(session, node))
                        for bp in table.instruction_checks(session, node)]
         self.checks = [(bp, o) for bp, o in self.checks if o is not None]
+        self.check_stores = [o for _, o in self.checks if o.wants_store]
         self.registers = table.register_watches()
         self.register_before: list = []  # (watch, the register's lanes before this op)
         self.wants_before = bool(lines) or self.patched or bool(self.registers) \
             or any(o.wants_before for _, o in self.checks)
         self.wants_after = True
+        self.wants_store = bool(self.check_stores) or bool(self.watches) or self.nan
         self.skip_at = d.steps if skip_first else -1
         self.stored: list = []
         self.stop: Stop | None = None
 
     def store(self, d, where, values) -> None:
-        if self.tape is not None:
-            self.tape.store(d, where, values)
-        for _, o in self.checks:
-            if hasattr(o, "store"):
-                o.store(d, where, values)
+        for o in self.check_stores:
+            o.store(d, where, values)
         if self.watches or self.nan:
             self.stored.append((np.array(where).reshape(-1), np.array(values).reshape(-1)))
 
@@ -96,15 +95,12 @@ class DriveObserver(Observer):
         if not bps or d.steps == self.skip_at:
             return False
         for bp in bps:
-            hit = self.s._hit(bp, self.goal)
-            if hit.stop:
-                self.stop = self.s._bp_stop(bp, hit)
+            self.stop = self.s.breakpoint_stop(bp, self.goal)
+            if self.stop is not None:
                 return True
         return False
 
     def after(self, d, op) -> bool:
-        if self.tape is not None:
-            self.tape.after(d, op)
         try:
             for bp, o in self.checks:
                 if o.wants_after and o.after(d, op) and self._check_fired(bp, o):
@@ -112,7 +108,7 @@ class DriveObserver(Observer):
             if self.nan:
                 msg = self._nan_after(d, op)
                 if msg:
-                    self.stop = self.s._stop(StopReason.NAN, msg)
+                    self.stop = self.s.here(StopReason.NAN, msg)
                     return True
             if self.register_before and self._registers_after(d, op):
                 return True
@@ -142,27 +138,23 @@ class DriveObserver(Observer):
                 lanes = np.flatnonzero(changed & d.mask).tolist()
             if not lanes:
                 continue
-            hit = self.s._hit(bp, self.goal)
-            if not hit.stop:
-                continue
             lane = lanes[0]
             more = f" (and {len(lanes) - 1} more lanes)" if len(lanes) > 1 else ""
             text = (f"Watchpoint {bp.number}: {bp.file}{bp.reg} in lane {lane}{more}, in "
                     f"{self.node.full_name} by line {op.loc.line}: {op.text}")
-            self.stop = self.s._stop(StopReason.WATCHPOINT,
-                                     f"{hit.error}\n{text}" if hit.error else text, bp.number,
-                                     old[lane].copy(), new[lane].copy(), lane=lane)
-            return True
+            self.stop = self.s.breakpoint_stop(bp, self.goal, text,
+                                               reason=StopReason.WATCHPOINT,
+                                               old=old[lane].copy(), new=new[lane].copy(),
+                                               lane=lane)
+            if self.stop is not None:
+                return True
         return False
 
     def _check_fired(self, bp, obs) -> bool:
-        hit = self.s._hit(bp, self.goal)
-        if not hit.stop:
-            return False
         text = f"{bp.what.capitalize()} {bp.number}, {getattr(obs, 'message', bp.spec)}"
-        self.stop = self.s._stop(StopReason.BREAKPOINT, f"{hit.error}\n{text}" if hit.error
-                                 else text, bp.number, lane=getattr(obs, "lane", None))
-        return True
+        self.stop = self.s.breakpoint_stop(bp, self.goal, text,
+                                           lane=getattr(obs, "lane", None))
+        return self.stop is not None
 
     def _watch_after(self, op) -> bool:
         arena = self.s.arena
@@ -172,8 +164,8 @@ class DriveObserver(Observer):
             if old is not None and np.array_equal(old.view(np.uint32),
                                                   arena[bp.start: bp.stop].view(np.uint32)):
                 continue
-            stop = self.s._watch_fired(bp, self.goal, f"in {self.node.full_name} by line "
-                                                      f"{op.loc.line}: {op.text}")
+            stop = self.s.watch_stop(bp, self.goal, f"in {self.node.full_name} by line "
+                                                    f"{op.loc.line}: {op.text}")
             if stop is not None:
                 self.stop = stop
                 return True
@@ -202,19 +194,13 @@ class DriveObserver(Observer):
 
 
 class Replay(Observer):
-    """Re-running part of a dispatch to go back in it: record the tape, apply patches."""
-
-    wants_before = True
-    wants_after = True
+    """Re-running part of a dispatch to go back in it: the patches made inside it apply
+    again (composed with the tape, which records the run)."""
 
     def __init__(self, session):
         self.s = session
-        self.tape = session.tape
         self.wants_before = session.patches.inside(session.step, session.node_index)
 
     def before(self, d, op) -> bool:
         self.s.patches_due(d)
         return False
-
-    def after(self, d, op) -> bool:
-        return self.tape.after(d, op)

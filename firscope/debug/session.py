@@ -40,7 +40,7 @@ import numpy as np
 from ..errors import BudgetExceeded, FirError, FirFault, Interrupted
 from ..runtime import Model, PlanNode
 from ..runtime.machine import DEFAULT_BUDGET, Machine
-from ..vm.interp import Dispatch, Ended
+from ..vm.interp import Dispatch, Ended, compose
 from .breakpoints import (Breakpoint, BreakpointTable, Hit, LineBreakpoint, NodeBreakpoint,
                           RegisterWatch, parse_register_watch,
                           TokenBreakpoint, Watchpoint, parse_location, parse_watch,
@@ -54,6 +54,7 @@ from .patches import Patch, PatchTable, apply_patch, parse_set
 from .resolver import Resolver
 from .snapshot import Location, Stop, StopReason
 from .predicates import DriveObserver, Replay, nan_written, watch_message
+from .state import SessionState
 from .tape import Tape
 
 __all__ = ["Goal", "Session", "DEFAULT_HISTORY_BUDGET"]
@@ -63,12 +64,23 @@ Cursor = tuple[int, int]  # (step, node index) between nodes
 
 @dataclass(frozen=True)
 class Goal:
-    """When a movement stops, besides the stop predicates every movement honours."""
+    """When a movement stops, besides the stop predicates every movement honours: plain
+    data, as bdb's ``_set_stopinfo`` sets stopframe/returnframe/stoplineno, read by the one
+    loop of each direction (:meth:`Session._resume`, :meth:`Session._rewind`).
+
+    A goal with ``at`` or ``nodes`` stops between nodes, and going back to it passes
+    breakpoints by (reverse-continue, which has neither, stops at them)."""
 
     units: int | None = None  # stepi: instructions (an ext node counts as one)
-    boundary: Callable[[int, int], bool] | None = None  # stop between nodes at (step, node)
+    at: Cursor | None = None  # stop between nodes on reaching (step, node): forward at it,
+    #                           backward at it or before it
+    nodes: int | None = None  # backward: stop after undoing this many nodes
     extra: Breakpoint | None = None  # until / advance: a one-off location
     lane: int = 0  # the lane register conditions look at
+
+    @property
+    def between_nodes(self) -> bool:
+        return self.at is not None or self.nodes is not None
 
 
 class Session:
@@ -88,21 +100,13 @@ class Session:
         self.total_steps = len(self.prompt) + max(self.n_generate - 1, 0)
         self.machine.reset()
         self.machine.check_room(self.total_steps)
-        self.sequence: list[int] = list(self.prompt)
-        self.logits: list[np.ndarray] = []
-        self.step = 0
-        self.node_index = 0
-        self.dispatch: Dispatch | None = None
-        self.tape: Tape | None = None
-        self._node_before = None  # copies of the live dispatch's written regions at its start
-        self.finished = False
+        # where the session is and what its run produced: one object (checkpoints copy it)
+        self.state = SessionState(sequence=list(self.prompt))
         self.history = History(history_budget)
         self.breakpoints = BreakpointTable()
         self.patches = PatchTable()
         self.resolver = Resolver(self)
         self.cancel = self.machine.stop_flag  # set it (from any thread) to interrupt a run
-        self.node_times: dict[int, float] = {}  # node index -> seconds of its last whole run
-        self.line_counts: dict[str, np.ndarray] = {}  # kernel -> per-pc counts, last dispatch
         self._write_cache: dict[int, list[tuple[int, int]]] = {}
         self._shared_names: dict[int, str] | None = None
         # Called as f(session, node) after every node completes, however it ran
@@ -112,16 +116,27 @@ class Session:
         # lines wait here for the command interpreter to print before the stop.
         self.log_sink: Callable | None = None
         self.log_lines: list[str] = []
-        # The last value each layer left in a buffer that all layers share (scores@2,
-        # x@3): (step, node index, copy), for the current token.
-        self.layer_values: dict[tuple[str, int], tuple[int, int, np.ndarray]] = {}
-        # A dump every node is compared with (debug.diverge.attach_reference), and the last
+        # A dump every node is compared with (attach_reference), and the last
         # `break diverge` stop, which `s` steps back into.
         self.reference = None
         self.diverged_at = None
         self._begin_step()
 
     # ------------------------------------------------------------------ where
+    # The state's fields, read-only here: the session moves them, a checkpoint replaces
+    # them all (``session.state = saved.copy()``).
+    step = property(lambda self: self.state.step)
+    node_index = property(lambda self: self.state.node_index)
+    finished = property(lambda self: self.state.finished)
+    sequence = property(lambda self: self.state.sequence)
+    logits = property(lambda self: self.state.logits)
+    dispatch = property(lambda self: self.state.dispatch)
+    tape = property(lambda self: self.state.tape)
+    node_before = property(lambda self: self.state.node_before)
+    layer_values = property(lambda self: self.state.layer_values)
+    node_times = property(lambda self: self.state.node_times)
+    line_counts = property(lambda self: self.state.line_counts)
+
     @property
     def node(self) -> PlanNode | None:
         return None if self.finished else self.nodes[self.node_index]
@@ -137,7 +152,7 @@ class Session:
 
     @property
     def cursor(self) -> Cursor:
-        return self.step, self.node_index
+        return self.state.cursor
 
     def location(self) -> Location:
         if self.finished:
@@ -153,9 +168,51 @@ class Session:
         return Location(self.step, self.token, self.step, self.node_index, n.full_name, kernel,
                         pc, line, d is not None)
 
-    def here(self, reason: StopReason = StopReason.ENTRY, message: str = "") -> Stop:
-        """A stop record for where the session is now (the first stop, a re-display)."""
-        return self._stop(reason, message)
+    def here(self, reason: StopReason = StopReason.ENTRY, message: str = "",
+             bp: int | None = None, old=None, new=None, lane: int | None = None) -> Stop:
+        """A stop record for where the session is now (the first stop, a re-display, and
+        every stop the loops and the stop predicates return)."""
+        return Stop(reason, message, self.location(), bp, old, new, lane)
+
+    def breakpoint_stop(self, bp: Breakpoint, goal: Goal, text: str | None = None, *,
+                        reason: StopReason = StopReason.BREAKPOINT, old=None, new=None,
+                        lane: int | None = None) -> Stop | None:
+        """``bp`` is reached here: its condition, ignore count and log point decide. The
+        stop says ``text`` (by default "Breakpoint N, SPEC"), under the condition's error
+        if evaluating it failed; None: go on."""
+        hit = self._hit(bp, goal)
+        return self._hit_stop(bp, hit, text, reason, old, new, lane) if hit.stop else None
+
+    def watch_stop(self, bp: Watchpoint, goal: Goal, where: str) -> Stop | None:
+        """The range ``bp`` watches changed (``where`` says how): a stop, or None to go on."""
+        old = self.breakpoints.watch_values.get(bp.number)
+        new = self.arena[bp.start: bp.stop].copy()
+        self.breakpoints.watch_values[bp.number] = new
+        hit = self._hit(bp, goal)
+        if not hit.stop:
+            return None
+        return self._hit_stop(bp, hit, watch_message(bp, old, new, where),
+                              StopReason.WATCHPOINT, old, new)
+
+    def _hit_stop(self, bp: Breakpoint, hit: Hit, text: str | None,
+                  reason: StopReason = StopReason.BREAKPOINT, old=None, new=None,
+                  lane: int | None = None) -> Stop:
+        if text is None:
+            if bp.number == 0:
+                return self.here(StopReason.STEP, f"reached {bp.spec}")
+            label = "Temporary breakpoint" if bp.temporary else "Breakpoint"
+            text = f"{label} {bp.number}, {bp.spec}"
+        return self.here(reason, f"{hit.error}\n{text}" if hit.error else text, bp.number,
+                         old, new, lane)
+
+    def _interrupted(self, detail: str = "") -> Stop:
+        return self.here(StopReason.INTERRUPTED, "interrupted by the user"
+                         + (f" ({detail})" if detail else ""))
+
+    def attach_reference(self, reference) -> None:
+        """Compare every node run from now on with ``reference`` (an
+        :class:`~firscope.compare.attached.AttachedDump`; debug.diverge opens one)."""
+        self.reference = reference
 
     def lanes(self) -> int | None:
         """Lanes of the live dispatch, or of the next node's kernel."""
@@ -181,8 +238,7 @@ class Session:
 
     def next(self, count: int = 1, *, lane: int = 0) -> Stop:
         """Finish the current node and stop before the next one, ``count`` times."""
-        targets = self._boundaries_ahead(max(count, 1))
-        return self._resume(Goal(boundary=lambda s, i: (s, i) == targets, lane=lane))
+        return self._resume(Goal(at=self._boundaries_ahead(max(count, 1)), lane=lane))
 
     def finish(self, *, lane: int = 0) -> Stop:
         """Inside a kernel: run it to its end. Between nodes: run to the end of the token."""
@@ -191,8 +247,7 @@ class Session:
         return self.next_token(lane=lane)
 
     def next_token(self, *, lane: int = 0) -> Stop:
-        start = self.step
-        return self._resume(Goal(boundary=lambda s, i: s > start and i == 0, lane=lane))
+        return self._resume(Goal(at=(self.step + 1, 0), lane=lane))
 
     def cont(self, *, lane: int = 0) -> Stop:
         return self._resume(Goal(lane=lane))
@@ -211,10 +266,10 @@ class Session:
         if not (0 <= idx < len(self.nodes)) or not 0 <= step < self.total_steps:
             raise FirError(f"no node {idx} at step {step}")
         if target == self.cursor and self.dispatch is None:
-            return self._stop(StopReason.STEP, f"at {self.nodes[idx].full_name}")
+            return self.here(StopReason.STEP, f"at {self.nodes[idx].full_name}")
         if target > self.cursor:
-            return self._resume(Goal(boundary=lambda s, i: (s, i) == target, lane=lane))
-        return self._rewind(Goal(boundary=lambda s, i: (s, i) <= target, lane=lane))
+            return self._resume(Goal(at=target, lane=lane))
+        return self._rewind(Goal(at=target, lane=lane))
 
     def goto_node(self, full_name: str, *, lane: int = 0) -> Stop:
         """Go to a node of the current token, by name."""
@@ -230,12 +285,7 @@ class Session:
 
     def reverse_next(self, count: int = 1, *, lane: int = 0) -> Stop:
         """Undo ``count`` nodes (inside a kernel, the first goes back to its start)."""
-        remaining = [max(count, 1)]
-
-        def boundary(s, i):
-            remaining[0] -= 1
-            return remaining[0] <= 0
-        return self._rewind(Goal(boundary=boundary, lane=lane))
+        return self._rewind(Goal(nodes=max(count, 1), lane=lane))
 
     def reverse_continue(self, *, lane: int = 0) -> Stop:
         """Back to the previous node or token breakpoint, or the start of the history."""
@@ -329,9 +379,9 @@ class Session:
         skip = self.dispatch is not None or units is not None
         while True:
             if self.finished:
-                return self._stop(StopReason.FINISHED, self._end_message())
+                return self.here(StopReason.FINISHED, self._end_message())
             if self.cancel.is_set():
-                return self._stop(StopReason.INTERRUPTED, "interrupted by the user")
+                return self._interrupted()
             if self.dispatch is None:
                 node = self.nodes[self.node_index]
                 if not first:
@@ -356,7 +406,7 @@ class Session:
                 if stop is not None:
                     return stop
                 if not self.dispatch.done:  # the units ran out inside the kernel
-                    return self._stop(StopReason.STEP, "")
+                    return self.here(StopReason.STEP, "")
                 stop = self._complete_dispatch(goal)
                 if stop is not None:
                     return stop
@@ -369,12 +419,12 @@ class Session:
             return False  # the loop reports the end
         if units is not None and units <= 0:
             return True
-        return goal.boundary is not None and goal.boundary(self.step, self.node_index)
+        return goal.at is not None and self.cursor >= goal.at
 
     def _at_goal(self, goal: Goal) -> Stop:
         """Reached the goal between nodes: a breakpoint there is still reported as one."""
         stop = self._boundary_breakpoints(self.nodes[self.node_index], goal)
-        return stop if stop is not None else self._stop(StopReason.STEP, "")
+        return stop if stop is not None else self.here(StopReason.STEP, "")
 
     def _boundaries_ahead(self, count: int) -> Cursor:
         step, idx = self.cursor
@@ -408,9 +458,9 @@ class Session:
                 and extra.token == self.step:
             candidates.append(extra)
         for bp in candidates:
-            hit = self._hit(bp, goal)
-            if hit.stop:
-                return self._bp_stop(bp, hit)
+            stop = self.breakpoint_stop(bp, goal)
+            if stop is not None:
+                return stop
         return None
 
     def _hit(self, bp: Breakpoint, goal: Goal) -> Hit:
@@ -428,15 +478,6 @@ class Session:
         else:
             self.log_lines.append(text)
 
-    def _bp_stop(self, bp: Breakpoint, hit: Hit) -> Stop:
-        if bp.number == 0:
-            return self._stop(StopReason.STEP, f"reached {bp.spec}")
-        label = "Temporary breakpoint" if bp.temporary else "Breakpoint"
-        message = f"{label} {bp.number}, {bp.spec}"
-        if hit.error:
-            message = f"{hit.error}\n{message}"
-        return self._stop(StopReason.BREAKPOINT, message, bp.number)
-
     # -- whole nodes ----------------------------------------------------------------------
     def _run_whole(self, node: PlanNode, goal: Goal) -> Stop | None:
         """Run one node through the runtime and move past it; check watches and NaN.
@@ -445,19 +486,19 @@ class Session:
         node is restored and replayed in the interpreter to stop on the exact
         instruction.
         """
-        saved = copy_regions(self.arena, self._write_regions(node))
+        saved = copy_regions(self.arena, self.write_regions(node))
         t = time.perf_counter()
         try:
             self.machine.run_node(node)
         except Interrupted as e:
             restore_regions(self.arena, saved)  # the node is undone: the cursor stays before it
-            return self._stop(StopReason.INTERRUPTED, f"interrupted by the user ({e.message})")
+            return self._interrupted(e.message)
         except (FirFault, BudgetExceeded) as e:
             restore_regions(self.arena, saved)
             if node.kind == "micro" and isinstance(e, FirFault):
                 return self._replay_to_stop(node, goal, e)
             reason = StopReason.FAULT if isinstance(e, FirFault) else StopReason.BUDGET
-            return self._stop(reason, str(e), lane=getattr(e, "lane", None))
+            return self.here(reason, str(e), lane=getattr(e, "lane", None))
         self.node_times[node.index] = time.perf_counter() - t
         changes = changes_since(self.arena, saved)
         watches = self.breakpoints.changed_watches(self.arena)
@@ -472,11 +513,11 @@ class Session:
         if stop is not None:
             return stop
         for bp in watches:
-            stop = self._watch_fired(bp, goal, f"at {node.full_name}")
+            stop = self.watch_stop(bp, goal, f"at {node.full_name}")
             if stop is not None:
                 return stop
         if nan:
-            return self._stop(StopReason.NAN, nan)
+            return self.here(StopReason.NAN, nan)
         return None
 
     def _replay_to_stop(self, node: PlanNode, goal: Goal, fault: FirFault | None) -> Stop | None:
@@ -489,21 +530,9 @@ class Session:
         if stop is not None:
             return stop
         if fault is not None:  # the interpreter ran it without a fault: engines disagree
-            return self._stop(StopReason.FAULT, f"{fault} (the interpreter ran this node without "
-                                                "a fault: please report)")
+            return self.here(StopReason.FAULT, f"{fault} (the interpreter ran this node without "
+                                               "a fault: please report)")
         return None
-
-    def _watch_fired(self, bp: Watchpoint, goal: Goal, where: str) -> Stop | None:
-        old = self.breakpoints.watch_values.get(bp.number)
-        new = self.arena[bp.start: bp.stop].copy()
-        self.breakpoints.watch_values[bp.number] = new
-        hit = self._hit(bp, goal)
-        if not hit.stop:
-            return None
-        message = watch_message(bp, old, new, where)
-        if hit.error:
-            message = f"{hit.error}\n{message}"
-        return self._stop(StopReason.WATCHPOINT, message, bp.number, old, new)
 
     # -- instruction by instruction ------------------------------------------------------
     def _drive(self, goal: Goal, *, skip_first: bool, units: int | None,
@@ -513,18 +542,16 @@ class Session:
         Returns (stop or None, instructions executed)."""
         d = self.dispatch
         obs = DriveObserver(self, goal, skip_first)
-        d.store_hook = obs.store
         start = d.steps
         try:
-            ended = d.run(self.machine.budget, self.cancel, observer=obs, limit=units)
+            ended = d.run(self.machine.budget, self.cancel, observer=compose(self.tape, obs),
+                          limit=units)
         except FirFault as f:
-            return self._stop(StopReason.FAULT, str(f), lane=f.lane), d.steps - start
+            return self.here(StopReason.FAULT, str(f), lane=f.lane), d.steps - start
         except BudgetExceeded as e:
-            return self._stop(StopReason.BUDGET, str(e)), d.steps - start
+            return self.here(StopReason.BUDGET, str(e)), d.steps - start
         except Interrupted:
-            return self._stop(StopReason.INTERRUPTED, "interrupted by the user"), d.steps - start
-        finally:
-            d.store_hook = None
+            return self._interrupted(), d.steps - start
         executed = d.steps - start
         if not d.done:
             self.patches_due(d)  # stopped at a count where something was set: it holds here
@@ -534,12 +561,12 @@ class Session:
             # the write was the kernel's last instruction: the true location is after the node
             stop = obs.stop
             self._complete_dispatch()
-            return self._stop(stop.reason, stop.message, stop.breakpoint, stop.old,
-                              stop.new), executed
+            return self.here(stop.reason, stop.message, stop.breakpoint, stop.old,
+                             stop.new), executed
         return obs.stop, executed
 
     # -- cursor bookkeeping --------------------------------------------------------------------
-    def _write_regions(self, node: PlanNode) -> list[tuple[int, int]]:
+    def write_regions(self, node: PlanNode) -> list[tuple[int, int]]:
         cached = self._write_cache.get(node.index)
         if cached is None:
             regs = [o.region for o in node.outs] if node.kind == "ext" else \
@@ -549,10 +576,11 @@ class Session:
         return cached
 
     def _enter_dispatch(self, node: PlanNode) -> None:
-        self._node_before = copy_regions(self.arena, self._write_regions(node))
+        st = self.state
+        st.node_before = copy_regions(self.arena, self.write_regions(node))
         d = self.machine.dispatch(node)
-        self.dispatch = d
-        self.tape = Tape(d, max(self.history.budget // 8, 1 << 20))
+        st.dispatch = d
+        st.tape = Tape(d, max(self.history.budget // 8, 1 << 20))
 
     def _after_node(self, node: PlanNode, goal: Goal) -> Stop | None:
         """Kinds that decide after a node completes (break diverge)."""
@@ -561,10 +589,8 @@ class Session:
             if message:
                 hit = self._hit(bp, goal)
                 if hit.stop:
-                    text = f"{bp.what.capitalize()} {bp.number}, {message}"
-                    return self._stop(StopReason.BREAKPOINT,
-                                      f"{hit.error}\n{text}" if hit.error else text, bp.number,
-                                      lane=bp.focus_lane(self, node))
+                    return self._hit_stop(bp, hit, f"{bp.what.capitalize()} {bp.number}, "
+                                          f"{message}", lane=bp.focus_lane(self, node))
         return None
 
     def _complete_dispatch(self, goal: Goal | None = None) -> Stop | None:
@@ -572,25 +598,30 @@ class Session:
         d = self.dispatch
         self.line_counts[node.target] = d.line_counts
         self.history.push(Record(RecordKind.NODE, self.step, self.node_index,
-                                 changes_since(self.arena, self._node_before)))
+                                 changes_since(self.arena, self.node_before)))
         self._leave_dispatch()
         self._observe(node)
         self._advance_node()
         return self._after_node(node, goal) if goal is not None else None
 
     def _leave_dispatch(self) -> None:
-        self.dispatch = None
-        self.tape = None
-        self._node_before = None
+        st = self.state
+        st.dispatch = st.tape = st.node_before = None
 
     def _observe(self, node: PlanNode) -> None:
         if node.layer is not None:
             names = self._region_names()
-            for a, b in self._write_regions(node):
+            for a, b in self.write_regions(node):
                 name = names.get(a)
                 if name is not None:
                     self.layer_values[(name, node.layer)] = (self.step, node.index,
                                                              self.arena[a:b].copy())
+        ref = self.reference
+        if ref is not None:
+            token = self.sequence[self.step]
+            ref.compare(self.step, node, token)
+            if ref.isolate:  # break diverge --isolate: each node judged on its own too
+                ref.judge(self.step, node, token, self.machine)
         for f in self.node_observers:
             f(self, node)
 
@@ -618,15 +649,16 @@ class Session:
         generated_so_far = len(self.sequence) - len(self.prompt)
         if self.step == len(self.sequence) - 1 and generated_so_far < self.n_generate:
             self.sequence.append(int(np.argmax(res.logits)))
-        self.step += 1
-        self.node_index = 0
-        if self.step >= self.total_steps:
-            self.finished = True
+        st = self.state
+        st.step += 1
+        st.node_index = 0
+        if st.step >= self.total_steps:
+            st.finished = True
         else:
             self._begin_step()
 
     def _advance_node(self) -> None:
-        self.node_index += 1
+        self.state.node_index += 1
         if self.node_index >= len(self.nodes):
             self._end_step()
         if not self.finished:
@@ -635,19 +667,15 @@ class Session:
     def _end_message(self) -> str:
         return f"end of generation after {self.step} steps"
 
-    def _stop(self, reason: StopReason, message: str, bp: int | None = None, old=None,
-              new=None, lane: int | None = None) -> Stop:
-        return Stop(reason, message, self.location(), bp, old, new, lane)
-
     # ===================================================== the backward loop
     def _rewind(self, goal: Goal) -> Stop:
         """The one backward loop: undo until the goal, a node/token breakpoint (when the goal
-        has no boundary of its own), or the start of the recorded history."""
+        does not stop between nodes), or the start of the recorded history."""
         self.cancel.clear()
-        units = goal.units
+        units, nodes = goal.units, goal.nodes
         while True:
             if self.cancel.is_set():
-                return self._stop(StopReason.INTERRUPTED, "interrupted by the user")
+                return self._interrupted()
             d = self.dispatch
             if d is not None and d.steps > 0 and units is not None:
                 back = min(units, d.steps)
@@ -656,10 +684,10 @@ class Session:
                     return stop
                 units -= back
                 if units <= 0:
-                    return self._stop(StopReason.STEP, "")
+                    return self.here(StopReason.STEP, "")
                 continue  # at the kernel's start: on to the node before
             if d is not None:
-                restore_regions(self.arena, self._node_before)
+                restore_regions(self.arena, self.node_before)
                 self._leave_dispatch()
                 moved = d.steps > 0
             else:
@@ -667,7 +695,7 @@ class Session:
             if not moved:
                 if not self._undo_node():
                     self.breakpoints.refresh_watches(self.arena)
-                    return self._stop(StopReason.HISTORY, self._no_history_message())
+                    return self.here(StopReason.HISTORY, self._no_history_message())
                 if units is not None:
                     node = self.nodes[self.node_index]
                     if node.kind == "micro" and node.program.ops:
@@ -678,12 +706,15 @@ class Session:
                     units -= 1
                     if units <= 0:
                         self.breakpoints.refresh_watches(self.arena)
-                        return self._stop(StopReason.STEP, "")
+                        return self.here(StopReason.STEP, "")
                     continue
             self.breakpoints.refresh_watches(self.arena)
-            if goal.boundary is not None:
-                if goal.boundary(self.step, self.node_index):
-                    return self._stop(StopReason.STEP, "")
+            if goal.between_nodes:
+                if nodes is not None:
+                    nodes -= 1
+                if (nodes is not None and nodes <= 0) or (goal.at is not None
+                                                          and self.cursor <= goal.at):
+                    return self.here(StopReason.STEP, "")
                 continue
             stop = self._boundary_breakpoints(self.nodes[self.node_index], goal)
             if stop is not None:
@@ -699,16 +730,16 @@ class Session:
             if rec.kind is RecordKind.END:
                 self.logits.pop()
                 del self.sequence[rec.seq_len:]
-                self.finished = False
+                self.state.finished = False
                 self.machine.rewind_token(self.sequence[rec.step])
-                self.step, self.node_index = rec.step, len(self.nodes)
+                self.state.step, self.state.node_index = rec.step, len(self.nodes)
             elif rec.kind is RecordKind.BEGIN:
                 self.machine.unbegin_token()
-                self.step, self.node_index = rec.step - 1, len(self.nodes)
+                self.state.step, self.state.node_index = rec.step - 1, len(self.nodes)
             elif rec.kind is RecordKind.PATCH:
                 continue  # undone with the node boundary it was made at
             else:
-                self.step, self.node_index = rec.step, rec.node
+                self.state.step, self.state.node_index = rec.step, rec.node
                 return True
 
     def _no_history_message(self) -> str:
@@ -720,16 +751,12 @@ class Session:
         """Back into a kernel that ran whole: interpret it once (recording the tape), so
         that stepping back from its end is cheap."""
         self._enter_dispatch(node)
-        d = self.dispatch
-        d.store_hook = self.tape.store
         try:
-            d.run(None, self.cancel, observer=Replay(self))
+            self.dispatch.run(None, self.cancel, observer=compose(Replay(self), self.tape))
         except Interrupted:
-            restore_regions(self.arena, self._node_before)
+            restore_regions(self.arena, self.node_before)
             self._leave_dispatch()
-            return self._stop(StopReason.INTERRUPTED, "interrupted by the user")
-        finally:
-            d.store_hook = None
+            return self._interrupted()
         return None
 
     def _seek_instruction(self, steps: int) -> Stop | None:
@@ -739,20 +766,17 @@ class Session:
             mark = tape.rewind(steps)
             todo = steps - mark.steps
         else:  # the journal was given up: from the node's start
-            restore_regions(self.arena, self._node_before)
+            restore_regions(self.arena, self.node_before)
             node = self.nodes[self.node_index]
             d = self.machine.dispatch(node)
-            self.dispatch = d
-            self.tape = tape = Tape(d, 0)
+            self.state.dispatch = d
+            self.state.tape = tape = Tape(d, 0)
             tape.complete = False
             todo = steps
-        d.store_hook = tape.store
         try:
-            d.run(None, self.cancel, observer=Replay(self), limit=todo)
+            d.run(None, self.cancel, observer=compose(Replay(self), tape), limit=todo)
         except Interrupted:
-            return self._stop(StopReason.INTERRUPTED, "interrupted by the user")
-        finally:
-            d.store_hook = None
+            return self._interrupted()
         self.patches_due(d)  # the state at this count includes what was set here
         self.breakpoints.refresh_watches(self.arena)
         return None
