@@ -10,6 +10,7 @@
   over 25, except at most three whose docstring gives the reason as
   ``length: ...`` or ``complexity: ...``.
 * Every package's ``__init__`` says what it exports (``__all__``).
+* No module outside debug/session.py touches a private attribute of ``Session``.
 """
 from __future__ import annotations
 
@@ -244,3 +245,78 @@ def test_scripts_outside_the_package_compile(script):
     """The benchmark and screenshot scripts are not imported by any test; a bad merge once
     left benchmarks/fuzz.py unparseable without a failing test."""
     compile(script.read_text(encoding="utf-8"), str(script), "exec")
+
+
+# -- the session's insides stay in debug/session.py ---------------------------------------------
+SESSION = PKG / "debug" / "session.py"
+# How front ends and debug modules spell a session; `x._name` on one of these is reaching in.
+SESSION_SPELLINGS = {"session", "sess", "self.session", "self.s", "ci.s", "self.ci.s"}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+def session_private_names() -> set[str]:
+    """Session's private attributes: its ``_methods`` and every ``self._x`` in its class body
+    (``__init__`` included), read from the source."""
+    tree = ast.parse(SESSION.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Session")
+    names = set()
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _private(node.name):
+            names.add(node.name)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "self" and _private(node.attr)):
+            names.add(node.attr)
+    return names
+
+
+def private_session_uses(path: Path, names: set[str]) -> list[str]:
+    """Two ways of reaching into a Session, found by an AST walk: an attribute that is one
+    of Session's private names on anything but ``self``/``cls`` (whatever the variable is
+    called; getattr/setattr/hasattr with the name as a string too), and any ``_attribute``
+    on an expression spelled like a session (SESSION_SPELLINGS: private names Session does
+    not define yet, patched in from outside). A private attribute of another class that
+    happens to share a name with one of Session's is flagged too: rename it."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            owner = ast.unparse(node.value)
+            if (node.attr in names and owner not in ("self", "cls")) \
+                    or owner in SESSION_SPELLINGS:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+              and node.args[1].value in names):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_debug_session_touches_the_session_private_attributes():
+    """Predicates, checkpoints and the reference dump go through Session's public methods
+    and its SessionState (issue 22), so a change inside Session stays inside session.py."""
+    names = session_private_names()
+    assert {"_resume", "_rewind", "_hit"} <= names, "the scan no longer finds Session's privates"
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path != SESSION:
+            bad += [f"{path.relative_to(REPO)} {u}" for u in private_session_uses(path, names)]
+    assert not bad, "private Session attributes used outside debug/session.py:\n" + \
+        "\n".join(bad)
+
+
+def test_the_private_session_scan_finds_reaching_in(tmp_path):
+    """The scan itself, on a small text: both ways are caught, a class's own privates not."""
+    path = tmp_path / "m.py"
+    path.write_text("def f(session, obs, ci):\n"
+                    "    obs.s._hit(1, 2)\n"          # a Session private, through another name
+                    "    session._patched = 1\n"      # a private patched onto a session
+                    "    getattr(ci, '_rewind')\n"
+                    "    return ci.s.here()\n"
+                    "class C:\n"
+                    "    def g(self):\n"
+                    "        return self._hit\n")     # C's own
+    found = private_session_uses(path, {"_hit", "_rewind"})
+    assert sorted(int(f.split(":")[0].split()[1]) for f in found) == [2, 3, 4], found
