@@ -670,9 +670,10 @@ class Session:
     # ===================================================== the backward loop
     def _rewind(self, goal: Goal) -> Stop:
         """The one backward loop: undo until the goal, a node/token breakpoint (when the goal
-        does not stop between nodes), or the start of the recorded history."""
+        has no boundary of its own), or the start of the recorded history."""
         self.cancel.clear()
-        units, nodes = goal.units, goal.nodes
+        units = goal.units
+        nodes = goal.nodes  # reverse-next: node boundaries still to undo
         while True:
             if self.cancel.is_set():
                 return self._interrupted()
