@@ -93,7 +93,6 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         self.load_error: FirError | None = None
         self._pane_focus = None  # the pane focus returns to when an input is left
         self._carried = None  # what F2 carries into the reloaded session
-        self._interrupting = False  # escape was pressed during the running job
 
     # -- layout -----------------------------------------------------------------------
     def get_line_filters(self):
@@ -218,11 +217,6 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     def _show_progress(self) -> None:
         if not self.busy:
             return
-        if self._interrupting:
-            # The engine clears its flag when a run starts: an escape pressed before the
-            # worker got there would be lost, so keep it set until the job ends.
-            self._cancel_flag().set()
-            return
         line = self.probe.line()
         if line is not None:
             self.set_status(line)
@@ -272,6 +266,10 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
                 self.pending.append(job)
             return
         self.busy, self.job = True, job
+        # An escape meant for an earlier job must not stop this one; cleared here, before the
+        # worker starts, so that an escape pressed from now on is never lost (the engine
+        # only reads the flag).
+        self._cancel_flag().clear()
         self.probe.reset(job.label)
         if job.moves:
             self.set_status(f"running: {job.label} (escape interrupts)")
@@ -296,7 +294,7 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
 
     def on_job_done(self, message: JobDone) -> None:
         job, out, error = message.job, message.out, message.error
-        self.busy, self.job, self._interrupting = False, None, False
+        self.busy, self.job = False, None
         console = self.query_one(ConsoleView)
         moved = isinstance(out, Result) and out.snapshot is not None
         if message.view is not None:
@@ -356,7 +354,6 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     def action_interrupt(self) -> None:
         if self.busy:
             self.pending.clear()
-            self._interrupting = True
             self._cancel_flag().set()
             self.set_status("interrupting…")
         elif isinstance(self.focused, Input):
