@@ -25,15 +25,13 @@ import threading
 import time
 
 from . import __version__
+from .defaults import (DEFAULT_ENGINE, DEFAULT_GROUP, DEFAULT_STEPS, ENGINES, SANITIZE_STEPS,
+                       UI_STEPS)
 from .errors import FirError, Interrupted
 from .text import printable, undecodable
 
 SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "cost",
                "dap", "serve", "gpu", "wgsl")
-DEFAULT_STEPS = 16  # -n of run, debug and profile
-UI_DEFAULT_STEPS = 12  # -n of the UI (tui.app.DEFAULT_N): a short run to step through
-SANITIZE_STEPS = 4  # -n of sanitize: every kernel runs each step; a few positions suffice
-ENGINES = ("compiled", "interp", "gpu")
 # Commands that stop at instructions (or watch every access): not on a GPU
 NO_GPU_COMMANDS = ("debug", "ui", "serve", "sanitize")
 
@@ -113,8 +111,8 @@ def _model_arg(p: argparse.ArgumentParser) -> None:
                         "(default: the bundled sample)")
     p.add_argument("--fir-f32", action="store_true",
                    help="load q4 weights as f32 instead (for comparison)")
-    p.add_argument("--group", type=int, default=32, metavar="G",
-                   help="q4 group size (default 32)")
+    p.add_argument("--group", type=int, default=DEFAULT_GROUP, metavar="G",
+                   help=f"q4 group size (default {DEFAULT_GROUP})")
     p.add_argument("--q4-path", choices=("packed", "dequant"), default="packed",
                    help="how q4 linears run: on the packed int4 codes (default), or on f32 "
                         "copies dequantized at load (more memory; for comparison)")
@@ -137,7 +135,7 @@ def _input_args(p: argparse.ArgumentParser, required: bool, steps: int) -> None:
 
 
 def _engine_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=ENGINES, default="compiled",
+    p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                    help="how micro-kernels run: compiled (numba, default), interp (the "
                         "step interpreter, the reference) or gpu (WGSL through wgpu; needs "
                         "firscope[gpu]; not for stepping)")
@@ -210,7 +208,7 @@ def _ui_parser(sub) -> None:
                     help="with --against: colour each node by its own error (run from the "
                          "dump's inputs), not by what it inherited")
     _model_arg(ui)
-    _input_args(ui, required=False, steps=UI_DEFAULT_STEPS)
+    _input_args(ui, required=False, steps=UI_STEPS)
     _engine_arg(ui)
     ui.add_argument("--device", metavar="NAME",
                     help="GPU whose predicted times the Profile tab shows (default: the "
@@ -302,7 +300,7 @@ def _editor_parsers(sub) -> None:
 
     sv = sub.add_parser("serve", help="the UI in a browser tab (needs firscope[serve])")
     _model_arg(sv)
-    _input_args(sv, required=False, steps=UI_DEFAULT_STEPS)
+    _input_args(sv, required=False, steps=UI_STEPS)
     _engine_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -497,81 +495,44 @@ def _caused_by_ctrl_c(e: BaseException) -> bool:
 def _run_input(args):
     from .runtime.opening import RunInput
     return RunInput(model=args.model, fir_f32=args.fir_f32, group=args.group,
-                    q4_path=args.q4_path,
-                    prompt=args.prompt, tokens=args.tokens)
+                    q4_path=args.q4_path, prompt=getattr(args, "prompt", None),
+                    tokens=getattr(args, "tokens", None))
 
 
 def cmd_check(args) -> int:
     from .runtime.describe import describe_model
-    from .runtime.opening import open_model
-    print(describe_model(open_model(args.model, fir_f32=args.fir_f32, group=args.group,
-                                    q4_path=args.q4_path)))
+    print(describe_model(_run_input(args).load()))
     return 0
 
 
 def cmd_run(args) -> int:
-    import io
+    from .profile.run import run_decode
+    return run_decode(_run_input(args), n=args.n, engine=args.engine,
+                      temperature=args.temperature, seed=args.seed, budget=args.budget,
+                      logits_out=args.logits_out, dump=args.dump, dump_nodes=args.dump_nodes,
+                      ids=args.ids)
 
-    import numpy as np
 
-    from .runtime import Machine
-    from .runtime.opening import (check_budget, check_distinct_outputs, check_output_file,
-                                  write_output)
-    check_distinct_outputs(("--dump", args.dump), ("--logits-out", args.logits_out))
-    budget = check_budget(args.budget)
-    if args.logits_out is not None:  # before the run, not after it
-        check_output_file(args.logits_out, "--logits-out")
-    from .runtime.progress import TerminalProgress
-    shown = TerminalProgress()
-    opened = _run_input(args).open(progress=shown)
-    ids, tok = list(opened.ids), opened.tokenizer
-    if args.engine == "gpu":
-        from .gpu import machine_for
-        machine = machine_for(opened.model, args.engine, budget=budget)
-    else:
-        machine = Machine(opened.model, engine=args.engine, budget=budget)
-    from .runtime.interrupt import ctrl_c_stops, stop_between_nodes
-    if machine.kernel_runner is not None:  # compiled now, where the progress line shows it
-        machine.kernel_runner.warmup(progress=shown)
-    shown.done()
-    if args.engine != "gpu":  # the GPU engine looks at the stop flag between tokens
-        stop_between_nodes(machine)
-    t = time.perf_counter()
-    from .compare.command import dump_recording
-    with ctrl_c_stops(machine.stop_flag), dump_recording(machine, args.dump, args.dump_nodes,
-                                                         len(ids) + max(args.n - 1, 0)):
-        generated, logits = machine.generate(ids, args.n, temperature=args.temperature,
-                                             seed=args.seed)
-    dt = time.perf_counter() - t
-    if args.logits_out is not None:
-        buf = io.BytesIO()
-        np.save(buf, np.stack(logits).astype(np.float32))
-        write_output(args.logits_out, buf.getvalue(), "the logits")
-    if args.ids or tok.kind == "none":
-        print(",".join(str(i) for i in ids + generated))
-    else:  # the tokenizer's text can hold any character: escape what a terminal would act on
-        print(printable(tok.decode(ids + generated), newlines=True))
-    steps = len(logits)
-    print(f"[{steps} steps in {dt:.2f} s, {steps / dt if dt else 0:.1f} steps/s, engine "
-          f"{args.engine}]", file=sys.stderr)
-    return 0
+def _steps(args) -> int:
+    from .debug.opening import steps_against_dump
+    return steps_against_dump(args.n, against=args.against, prompt=args.prompt,
+                              tokens=args.tokens, n_given=getattr(args, "n_given", False))
 
 
 def cmd_ui(args) -> int:
     try:
-        from .tui.launch import run_app
+        from .tui.launch import UiArgs, run_app
     except ImportError as e:
         raise FirError(f"the terminal UI is not available: {e}") from None
-    return run_app(args)
+    return run_app(UiArgs(model=args.model, prompt=args.prompt, tokens=args.tokens, n=args.n,
+                          n_given=getattr(args, "n_given", False), fir_f32=args.fir_f32,
+                          group=args.group, q4_path=args.q4_path, engine=args.engine,
+                          against=args.against, isolate=args.isolate, device=args.device))
 
 
 def cmd_debug(args) -> int:
     from .debug.batch import run_batch
-    n = args.n
-    if args.against and args.prompt is None and args.tokens is None \
-            and not getattr(args, "n_given", False):
-        n = 0  # the tokens the dump was fed, and no more
-    return run_batch(_run_input(args), n=n, engine=args.engine, script=args.script,
+    return run_batch(_run_input(args), n=_steps(args), engine=args.engine, script=args.script,
                      keep_going=args.keep_going, against=args.against)
 
 
@@ -587,23 +548,17 @@ def cmd_profile(args) -> int:
                        against=args.against, sanitize=args.sanitize, device=args.device)
 
 
-def _load_model(ns):  # diff and capture: the load options mean what they mean for run
-    from .runtime.opening import open_model
-    return open_model(ns.model, fir_f32=ns.fir_f32, group=ns.group, q4_path=ns.q4_path)
-
-
-def _ids_of(ns, model):
-    from .runtime.opening import prompt_ids
-    return prompt_ids(model, prompt=ns.prompt, tokens=ns.tokens)
-
-
 def cmd_diff(args) -> int:
-    from .compare.command import run_diff
+    from .compare.command import DiffOptions, run_diff
+    options = DiffOptions(
+        _run_input(args), other=args.other, against=args.against, engine=args.engine,
+        budget=args.budget, rtol=args.rtol, atol=args.atol, ulp=args.ulp, json=args.json,
+        per_step=args.per_step, chained=args.chained, sanitize=args.sanitize,
+        isolate=args.isolate)
     if args.engine == "gpu":
         from .gpu.diff import gpu_diff_command
-        return gpu_diff_command(args, load=_load_model, prompt_ids=_ids_of, out=sys.stdout,
-                                err=sys.stderr)
-    return run_diff(args, load=_load_model, prompt_ids=_ids_of)
+        return gpu_diff_command(options, out=sys.stdout, err=sys.stderr)
+    return run_diff(options)
 
 
 def cmd_dap(args) -> int:
@@ -613,8 +568,11 @@ def cmd_dap(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from .dap.serve import serve
-    return serve(args)
+    from .dap.serve import ServeOptions, serve
+    return serve(ServeOptions(model=args.model, prompt=args.prompt, tokens=args.tokens, n=args.n,
+                              fir_f32=args.fir_f32, group=args.group, engine=args.engine,
+                              q4_path=args.q4_path, host=args.host, port=args.port,
+                              max_sessions=args.max_sessions))
 
 
 def cmd_sanitize(args) -> int:
@@ -631,17 +589,18 @@ def cmd_gpu(args) -> int:
 
 def cmd_wgsl(args) -> int:
     from .gpu.commands import print_wgsl
-    return print_wgsl(args)
+    return print_wgsl(_run_input(args), args.kernel)
 
 
 def cmd_capture(args) -> int:
-    from .compare.command import run_capture
-    return run_capture(args, load=_load_model, prompt_ids=_ids_of)
+    from .compare.command import CaptureOptions, run_capture
+    return run_capture(CaptureOptions(_run_input(args), node=args.node, step=args.step,
+                                      output=args.output, against=args.against,
+                                      engine=args.engine))
 
 
 def cmd_cost(args) -> int:
     from .cost.render import run_cost
-    args.n = 0
     return run_cost(_run_input(args), device=args.device, at=args.at, as_json=args.json,
                     top=args.top, engine=args.engine)
 

@@ -24,7 +24,8 @@ from conftest import REPO
 PKG = REPO / "firscope"
 # Rank of each top-level part of the package: a module may import ranks <= its own.
 LAYERS = {
-    "errors": 0, "jitcache": 0, "samples": 0, "dump": 0, "text": 0, "__init__": 0,
+    "errors": 0, "jitcache": 0, "samples": 0, "dump": 0, "text": 0, "defaults": 0,
+    "__init__": 0,
     "fir": 1, "model": 2, "vm": 3, "runtime": 4, "compare": 5, "sanitize": 6, "debug": 7,
     "profile": 8, "tui": 9, "dap": 9, "cli": 10, "__main__": 11,
     # the speed-of-light analysis reads what runtime recorded (the rank of sanitize)
@@ -121,6 +122,37 @@ def test_only_the_gpu_device_module_imports_wgpu():
             if any(n.split(".")[0] == "wgpu" for n in names):
                 found.append(module)
     assert sorted(set(found)) == ["firscope.gpu.device"], found
+
+
+def outside_imports(path: Path) -> set[str]:
+    """The top-level names of the modules outside firscope that ``path`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"firscope"}
+
+
+def test_only_the_command_line_imports_argparse():
+    """``argparse.Namespace`` stops at cli.py: the commands below it take typed options."""
+    found = sorted(m for m, p in MODULES.items() if "argparse" in outside_imports(p))
+    assert found == ["firscope.cli"], f"argparse is imported by {found}"
+
+
+def test_one_place_constructs_a_session():
+    """Every front end (batch, UI, DAP) opens its Session through debug/opening.py."""
+    calls = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if name == "Session":
+                    calls.append(f"{module}:{node.lineno}")
+    assert len(calls) == 1 and calls[0].startswith("firscope.debug.opening:"), (
+        f"Session is constructed at {calls}; open it with debug.opening.open_session")
 
 
 def test_no_import_cycles():

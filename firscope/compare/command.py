@@ -3,21 +3,23 @@
 ``firscope diff MODEL.fir --against DUMP`` or ``firscope diff A.fir B.fir``.
 Exit status: 0 when nothing diverges, 1 when something does (or the dump has
 keys that match nothing in the model, or a run faulted), 2 for usage errors
-and unreadable files. The CLI passes its own ``load`` and ``prompt_ids`` so
-that the load options mean the same as for ``run``.
+and unreadable files. Both sides load through a
+:class:`~firscope.runtime.opening.RunInput`, so that the load options mean the
+same as for ``run``.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from collections import Counter
+from dataclasses import dataclass, replace
 
+from ..defaults import DEFAULT_ENGINE
 from ..dump import file_sha256
 from ..errors import FirError
 from ..model.checkpoint import shown
 from ..runtime import Model
-from ..runtime.opening import check_budget
+from ..runtime.opening import RunInput, check_budget
 from .dumpfile import Dump
 from .isolate import DumpInputs, ModelInputs, isolating
 from .lockstep import DiffReport, run_lockstep
@@ -30,14 +32,49 @@ from .textdiff import changes_dict, diff_fir, divergence_link
 MAX_NAMED = 8  # steps or nodes named in a "no values for" note
 
 
-def run_diff(args, *, load, prompt_ids, out=None, err=None) -> int:
+@dataclass(frozen=True)
+class DiffOptions:
+    """``firscope diff``'s arguments (``diff --engine gpu`` reads the same)."""
+
+    source: RunInput  # model A, how it loads, and the prompt (default: the dump's tokens)
+    other: str | None = None  # model B, run in lockstep with A
+    against: str | None = None  # or a dump
+    engine: str = DEFAULT_ENGINE
+    budget: int | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    ulp: int | None = None
+    json: bool = False
+    per_step: bool = False
+    chained: bool = False  # --engine gpu: the GPU runs on its own values throughout
+    sanitize: bool = False  # --engine gpu: say when a race explains a divergence
+    isolate: bool = False
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """``firscope capture``'s arguments."""
+
+    source: RunInput
+    node: str
+    step: int
+    output: str
+    against: str | None = None
+    engine: str = DEFAULT_ENGINE
+
+
+def _ids_of(source, model: Model) -> tuple[list[int], object]:
+    return source.ids(model)
+
+
+def run_diff(args: DiffOptions, *, out=None, err=None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     def announce(lines: list[str]) -> None:  # before the run: what changed between A and B
         if not args.json:
             print("\n".join(lines), file=out, flush=True)
     try:
-        report = build_report(args, load, prompt_ids, announce)
+        report = build_report(args, announce)
     except FirError as e:
         print(f"firscope: {e}" if e.loc is None else str(e), file=err)
         return 2
@@ -46,14 +83,15 @@ def run_diff(args, *, load, prompt_ids, out=None, err=None) -> int:
     return report.exit_code
 
 
-def run_capture(args, *, load, prompt_ids, out=None, err=None) -> int:
+def run_capture(args: CaptureOptions, *, out=None, err=None) -> int:
     """``firscope capture``: 0 when the case folder is written, 2 for usage errors."""
     from .capture import capture
     out = out or sys.stdout
     err = err or sys.stderr
+    source = args.source
     try:
-        model = load(args)
-        if args.against is not None and not (args.tokens or args.prompt is not None):
+        model = source.load()
+        if args.against is not None and not (source.tokens or source.prompt is not None):
             dump = Dump(args.against)
             try:
                 tokens = dump.tokens
@@ -63,7 +101,7 @@ def run_capture(args, *, load, prompt_ids, out=None, err=None) -> int:
                 raise FirError(f"{args.against}: the dump does not say which tokens it was "
                                "fed (no 'tokens' metadata): give --tokens or --prompt")
         else:
-            tokens, _ = prompt_ids(args, model)
+            tokens, _ = source.ids(model)
         result = capture(model, args.node, args.step, list(tokens), args.output,
                          against=args.against, engine=args.engine)
     except FirError as e:
@@ -80,23 +118,23 @@ def tolerance_of(args) -> Tolerance:
         raise FirError(str(e)) from None
 
 
-def build_report(args, load, prompt_ids, announce=None) -> DiffReport:
+def build_report(args: DiffOptions, announce=None) -> DiffReport:
     if (args.other is None) == (args.against is None):
         raise FirError("give the run to compare with: --against DUMP, or a second model "
                        "file (firscope diff A.fir B.fir)")
     tol = tolerance_of(args)
-    budget = check_budget(getattr(args, "budget", None))
-    model = load(args)
+    budget = check_budget(args.budget)
+    model = args.source.load()
     if args.against is not None:
-        return _against_dump(model, args, tol, prompt_ids, budget)
-    other = load(argparse.Namespace(**{**vars(args), "model": args.other}))
-    tokens, tokens_from = given_tokens(args, model, prompt_ids)
+        return _against_dump(model, args, tol, budget)
+    other = replace(args.source, model=args.other).load()
+    tokens, tokens_from = given_tokens(args.source, model)
     fd = diff_fir(model.path, other.path)
     if announce is not None:
         announce(fd.lines + [""] if fd.lines else
                  [f"{model.path.name} and {other.path.name}: kernels and graph are the same", ""])
     source = ModelSource(model, other, len(tokens), engine=args.engine, budget=budget)
-    isolate = isolating(ModelInputs(model, source)) if getattr(args, "isolate", False) else None
+    isolate = isolating(ModelInputs(model, source)) if args.isolate else None
     report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget,
                           isolate=isolate)
     report.meta["tokens_from"] = tokens_from
@@ -106,22 +144,22 @@ def build_report(args, load, prompt_ids, announce=None) -> DiffReport:
     return report
 
 
-def given_tokens(args, model: Model, prompt_ids) -> tuple[list[int], str]:
-    """The ids a diff is fed (``prompt_ids(args, model)``) and where they came from, as the
-    report says it: ``--tokens``, ``--prompt`` or the default prompt."""
-    ids, _ = prompt_ids(args, model)
-    if getattr(args, "tokens", None):
+def given_tokens(source: RunInput, model: Model, prompt_ids=_ids_of) -> tuple[list[int], str]:
+    """The ids a diff is fed (``prompt_ids(source, model)``) and where they came from, as
+    the report says it: ``--tokens``, ``--prompt`` or the default prompt."""
+    ids, _ = prompt_ids(source, model)
+    if source.tokens:
         return ids, "--tokens"
-    if getattr(args, "prompt", None) is not None:
+    if source.prompt is not None:
         return ids, "--prompt"
     return ids, "the default prompt"
 
 
-def _against_dump(model: Model, args, tol: Tolerance, prompt_ids, budget: int) -> DiffReport:
+def _against_dump(model: Model, args: DiffOptions, tol: Tolerance, budget: int) -> DiffReport:
     dump = Dump(args.against)
     warnings = list(dump.warnings)
-    if getattr(args, "tokens", None) or getattr(args, "prompt", None) is not None:
-        tokens, tokens_from = given_tokens(args, model, prompt_ids)
+    if args.source.tokens or args.source.prompt is not None:
+        tokens, tokens_from = given_tokens(args.source, model)
         try:
             said = dump.tokens
         except FirError as e:
@@ -144,7 +182,7 @@ def _against_dump(model: Model, args, tol: Tolerance, prompt_ids, budget: int) -
                             f"{shown(dump.model_hash[:16])}..., {model.path.name} has "
                             f"{mine[:16]}...): comparing anyway")
     source = DumpSource(model, dump, len(tokens))
-    isolate = isolating(DumpInputs(model, source)) if getattr(args, "isolate", False) else None
+    isolate = isolating(DumpInputs(model, source)) if args.isolate else None
     try:
         report = run_lockstep(model, source, tokens, tol, engine=args.engine, budget=budget,
                               isolate=isolate)

@@ -134,11 +134,7 @@ class Adapter(LifeCycle):
         if first is None or first[0] != "eof":
             threading.Thread(target=pump, name="dap-reader", daemon=True).start()
         while not self.done:
-            try:
-                kind, item = self.inbox.get(timeout=0.05 if self._pausing() else None)
-            except queue.Empty:
-                self.ci.s.cancel.set()  # the run may have cleared it as it started: set again
-                continue
+            kind, item = self.inbox.get()
             if kind == "message":
                 self.dispatch(item)
             elif kind == "initialized":
@@ -150,10 +146,6 @@ class Adapter(LifeCycle):
             elif kind == "eof":
                 self._shutdown()
                 break
-
-    def _pausing(self) -> bool:
-        r = self.running
-        return r is not None and (r.paused or r.retake)
 
     def dispatch(self, msg: dict) -> None:
         if msg.get("type") != "request" or not isinstance(msg.get("command"), str):
@@ -322,6 +314,9 @@ class Adapter(LifeCycle):
         self.views.reset()
         run = Run(line, goalless, reason)
         self.running = run
+        # A pause meant for the last run must not stop this one. Cleared here, before the
+        # worker starts, so that a pause from now on is never lost: the engine only reads it.
+        self.ci.s.cancel.clear()
 
         def work():
             try:
@@ -469,6 +464,7 @@ class Adapter(LifeCycle):
             raise RequestError("use the editor's stop button to end the session")
         if cmd.resumes:
             return self._move(req, text, body={"result": "", "variablesReference": 0})
+        self.ci.s.cancel.clear()  # `source FILE` may move, in place: not stopped by a past pause
         result = self.ci.execute(text)
         self._breakpoint_events()  # `break`, `delete`, `disable`... typed in the console
         self.out.response(req, {"result": result, "variablesReference": 0})

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..debug.commands import CommandInterpreter
-from ..debug.session import Session
+from ..debug.opening import open_session
+from ..defaults import DEFAULT_ENGINE, DEFAULT_GROUP, DEFAULT_STEPS, STEPPING_ENGINES
 from ..errors import FirError
+from ..runtime.opening import RunInput
 
-DEFAULT_STEPS = 16
 DEFAULT_STOP_ON_ENTRY = True
-ENGINES = ("compiled", "interp")
 # What a launch configuration may say (editors add their own keys, type/name/request...,
 # which are ignored); editors/vscode/package.json documents the same keys.
 LAUNCH_KEYS = ("model", "prompt", "tokens", "steps", "fir_f32", "group", "engine",
@@ -72,34 +72,29 @@ def parse_launch(args: dict) -> LaunchConfig:
             tokens = ",".join(str(t) for t in tokens)
         elif not isinstance(tokens, str):
             raise FirError(f"launch: 'tokens' must be a list of ids or '1,2,3', found {tokens!r}")
-    engine = args.get("engine", "compiled")
+    engine = args.get("engine", DEFAULT_ENGINE)
     if engine == "gpu":  # a debugger steps: say why the GPU engine cannot
         from ..gpu.engine import NO_STEPPING
         raise FirError(f"launch: 'engine' gpu: {NO_STEPPING}")
-    if engine not in ENGINES:
-        raise FirError(f"launch: 'engine' must be one of {', '.join(ENGINES)}, found {engine!r}")
+    if engine not in STEPPING_ENGINES:
+        raise FirError(f"launch: 'engine' must be one of {', '.join(STEPPING_ENGINES)}, "
+                       f"found {engine!r}")
     return LaunchConfig(model=model, prompt=prompt, tokens=tokens,
                         steps=_int(args, "steps", DEFAULT_STEPS, 0, 1 << 20),
-                        fir_f32=_bool(args, "fir_f32"), group=_int(args, "group", 32, 1, 1 << 20),
+                        fir_f32=_bool(args, "fir_f32"),
+                        group=_int(args, "group", DEFAULT_GROUP, 1, 1 << 20),
                         engine=engine, stop_on_entry=_bool(args, "stopOnEntry",
                                                             DEFAULT_STOP_ON_ENTRY))
 
 
-def open_model(config: LaunchConfig):
-    """(model, prompt ids, tokenizer) for a launch, the way the command line opens them."""
-    from ..runtime.opening import RunInput
-    opened = RunInput(model=config.model, fir_f32=config.fir_f32, group=config.group,
-                      prompt=config.prompt, tokens=config.tokens).open()
-    return opened.model, list(opened.ids), opened.tokenizer
-
-
 def start_session(config: LaunchConfig, progress=None) -> CommandInterpreter:
     """``progress(message)`` hears each stage (the DAP adapter sends progress events)."""
-    model, ids, tok = open_model(config)
-    if progress is not None:
-        progress(f"{model.path.name}: {len(model.nodes)} nodes loaded; starting the engine")
-    session = Session(model, ids, config.steps, engine=config.engine)
-    return CommandInterpreter(session, tok)
+    def loaded(model) -> None:
+        if progress is not None:
+            progress(f"{model.path.name}: {len(model.nodes)} nodes loaded; starting the engine")
+    source = RunInput(model=config.model, fir_f32=config.fir_f32, group=config.group,
+                      prompt=config.prompt, tokens=config.tokens)
+    return open_session(source, n=config.steps, engine=config.engine, loaded=loaded).ci
 
 
 def model_path(ci: CommandInterpreter) -> Path:

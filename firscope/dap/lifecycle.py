@@ -18,6 +18,8 @@ from .conventions import Conventions
 from .launch import LaunchConfig, model_path, parse_launch, start_session
 from .views import RequestError, Views
 
+STOP_WAIT_S = 30  # how long disconnect waits for a run to stop after pausing it
+
 
 def arguments(request: dict) -> dict:
     args = request.get("arguments")
@@ -127,10 +129,14 @@ class LifeCycle:
         if run is not None:
             self.ci.s.cancel.set()
             run.paused = True
-            run.thread.join(timeout=30)
+            run.thread.join(timeout=STOP_WAIT_S)
             self.running = None
             for msg in run.deferred:  # answered, even though the session is going away
-                self.dispatch(msg)
+                if run.thread.is_alive():  # still running: its session is not to be touched
+                    self.out.error(msg, f"'{msg['command']}': the model did not stop within "
+                                        f"{STOP_WAIT_S:g} s of the disconnect; not done")
+                else:
+                    self.dispatch(msg)
         for msg in self.prelaunch:
             self.out.error(msg, f"'{msg['command']}': the session ended before a launch")
         self.prelaunch = []
@@ -151,6 +157,6 @@ class LifeCycle:
     def _shutdown(self) -> None:
         if self.running is not None:
             self.ci.s.cancel.set()
-            self.running.thread.join(timeout=30)
+            self.running.thread.join(timeout=STOP_WAIT_S)
         self.done = True
 

@@ -12,14 +12,34 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..defaults import DEFAULT_ENGINE, DEFAULT_GROUP, UI_STEPS
 from ..errors import FirError
 
 LOOPBACK = "127.0.0.1"
 
 
-def ui_command(args) -> list[str]:
+@dataclass(frozen=True)
+class ServeOptions:
+    """``firscope serve``'s arguments: the UI's own, handed on to each ``firscope ui``, and
+    where to listen."""
+
+    model: str | None = None
+    prompt: str | None = None
+    tokens: str | None = None
+    n: int | None = UI_STEPS
+    fir_f32: bool = False
+    group: int = DEFAULT_GROUP
+    engine: str = DEFAULT_ENGINE
+    q4_path: str = "packed"
+    host: str = LOOPBACK
+    port: int = 8000
+    max_sessions: int = 1
+
+
+def ui_command(args: ServeOptions) -> list[str]:
     """The ``firscope ui`` command line the server runs for each browser tab."""
     cmd = [sys.executable, "-m", "firscope", "ui"]
     if args.model is not None:
@@ -45,7 +65,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def serve(args) -> int:
+def serve(args: ServeOptions) -> int:
     try:
         from .webserve import GuardedServer
     except ImportError:
@@ -55,7 +75,7 @@ def serve(args) -> int:
         raise FirError(f"{args.model}: no such file")
     if not 1 <= args.port <= 65535:
         raise FirError(f"--port {args.port}: must be 1..65535")
-    max_sessions = getattr(args, "max_sessions", 1)
+    max_sessions = args.max_sessions
     if not 1 <= max_sessions <= 64:
         raise FirError(f"--max-sessions {max_sessions}: must be 1..64")
     if not _is_loopback(args.host):

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, Iterator
 
+from ..defaults import DEFAULT_ENGINE, DEFAULT_STEPS
 from ..errors import FirError
 from ..runtime.opening import RunInput, check_steps
 from ..text import printable
 from .commands import CommandInterpreter
-from .session import Session
+from .opening import open_session
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 MAX_LINE_BYTES = 64 * 1024
@@ -64,7 +64,7 @@ def _open_script(path: Path) -> IO[bytes]:
         raise FirError(f"{printable(path)}: not a usable file name") from None
 
 
-def run_batch(source: RunInput, *, n: int = 16, engine: str = "compiled",
+def run_batch(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAULT_ENGINE,
               script: str | Path | None = None, keep_going: bool = False,
               against: str | Path | None = None,
               out: IO[str] | None = None, stdin: IO | None = None) -> int:
@@ -74,11 +74,8 @@ def run_batch(source: RunInput, *, n: int = 16, engine: str = "compiled",
     diverge``, ``info diff``); without a prompt the session is fed the dump's tokens."""
     out = out or sys.stdout
     check_steps(n)
-    if source.prompt is None and source.tokens is None:
-        if against is None:
-            raise FirError("give the prompt: --prompt TEXT or --tokens IDS")
-        from .diverge import dump_tokens
-        source = replace(source, tokens=tuple(dump_tokens(against)))
+    if source.prompt is None and source.tokens is None and against is None:
+        raise FirError("give the prompt: --prompt TEXT or --tokens IDS")
     # The script is opened first: a wrong name is reported before the model loads.
     if script is not None:
         stream = _open_script(Path(script))
@@ -88,16 +85,11 @@ def run_batch(source: RunInput, *, n: int = 16, engine: str = "compiled",
         stream = getattr(stream, "buffer", stream)
         name = "<stdin>"
     with stream if script is not None else contextlib.nullcontext(stream):  # stdin stays open
-        opened = source.open()
-        session = Session(opened.model, list(opened.ids), n, engine=engine)
-        if against is not None:  # compare every node with the dump
-            from .diverge import attach_reference
-            attach_reference(session, against)
-        ci = CommandInterpreter(session, opened.tokenizer)
+        session, ci = open_session(source, n=n, engine=engine, against=against)
         return _run_lines(ci, script_lines(stream, name), name, out, keep_going,
-                          header=f"firscope debug: {opened.model.path.name}, "
-                                 f"{len(opened.ids)} prompt tokens, {n} to generate, "
-                                 f"{len(opened.model.nodes)} nodes per token")
+                          header=f"firscope debug: {session.model.path.name}, "
+                                 f"{len(session.prompt)} prompt tokens, {n} to generate, "
+                                 f"{len(session.nodes)} nodes per token")
 
 
 def _run_lines(ci: CommandInterpreter, lines, name: str, out: IO[str], keep_going: bool,

@@ -46,25 +46,14 @@ class Divergence:
 
 def attach_reference(session, path, tolerance: Tolerance | None = None, *,
                      isolate: bool = False) -> AttachedDump:
-    """Compare every node ``session`` runs from now on with the dump at ``path``;
-    ``isolate``: also judge each on its own (from the dump's inputs) and show that."""
-    ref = AttachedDump(session.model, Dump(path), session.total_steps, tolerance)
+    """Compare every node ``session`` runs from now on with the dump at ``path`` (or the
+    :class:`Dump` already open there); ``isolate``: also judge each on its own (from the
+    dump's inputs) and show that."""
+    dump = path if isinstance(path, Dump) else Dump(path)
+    ref = AttachedDump(session.model, dump, session.total_steps, tolerance)
     ref.isolate = ref.view_own = isolate
     session.attach_reference(ref)
     return ref
-
-
-def dump_tokens(path) -> list[int]:
-    """The tokens a dump says it was fed (a debugging session runs exactly those)."""
-    dump = Dump(path)
-    try:
-        tokens = dump.tokens
-    finally:
-        dump.close()
-    if not tokens:
-        raise FirError(f"{path}: the dump does not say which tokens it was fed (no 'tokens' "
-                       "metadata): give --tokens or --prompt")
-    return tokens
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -371,7 +371,6 @@ class Session:
     # ===================================================== the forward loop
     def _resume(self, goal: Goal) -> Stop:
         """The one forward loop: run until the goal or a stop predicate says stop."""
-        self.cancel.clear()  # an interrupt meant for an earlier run must not stop this one
         units = goal.units
         first = True
         # Resuming from a stop on an instruction (or stepping into a kernel) executes that
@@ -671,7 +670,6 @@ class Session:
     def _rewind(self, goal: Goal) -> Stop:
         """The one backward loop: undo until the goal, a node/token breakpoint (when the goal
         has no boundary of its own), or the start of the recorded history."""
-        self.cancel.clear()
         units = goal.units
         nodes = goal.nodes  # reverse-next: node boundaries still to undo
         while True:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import FirError
 from ..runtime import Model
-from ..runtime.opening import check_output_folder, check_steps, write_into_folder
+from ..runtime.opening import RunInput, check_output_folder, check_steps, write_into_folder
 from ..text import printable
 from ..vm import wgsl
 from .device import open_device
@@ -60,15 +60,16 @@ def wgsl_text(model: Model, which: str | None = None) -> str:
                    f"shader; kernels and ext shaders: {names}")
 
 
-def print_wgsl(args, out=None) -> int:
+def print_wgsl(source: RunInput, kernel: str | None = None, out=None) -> int:
+    """``firscope wgsl [MODEL] [KERNEL]``: ``source`` says the model and how it loads."""
     import os
+    from dataclasses import replace
 
-    from ..runtime.opening import open_model
     out = out or sys.stdout
-    path, kernel = args.model, args.kernel
+    path = source.model
     if kernel is None and path is not None and not os.path.exists(path):
-        path, kernel = None, path  # `firscope wgsl g2.add`: a kernel of the bundled sample
-    model = open_model(path, fir_f32=args.fir_f32, group=args.group, q4_path=args.q4_path)
+        source, kernel = replace(source, model=None), path  # `firscope wgsl g2.add`: the sample's
+    model = source.load()
     print(wgsl_text(model, kernel), file=out, end="")
     return 0
 

@@ -20,10 +20,13 @@ tokens: a diverging node whose kernel races is said to be explained by that race
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..compare.lockstep import DiffReport, run_lockstep
 from ..compare.sources import OtherRunFailed, Plan, Wanted
+from ..defaults import DEFAULT_ENGINE
 from ..dump import dump_key
 from ..errors import FirError
 from ..runtime import Machine, Model, PlanNode
@@ -32,6 +35,9 @@ from ..runtime.opening import check_budget
 from ..sanitize import Tool
 from ..sanitize.runner import sanitize_run
 from .runner import GpuRunner
+
+if TYPE_CHECKING:
+    from ..compare.command import DiffOptions
 
 
 def touched_regions(node: PlanNode) -> list:
@@ -151,7 +157,7 @@ def explain_with_races(model: Model, tokens: list[int], report: DiffReport,
                             "kernels, so a race does not explain the difference")
 
 
-def run_gpu_diff(args, *, load, prompt_ids) -> DiffReport:
+def run_gpu_diff(args: DiffOptions) -> DiffReport:
     """The report behind ``firscope diff MODEL --engine gpu`` (see the module docstring)."""
     from ..compare.command import given_tokens, tolerance_of
     if args.other is not None or args.against is not None:
@@ -159,23 +165,23 @@ def run_gpu_diff(args, *, load, prompt_ids) -> DiffReport:
                        "--against/B.fir, or make a dump on the GPU (firscope run --engine gpu "
                        "--dump FILE) and compare that with --against")
     tol = tolerance_of(args)
-    budget = check_budget(getattr(args, "budget", None))
-    model = load(args)
-    ids, tokens_from = given_tokens(args, model, prompt_ids)
-    ref_engine = getattr(args, "reference_engine", None) or "compiled"
-    isolate = not getattr(args, "chained", False)
+    budget = check_budget(args.budget)
+    model = args.source.load()
+    ids, tokens_from = given_tokens(args.source, model)
+    ref_engine = DEFAULT_ENGINE  # the reference the GPU is judged against
+    isolate = not args.chained
     report = gpu_lockstep(model, list(ids), tol, isolate=isolate, engine=ref_engine,
                           budget=budget)
     report.meta["tokens_from"] = tokens_from
-    if getattr(args, "sanitize", False):
+    if args.sanitize:
         explain_with_races(model, list(ids), report, ref_engine)
     return report
 
 
-def gpu_diff_command(args, *, load, prompt_ids, out, err) -> int:
+def gpu_diff_command(args: DiffOptions, *, out, err) -> int:
     from ..compare.report import format_json, format_text
     try:
-        report = run_gpu_diff(args, load=load, prompt_ids=prompt_ids)
+        report = run_gpu_diff(args)
     except FirError as e:
         print(f"firscope: {e}" if e.loc is None else str(e), file=err)
         return 1

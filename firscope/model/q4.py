@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..defaults import DEFAULT_GROUP
 from .threads import matvec_threads
 
-DEFAULT_GROUP = 32
 # The group the vectorized matvec is written for (16 bytes of codes per group,
 # one scale broadcast per 16 bytes); any other group size takes the general kernel.
 FAST_GROUP = 32

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from ..defaults import DEFAULT_ENGINE, DEFAULT_STEPS
 from ..errors import FirError
 from ..runtime import Model
 from ..runtime.opening import RunInput, check_output_folder, check_steps, write_into_folder
@@ -34,7 +35,6 @@ from .html import render_html
 from .progress import Progress, Silent
 from .quant import compare_run, weight_stats
 
-DEFAULT_STEPS = 16  # tokens generated when -n is not given (as `firscope run`)
 INSTRUMENT_STEPS = 3  # steps of the instrumented (line-counting) interpreter run
 
 
@@ -238,7 +238,7 @@ def add_gpu(data: ProfileData, model: Model, device, *, engine: str = "compiled"
     progress.end()
 
 
-def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = "compiled",
+def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAULT_ENGINE,
                 out: str | Path, against: str | Path | None = None,
                 sanitize: bool = False, device: str | None = None) -> int:
     """``firscope profile``: the CLI glue (argument parsing lives in cli.py). ``against``: a

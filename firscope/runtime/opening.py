@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from ..defaults import DEFAULT_GROUP
 from ..errors import FirError
 from ..text import printable, undecodable
 
@@ -33,7 +34,6 @@ __all__ = ["DEFAULT_PROMPT", "DEFAULT_GROUP", "RunInput", "Opened", "resolve_mod
            "check_output_file", "write_output", "write_into_folder"]
 
 DEFAULT_PROMPT = "    if "  # the prompt when none is given (the UI shows it being completed)
-DEFAULT_GROUP = 32
 MAX_GROUP = 1 << 20
 
 
@@ -155,10 +155,18 @@ class RunInput:
     q4_path: str = "packed"  # or "dequant": f32 copies of q4 matrices (for comparison)
 
     def open(self, progress: Callable[[str, float], None] | None = None) -> Opened:
-        model = open_model(self.model, fir_f32=self.fir_f32, group=self.group,
-                           q4_path=self.q4_path, progress=progress)
-        ids, tok = prompt_ids(model, prompt=self.prompt, tokens=self.tokens)
+        model = self.load(progress)
+        ids, tok = self.ids(model)
         return Opened(model, tuple(ids), tok)
+
+    def load(self, progress: Callable[[str, float], None] | None = None) -> "Model":
+        """The model alone (``diff`` loads both sides before it reads the prompt)."""
+        return open_model(self.model, fir_f32=self.fir_f32, group=self.group,
+                          q4_path=self.q4_path, progress=progress)
+
+    def ids(self, model: "Model") -> tuple[list[int], "Tokenizer"]:
+        """The prompt as ids of ``model`` (see :func:`prompt_ids`), and its tokenizer."""
+        return prompt_ids(model, prompt=self.prompt, tokens=self.tokens)
 
 
 # -- output paths ---------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from .console_view import CommandInput, ConsoleView, completion_words
 from .graph_pane import GraphPane, NodeList
 from .jobs import Interrupted, Probe
 from .keys import bindings
-from .loading import LoadingPanel, open_session
+from .loading import LoadingPanel, UiOptions, open_session
 from .messages import Job, JobDone, LoadFailed, Loaded, LoadProgress
 from .diff_view import DiffView
 from .lens_view import LensView, end_of_layer
@@ -46,7 +46,6 @@ from .screens import HelpScreen, HistoryScreen, PromptScreen
 from .source_pane import SourceLines, SourcePane
 from .state import StopView, Wants, build_view, status_bar
 
-DEFAULT_N = 12
 MAX_PENDING = 32
 NARROW = 100  # below this many columns the registers become a tab
 TABS = ("buffers", "attention", "profile", "console", "lens", "regs", "diff")
@@ -65,29 +64,22 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     # The last frozen stop: every JobDone / Loaded message sets it, watch_view renders it.
     view: reactive[StopView | None] = reactive(None, always_update=True, init=False)
 
-    def __init__(self, model_path: Path, *, prompt_ids=None, prompt_text: str | None = None,
-                 n: int = DEFAULT_N, fir_f32: bool = False, group: int = 32,
-                 engine: str = "compiled", show_times: bool = True,
-                 time_of: Callable | None = None, q4_path: str = "packed",
-                 against: str | None = None, isolate: bool = False,
-                 device: str | None = None):
+    def __init__(self, model_path: Path, options: UiOptions | None = None, **fields):
+        """``options``, or its fields as keywords (``FirscopeApp(path, n=4)``)."""
         super().__init__()
-        self.isolate = isolate  # with against: nodes coloured by their own error
+        if options is not None and fields:
+            raise TypeError("give the UiOptions or its fields, not both")
+        self.options = options = options if options is not None else UiOptions(**fields)
         # --device: the Profile tab shows GPU predictions (firscope/cost), kept current
-        self.device_name = device
+        self.device_name = options.device
         self._cost_key = None  # the step the last prediction was asked for
-        self.q4_path = q4_path
-        self.against = against  # a dump every node is compared with (the Diff tab)
         # every line of every widget: no control character from a file reaches the terminal
         self.control_filter = ControlCharacterFilter()
         self.model_path = Path(model_path)
-        self.prompt_ids = prompt_ids
-        self.prompt_text = prompt_text
-        self.n, self.fir_f32, self.group, self.engine_name = n, fir_f32, group, engine
-        self.show_times = show_times
+        self.show_times = options.show_times
         # node times as shown: tests pass a deterministic function of the real ones
-        self.time_of = time_of if time_of is not None else (
-            None if show_times else (lambda times: {}))
+        self.time_of = options.time_of if options.time_of is not None else (
+            None if options.show_times else (lambda times: {}))
         self.session = self.ci = self.tokenizer = self.recorder = None
         self.model = None
         self._follow = True  # the graph cursor follows the next view's stop
@@ -101,7 +93,6 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         self.load_error: FirError | None = None
         self._pane_focus = None  # the pane focus returns to when an input is left
         self._carried = None  # what F2 carries into the reloaded session
-        self._interrupting = False  # escape was pressed during the running job
 
     # -- layout -----------------------------------------------------------------------
     def get_line_filters(self):
@@ -158,12 +149,8 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     # -- loading ------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="load")
     def load(self, carried) -> None:
-        options = dict(prompt_ids=self.prompt_ids, prompt_text=self.prompt_text, n=self.n,
-                       fir_f32=self.fir_f32, group=self.group, engine=self.engine_name,
-                       q4_path=self.q4_path, against=self.against,
-                       isolate=self.isolate)
         try:
-            parts = open_session(self.model_path, options, carried, self.probe, self.wants,
+            parts = open_session(self.model_path, self.options, carried, self.probe, self.wants,
                                  lambda what, frac: self.post_message(LoadProgress(what, frac)))
         except FirError as e:
             self.post_message(LoadFailed(e))
@@ -230,11 +217,6 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     def _show_progress(self) -> None:
         if not self.busy:
             return
-        if self._interrupting:
-            # The engine clears its flag when a run starts: an escape pressed before the
-            # worker got there would be lost, so keep it set until the job ends.
-            self._cancel_flag().set()
-            return
         line = self.probe.line()
         if line is not None:
             self.set_status(line)
@@ -284,6 +266,10 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
                 self.pending.append(job)
             return
         self.busy, self.job = True, job
+        # An escape meant for an earlier job must not stop this one; cleared here, before the
+        # worker starts, so that an escape pressed from now on is never lost (the engine
+        # only reads the flag).
+        self._cancel_flag().clear()
         self.probe.reset(job.label)
         if job.moves:
             self.set_status(f"running: {job.label} (escape interrupts)")
@@ -308,7 +294,7 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
 
     def on_job_done(self, message: JobDone) -> None:
         job, out, error = message.job, message.out, message.error
-        self.busy, self.job, self._interrupting = False, None, False
+        self.busy, self.job = False, None
         console = self.query_one(ConsoleView)
         moved = isinstance(out, Result) and out.snapshot is not None
         if message.view is not None:
@@ -368,7 +354,6 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     def action_interrupt(self) -> None:
         if self.busy:
             self.pending.clear()
-            self._interrupting = True
             self._cancel_flag().set()
             self.set_status("interrupting…")
         elif isinstance(self.focused, Input):

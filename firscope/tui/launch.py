@@ -1,28 +1,50 @@
 """``firscope [MODEL.fir]``: the command line's entry into the UI."""
 from __future__ import annotations
 
-from .app import DEFAULT_N, FirscopeApp
+from dataclasses import dataclass
+
+from ..defaults import DEFAULT_ENGINE, DEFAULT_GROUP, UI_STEPS
+from .app import FirscopeApp
+from .loading import UiOptions
 
 
-def run_app(args) -> int:
+@dataclass(frozen=True)
+class UiArgs:
+    """What ``firscope ui`` was given, as typed (the prompt's ids still text)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    tokens: str | None = None
+    n: int = UI_STEPS
+    n_given: bool = False  # -n was on the command line
+    fir_f32: bool = False
+    group: int = DEFAULT_GROUP
+    q4_path: str = "packed"
+    engine: str = DEFAULT_ENGINE
+    against: str | None = None
+    isolate: bool = False
+    device: str | None = None
+
+
+def run_app(args: UiArgs) -> int:
     from ..model.tokens import parse_token_list
     from ..runtime.opening import refuse_prompt_early, resolve_model
-    ids = parse_token_list(args.tokens) if getattr(args, "tokens", None) else None
+    ids = parse_token_list(args.tokens) if args.tokens else None
     model = resolve_model(args.model)
     refuse_prompt_early(model, args.prompt, ids)  # not after a minute of loading
-    app = FirscopeApp(model, prompt_ids=ids, prompt_text=args.prompt, n=ui_steps(args),
-                      fir_f32=args.fir_f32, group=args.group, engine=args.engine,
-                      q4_path=args.q4_path, against=getattr(args, "against", None),
-                      isolate=getattr(args, "isolate", False),
-                      device=getattr(args, "device", None))
+    app = FirscopeApp(model, UiOptions(
+        prompt_ids=ids, prompt_text=args.prompt, n=ui_steps(args), fir_f32=args.fir_f32,
+        group=args.group, engine=args.engine, q4_path=args.q4_path, against=args.against,
+        isolate=args.isolate, device=args.device))
     app.run()
     return 0
 
 
 def ui_steps(args) -> int:
     """Tokens to generate: -n; against a dump without a prompt, the dump's tokens and no more
-    (nothing to compare past its end) unless -n is given, as ``firscope debug`` does."""
-    if getattr(args, "against", None) and args.prompt is None \
-            and getattr(args, "tokens", None) is None and not getattr(args, "n_given", False):
-        return 0
-    return DEFAULT_N if args.n is None else args.n  # -n is checked by its argparse type
+    (nothing to compare past its end) unless -n is given, as ``firscope debug`` does.
+    ``args``: a :class:`UiArgs` (or anything with its fields)."""
+    from ..debug.opening import steps_against_dump
+    n = UI_STEPS if args.n is None else args.n
+    return steps_against_dump(n, against=args.against, prompt=args.prompt, tokens=args.tokens,
+                              n_given=getattr(args, "n_given", False))  # argparse: when given

@@ -6,17 +6,42 @@ position: see :mod:`.reload`) before its first view is frozen.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, ProgressBar, Static
 
-from ..debug.commands import CommandInterpreter
+from ..defaults import DEFAULT_ENGINE, DEFAULT_GROUP, UI_STEPS
+from ..runtime.opening import RunInput
 from .attention_view import AttentionRecorder
 from .reload import restore
 from .state import build_view
+
+
+@dataclass(frozen=True)
+class UiOptions:
+    """What the UI opens (on start and on each F2) and how it shows times."""
+
+    prompt_ids: Sequence[int] | None = None  # wins over prompt_text
+    prompt_text: str | None = None  # neither: the default prompt (or the dump's tokens)
+    n: int = UI_STEPS
+    fir_f32: bool = False
+    group: int = DEFAULT_GROUP
+    engine: str = DEFAULT_ENGINE
+    q4_path: str = "packed"
+    against: str | None = None  # a dump every node is compared with (the Diff tab)
+    isolate: bool = False  # with against: nodes coloured by their own error
+    device: str | None = None  # the GPU whose predicted times the Profile tab shows
+    show_times: bool = True
+    time_of: Callable | None = None  # node times as shown (tests: deterministic ones)
+
+    def run_input(self, path: Path) -> RunInput:
+        tokens = tuple(self.prompt_ids) if self.prompt_ids is not None else None
+        return RunInput(model=str(path), fir_f32=self.fir_f32, group=self.group,
+                        prompt=self.prompt_text, tokens=tokens, q4_path=self.q4_path)
 
 
 class LoadingPanel(Vertical):
@@ -34,29 +59,19 @@ class LoadingPanel(Vertical):
         yield Static(id="load-error")
 
 
-def open_session(path: Path, options: dict, carried, probe, wants,
+def open_session(path: Path, options: UiOptions, carried, probe, wants,
                  progress: Callable[[str, float], None]) -> dict:
     """Load, tokenize the prompt, warm the kernels, restore what F2 carried, freeze a view."""
-    from ..debug.session import Session
-    from ..runtime.opening import open_model, prompt_ids
+    from ..debug.opening import open_session as open_debug_session
     t0 = time.perf_counter()
-    model = open_model(path, fir_f32=options["fir_f32"], group=options["group"],
-                       q4_path=options.get("q4_path", "packed"),
-                       progress=lambda w, f: progress(f"loading: {w}", f * 0.7))
-    ids, tok = prompt_ids(model, prompt=options["prompt_text"], tokens=options["prompt_ids"])
-    against = options.get("against")
-    if against is not None and options["prompt_ids"] is None and options["prompt_text"] is None:
-        from ..debug.diverge import dump_tokens
-        ids = dump_tokens(against)  # the tokens the dump was fed
-    session = Session(model, ids, options["n"], engine=options["engine"])
-    if against is not None:
-        from ..debug.diverge import attach_reference
-        attach_reference(session, against, isolate=options.get("isolate", False))
+    session, ci = open_debug_session(
+        options.run_input(path), n=options.n, engine=options.engine, against=options.against,
+        isolate=options.isolate, progress=lambda w, f: progress(f"loading: {w}", f * 0.7))
     runner = session.machine.kernel_runner
     if runner is not None and hasattr(runner, "warmup"):
         progress("compiling kernels", 0.75)
         runner.warmup()
-    ci = CommandInterpreter(session, tok)
+    tok = ci.tok
     recorder = AttentionRecorder(session)
     notes = restore(ci, carried) if carried is not None else []
     session.node_observers.append(probe)

@@ -1,0 +1,83 @@
+"""Opening a debug session: the one place a front end turns what the user asked for into a
+:class:`~firscope.debug.session.Session` and its command interpreter.
+
+Batch mode (``firscope debug``), the UI (its load worker) and the DAP adapter
+(``launch``) all call :func:`open_session` with a typed
+:class:`~firscope.runtime.opening.RunInput`, the tokens to generate, the engine
+and, optionally, a dump every node is compared with (``--against``). The dump is
+opened once: without a prompt it also says which tokens the session is fed.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+from ..compare.dumpfile import Dump
+from ..defaults import DEFAULT_ENGINE, DEFAULT_STEPS
+from ..errors import FirError
+from ..runtime.opening import RunInput
+from .commands import CommandInterpreter
+from .diverge import attach_reference
+from .session import Session
+
+if TYPE_CHECKING:
+    from ..runtime.load import Model
+
+__all__ = ["OpenedSession", "open_session", "steps_against_dump"]
+
+
+class OpenedSession(NamedTuple):
+    session: Session
+    ci: CommandInterpreter  # its command interpreter (``ci.tok``: the model's tokenizer)
+
+
+def open_session(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAULT_ENGINE,
+                 against: str | os.PathLike | None = None, isolate: bool = False,
+                 progress: Callable[[str, float], None] | None = None,
+                 loaded: Callable[["Model"], None] | None = None) -> OpenedSession:
+    """Open ``source`` and start a session generating ``n`` tokens on ``engine``.
+
+    ``against``: compare every node with this dump as the session runs it (``break
+    diverge``, ``info diff``, the UI's Diff tab); without a prompt or tokens in
+    ``source`` the session is fed the tokens the dump was fed. ``isolate``: also judge
+    each node on its own, from the dump's inputs. ``progress(what, fraction)`` hears the
+    load; ``loaded(model)`` is called once the model is open, before the engine starts."""
+    dump = None
+    if against is not None and source.prompt is None and source.tokens is None:
+        dump = Dump(against)
+        try:
+            source = replace(source, tokens=tuple(_fed_tokens(dump, against)))
+        except BaseException:
+            dump.close()
+            raise
+    try:
+        opened = source.open(progress=progress)
+        if loaded is not None:
+            loaded(opened.model)
+        session = Session(opened.model, list(opened.ids), n, engine=engine)
+        if against is not None:
+            attach_reference(session, dump if dump is not None else Dump(against),
+                             isolate=isolate)
+    except BaseException:
+        if dump is not None:
+            dump.close()
+        raise
+    return OpenedSession(session, CommandInterpreter(session, opened.tokenizer))
+
+
+def steps_against_dump(n: int, *, against, prompt: str | None, tokens, n_given: bool) -> int:
+    """Tokens to generate: ``n``; against a dump without a prompt, the dump's tokens and no
+    more (nothing to compare past its end) unless ``-n`` was given."""
+    if against and prompt is None and tokens is None and not n_given:
+        return 0
+    return n
+
+
+def _fed_tokens(dump: Dump, path) -> list[int]:
+    """The tokens a dump says it was fed (a debugging session runs exactly those)."""
+    tokens = dump.tokens
+    if not tokens:
+        raise FirError(f"{path}: the dump does not say which tokens it was fed (no 'tokens' "
+                       "metadata): give --tokens or --prompt")
+    return tokens
