@@ -520,7 +520,7 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
 
         def writes():
             out = ci.run(f"history {target}")
-            return out.text.splitlines()[0], list(getattr(ci, "last_history", []))
+            return out.text.splitlines()[0], list(out.data)
 
         def shown(out) -> None:
             self.push_screen(HistoryScreen(*out), self._history_chosen)
