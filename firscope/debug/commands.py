@@ -39,22 +39,7 @@ class Command:
     help: str
     fn: Callable
     resumes: bool = False  # runs the engine: a UI runs it in a worker
-    topics: tuple["InfoTopic", ...] = ()  # info's topics: each is a form of its own
-
-
-@dataclass(frozen=True)
-class InfoTopic:
-    """One ``info`` topic: its names (the first is the one shown; the rest are aliases), the
-    argument it takes, and its handler (``fn(arg) -> text``). Help, completion and the
-    palette read this table."""
-
-    names: tuple[str, ...]
-    argument: str  # "" or "[REG]", as the usage line shows it
-    fn: Callable[[str], str]
-
-    @property
-    def usage(self) -> str:
-        return f"{self.names[0]} {self.argument}".strip()
+    topics: tuple[info.InfoTopic, ...] = ()  # info's topics: each is a form of its own
 
 
 @dataclass(frozen=True)
@@ -108,29 +93,13 @@ class CommandInterpreter:
         self.checkpoints = Checkpoints()
         start = session.here()
         self.last: Snapshot = capture(session, start, self.where_line())
-        self.info_topics: list[InfoTopic] = self._info_topics()
-        self.info_by_name = {n: t for t in self.info_topics for n in t.names}
+        self.info_by_name = {n: t for t in info.TOPICS for n in t.names}
         self.table: list[Command] = self._commands()
         self.by_name = {n: c for c in self.table for n in c.names}
 
-    def _info_topics(self) -> list[InfoTopic]:
-        """The ``info`` topics: names, argument, handler."""
-        return [
-            InfoTopic(("registers", "reg", "r"), "", lambda arg: info.info_registers(self)),
-            InfoTopic(("breakpoints", "break", "b"), "", lambda arg: info.info_breakpoints(self)),
-            InfoTopic(("watch", "watchpoints"), "", lambda arg: info.info_breakpoints(self)),
-            InfoTopic(("lanes", "lane"), "[REG]", lambda arg: info.info_lanes(self, arg or None)),
-            InfoTopic(("node", "n"), "", lambda arg: info.info_node(self)),
-            InfoTopic(("patches", "patch", "set"), "", lambda arg: info.info_patches(self)),
-            InfoTopic(("display", "displays"), "", lambda arg: info.info_display(self)),
-            InfoTopic(("checkpoints", "checkpoint"), "", lambda arg: info.info_checkpoints(self)),
-            InfoTopic(("diff",), "[STEP]", lambda arg: diverge.info_diff(self, arg)),
-            InfoTopic(("cost",), "[DEVICE]", lambda arg: info.info_cost(self, arg)),
-        ]
-
     def info_usage(self) -> str:
         """``info registers|breakpoints|...|cost [DEVICE]``: the usage line, from the table."""
-        return "info " + "|".join(t.usage for t in self.info_topics)
+        return "info " + "|".join(t.usage for t in info.TOPICS)
 
     def _commands(self) -> list[Command]:
         """The command table: names, usage, help, handler, and whether it resumes."""
@@ -199,7 +168,7 @@ class CommandInterpreter:
             Command(("stats",), "stats BUFFER", "min, max, mean, std, NaN/Inf count",
                     self.c_stats),
             Command(("info", "i"), self.info_usage(), "show state", self.c_info,
-                    topics=tuple(self.info_topics)),
+                    topics=info.TOPICS),
             Command(("where", "bt", "backtrace"), "where", "where execution is",
                     self.c_where),
             Command(("list", "l"), "list", "kernel source around the next instruction",
@@ -492,7 +461,7 @@ class CommandInterpreter:
         topic = self.info_by_name.get(what)
         if topic is None:
             raise FirError(f"usage: {self.info_usage()}")
-        return topic.fn(arg.strip())
+        return topic.fn(self, arg.strip())
 
     def c_where(self, rest):
         return info.where(self)

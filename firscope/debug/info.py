@@ -5,9 +5,13 @@ Plain functions of a :class:`~firscope.debug.commands.CommandInterpreter`
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from ..errors import FirError
+from . import diverge
 from .resolver import parse_register
 from .snapshot import token_range
 
@@ -193,3 +197,32 @@ def format_stats(name: str, a: np.ndarray) -> str:
         return f"{name}: shape {list(a.shape)}, no finite values (NaN {nan}, Inf {inf})"
     return (f"{name}: shape {list(a.shape)}  min {finite.min():.6g}  max {finite.max():.6g}  "
             f"mean {finite.mean():.6g}  std {finite.std():.6g}  NaN {nan}  Inf {inf}")
+
+
+@dataclass(frozen=True)
+class InfoTopic:
+    """One ``info`` topic: its names (the first is the one shown; the rest are aliases), the
+    argument it takes, and its handler (``fn(interpreter, arg) -> text``). The usage line,
+    Tab completion and the palette read :data:`TOPICS`."""
+
+    names: tuple[str, ...]
+    argument: str  # "" or "[REG]", as the usage line shows it
+    fn: Callable[[object, str], str]
+
+    @property
+    def usage(self) -> str:
+        return f"{self.names[0]} {self.argument}".strip()
+
+
+TOPICS = (
+    InfoTopic(("registers", "reg", "r"), "", lambda ci, arg: info_registers(ci)),
+    InfoTopic(("breakpoints", "break", "b"), "", lambda ci, arg: info_breakpoints(ci)),
+    InfoTopic(("watch", "watchpoints"), "", lambda ci, arg: info_breakpoints(ci)),
+    InfoTopic(("lanes", "lane"), "[REG]", lambda ci, arg: info_lanes(ci, arg or None)),
+    InfoTopic(("node", "n"), "", lambda ci, arg: info_node(ci)),
+    InfoTopic(("patches", "patch", "set"), "", lambda ci, arg: info_patches(ci)),
+    InfoTopic(("display", "displays"), "", lambda ci, arg: info_display(ci)),
+    InfoTopic(("checkpoints", "checkpoint"), "", lambda ci, arg: info_checkpoints(ci)),
+    InfoTopic(("diff",), "[STEP]", diverge.info_diff),
+    InfoTopic(("cost",), "[DEVICE]", info_cost),
+)
