@@ -33,6 +33,7 @@ import numpy as np
 from ..debug.commands import CommandInterpreter
 from ..debug.snapshot import capture, token_range
 from ..errors import FirError
+from ..model.ref import Ref, layer_suffix
 from ..vm.assembler import NREGS
 from .conventions import Conventions
 
@@ -343,7 +344,8 @@ class Views:
         m = self.s.model
         layers = m.layers if item.kind == "buffer" else sum(
             1 for w in m.weights.values() if w.decl == item.name)
-        return [self._array_var(f"@{i}", f"{item.name}@{i}", weight=item.kind == "weight")
+        return [self._array_var(layer_suffix(i), str(Ref(item.name, i)),
+                                weight=item.kind == "weight")
                 for i in range(layers)]
 
     def _value_of(self, expr: str) -> np.ndarray:

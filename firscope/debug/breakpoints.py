@@ -20,6 +20,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from ..errors import FirError
+from ..model.ref import Ref, layer_suffix
 from ..runtime import Model
 from .expr import DebugExpr, truth
 
@@ -496,7 +497,7 @@ def parse_location(model: Model, text: str) -> Breakpoint:
         hint = f" (did you mean {', '.join(close[:4])}?)" if close else ""
         raise FirError(f"no node named '{name}'{hint}")
     if layer is not None:
-        full = f"{name}@{int(layer)}"
+        full = str(Ref(name, int(layer)))
         if not any(n.full_name == full for n in model.nodes):
             raise FirError(f"no node '{full}' (layers are 0..{model.layers - 1}, and '{name}' "
                            f"{'is' if any(n.name == name and n.layer is None for n in model.nodes) else 'is not'} "
@@ -553,17 +554,18 @@ def parse_watch(model: Model, text: str) -> Watchpoint:
         decl = model.buffers[name]
         if decl.per_layer:
             if layer is None:
-                raise FirError(f"'{name}' is per_layer: name a layer, e.g. {name}@0")
+                raise FirError(f"'{name}' is per_layer: name a layer, e.g. {Ref(name, 0)}")
             if int(layer) >= model.layers:
                 raise FirError(f"'{name}' has layers 0..{model.layers - 1}")
-            region = model.regions[f"{name}@{int(layer)}"]
+            region = model.instance(Ref(name, int(layer)))
         else:
             if layer is not None:
-                raise FirError(f"'{name}' is not per_layer; drop the @{layer}")
+                raise FirError(f"'{name}' is not per_layer; drop the {layer_suffix(layer)}")
             region = model.regions[name]
     else:
-        disp = name if layer is None else f"{name}@{int(layer)}"
-        w = model.weights.get(disp)
+        ref = Ref(name, None if layer is None else int(layer))
+        disp = str(ref)
+        w = model.instance(ref)
         if w is None or w.region is None:
             raise FirError(f"no arena buffer named '{disp}'")
         region = w.region

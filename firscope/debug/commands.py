@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError
+from ..model import Ref
 from ..model.tokens import ByteTokenizer, Tokenizer
 from . import diverge, info, persist
 from .info import fmt_array, fmt_value, format_stats
@@ -530,7 +531,7 @@ class CommandInterpreter:
         text = rest.strip()
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])@([0-9]{1,12})", text)
         if m:  # x[5]@2 is x@2[5]
-            text = f"{m.group(1)}@{m.group(3)}{m.group(2)}"
+            text = f"{Ref(m.group(1), int(m.group(3)))}{m.group(2)}"
         if not text:
             raise FirError("usage: history BUF[i]")
         from .breakpoints import parse_watch
