@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..debug.commands import CommandInterpreter
+from ..debug.info import fmt_scalar
 from ..debug.snapshot import Stop, StopReason
 from ..errors import FirError
 from .breakpoints import BreakpointMap
@@ -45,7 +46,7 @@ from .conventions import Conventions
 from .launch import LaunchConfig
 from .lifecycle import LifeCycle, arguments
 from .protocol import Writer
-from .views import RequestError, Views, fmt_scalar
+from .views import RequestError, Views
 
 BREAKPOINT_REQUESTS = ("setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints",
                        "setDataBreakpoints")

@@ -23,7 +23,6 @@ Decisions (README "Editors" says the same to users):
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -31,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from ..debug.commands import CommandInterpreter
+from ..debug.info import fmt_scalar
 from ..debug.snapshot import capture, token_range
 from ..errors import FirError
 from ..model.ref import Ref, layer_suffix
@@ -122,15 +122,6 @@ class ArrayView:
 
 def thread_of_lane(lane: int) -> int:
     return lane + LANE_BASE
-
-
-def fmt_scalar(v) -> str:
-    if isinstance(v, (bool, np.bool_)):
-        return str(bool(v)).lower()
-    if isinstance(v, (np.integer, int)):
-        return str(int(v))
-    f = float(v)
-    return repr(f) if not math.isfinite(f) else f"{f:.9g}"
 
 
 def type_of(a: np.ndarray) -> str:

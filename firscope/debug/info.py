@@ -170,13 +170,22 @@ def info_cost(ci, device: str | None) -> str:
     return node_text(nc, dev, where=where)
 
 
+def fmt_scalar(v, digits: int = 9) -> str:
+    """One number as every front end prints it: ``true``/``false``, an integer as it is, a
+    float with ``digits`` significant digits (9 give an f32 back exactly; the registers pane
+    shows 6), ``nan``/``inf``/``-inf`` as Python spells them."""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v)).lower()
+    if isinstance(v, (np.integer, int)):
+        return str(int(v))
+    return f"{float(v):.{digits}g}"
+
+
 def fmt_value(v) -> str:
     if isinstance(v, np.ndarray):
         return fmt_array(v)
-    if isinstance(v, (np.floating, float)):
-        return f"{float(v):.9g}"
-    if isinstance(v, (np.bool_, bool)):
-        return str(bool(v)).lower()
+    if isinstance(v, (np.floating, float, np.bool_, bool)):
+        return fmt_scalar(v)
     return str(v)
 
 

@@ -294,11 +294,8 @@ class Session:
     def set(self, text: str, *, lane: int = 0) -> Patch:
         """``set [--weight] [lane N] TARGET = EXPR``: change state here, replayably."""
         patch = self.patches.add(parse_set(self, text, lane))
-        self._apply_patch(patch)
-        return patch
-
-    def _apply_patch(self, patch: Patch) -> None:
         apply_patch(self, patch)
+        return patch
 
     def _arrive(self) -> None:
         """The forward loop reached a node boundary: patches made here apply again."""

@@ -49,7 +49,6 @@ from .state import StopView, Wants, build_view, status_bar
 DEFAULT_N = 12
 MAX_PENDING = 32
 NARROW = 100  # below this many columns the registers become a tab
-TABS = ("buffers", "attention", "profile", "console", "lens", "regs", "diff")
 
 
 class Bottom(TabbedContent):
