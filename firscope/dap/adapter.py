@@ -47,6 +47,7 @@ from .launch import LaunchConfig
 from .lifecycle import LifeCycle, arguments
 from .protocol import Writer
 from .views import RequestError, Views
+from ..runtime import NodeKind
 
 BREAKPOINT_REQUESTS = ("setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints",
                        "setDataBreakpoints")
@@ -268,7 +269,7 @@ class Adapter(LifeCycle):
         """Into the next node's kernel, stopping before its first instruction."""
         s = self.ci.s
         node = s.node
-        if self._in_kernel() or node is None or node.kind != "micro" or not node.program.ops:
+        if self._in_kernel() or node is None or node.kind != NodeKind.MICRO or not node.program.ops:
             return "stepi"
         # until KERNEL:LINE stops before pc 0: the cursor is before this node, so the first
         # dispatch of that kernel is this one.

@@ -23,6 +23,7 @@ from ..errors import FirError
 from ..model.ref import Ref, layer_suffix
 from ..runtime import Model
 from .expr import DebugExpr, truth
+from ..runtime import NodeKind
 
 # Numbers are ASCII digits, at most 12 of them: Python refuses to convert a 5000-digit
 # string to an int (and no model has that many layers or elements anyway).
@@ -291,7 +292,7 @@ class CarriedBreak:
 def kernel_span(model, kernel: str) -> tuple[int, int] | None:
     """The .fir lines of ``kernel``'s body, from any node that dispatches it."""
     for node in model.nodes:
-        if node.kind == "micro" and node.target == kernel:
+        if node.kind == NodeKind.MICRO and node.target == kernel:
             syn = node.program.kernel.syntax
             return syn.loc.line, syn.end.line
     return None

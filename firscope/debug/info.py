@@ -14,6 +14,7 @@ from ..errors import FirError
 from . import diverge
 from .resolver import parse_register
 from .snapshot import token_range
+from ..runtime import NodeKind
 
 
 def where(ci) -> str:
@@ -41,7 +42,7 @@ def where(ci) -> str:
 def listing(ci) -> str:
     s = ci.s
     node = s.node
-    if node is None or node.kind != "micro":
+    if node is None or node.kind != NodeKind.MICRO:
         raise FirError("not at a kernel")
     lines = s.model.fir.lines
     syntax = node.program.kernel.syntax
@@ -142,11 +143,11 @@ def info_node(ci) -> str:
     out = [f"node {node.full_name}: {node.kind} {node.target}  ({s.model.path.name}:"
            f"{node.loc.line})"]
     for i, o in enumerate(node.args):
-        label = f"in{i}" if node.kind == "micro" else f"arg{i}"
+        label = f"in{i}" if node.kind == NodeKind.MICRO else f"arg{i}"
         out.append(f"  {label:<5} {o.display:<16} {o.kind:<7} {o.size} elements")
     for i, o in enumerate(node.outs):
         out.append(f"  out{i:<2} {o.display:<16} {o.kind:<7} {o.size} elements")
-    if node.kind == "micro":
+    if node.kind == NodeKind.MICRO:
         out.append(f"  threads {node.program.threads}, {len(node.program.ops)} instructions")
     t = s.node_times.get(node.index)
     if t is not None:

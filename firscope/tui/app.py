@@ -45,6 +45,7 @@ from .reload import carry
 from .screens import HelpScreen, HistoryScreen, PromptScreen
 from .source_pane import SourceLines, SourcePane
 from .state import StopView, Wants, build_view, status_bar
+from ..runtime import NodeKind
 
 DEFAULT_N = 12
 MAX_PENDING = 32
@@ -394,7 +395,7 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             line = focused.cursor_line()
             node_idx = self.query_one(NodeList).cursor_node()
             node = m.nodes[node_idx if node_idx is not None else view.node_index]
-            if line is None or node.kind != "micro":
+            if line is None or node.kind != NodeKind.MICRO:
                 return None
             return f"{node.target}:{line}"
         if isinstance(focused, NodeList):

@@ -24,6 +24,7 @@ from ..debug.snapshot import Snapshot, token_of, token_range
 from ..errors import FirError
 from ..model import Ref
 from ..text import printable, web_piece
+from ..runtime import NodeKind
 
 NEXT_INPUTS = ""  # the Buffers tab's default: the next node's inputs
 FINDING_MARK = "!"  # after a node's name, and in the source gutter: a sanitizer finding
@@ -48,7 +49,7 @@ class Marks:
     def node_marked(self, node) -> str:
         if (node.name, None) in self.nodes or (node.name, node.layer) in self.nodes:
             return "●"
-        if node.kind == "micro" and node.target in self.kernels:
+        if node.kind == NodeKind.MICRO and node.target in self.kernels:
             return "○"
         return " "
 
