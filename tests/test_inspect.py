@@ -203,8 +203,8 @@ def test_history_lists_the_writes_print_showed(model):
         v = np.float32(s.evaluate("x[5]"))
         if v.view(np.uint32) != seen[-1].view(np.uint32):
             seen.append(v)
-    out = ci.execute("history x[5]")
-    writes = ci.last_history
+    result = ci.run("history x[5]")
+    out, writes = result.text, result.data
     news = [np.float32(w.new).view(np.uint32) for w in writes if w.step == 0]
     assert news == [v.view(np.uint32) for v in seen[1:]] and len(news) >= 5
     micro = [w for w in writes if w.line is not None]

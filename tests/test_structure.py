@@ -352,3 +352,159 @@ def test_the_private_session_scan_finds_reaching_in(tmp_path):
                     "        return self._hit\n")     # C's own
     found = private_session_uses(path, {"_hit", "_rewind"})
     assert sorted(int(f.split(":")[0].split()[1]) for f in found) == [2, 3, 4], found
+
+# -- `name@layer` is spelled by model/ref.py alone -------------------------------------------
+# Text joined to '@' that is not a layer: the assembler's buffer operands (`@x`), the nesting
+# label of a for/if block at a line (`for@62`), the attention row's argmax (`max 0.93@4`).
+NOT_A_LAYER = {
+    ("firscope/vm/assembler.py", "self.operand"): "an operand as the assembler spells it: @x",
+    ("firscope/vm/assembler.py", "target"): "an operand as the assembler spells it: @x",
+    ("firscope/vm/assembler.py", "ref.target"): "an operand as the assembler spells it: @x",
+    ("firscope/runtime/plan.py", "name"): "an operand as the assembler spells it: @x",
+    ("firscope/runtime/plan.py", "a.operand"): "an operand as the assembler spells it: @x",
+    ("firscope/debug/info.py", "f.kind"): "a block opened at a line: for@62",
+    ("firscope/debug/info.py", "d.ops[f.pc].loc.line"): "a block opened at a line: for@62",
+    ("firscope/dap/views.py", "opener"): "a block opened at a line: for@62",
+    ("firscope/tui/attention_view.py", "rows[h].max():.2f"): "a row's maximum at its index",
+    ("firscope/tui/attention_view.py", "int(np.argmax(rows[h]))"): "a row's maximum at its index",
+}
+
+
+def _joins_at(tree: ast.AST):
+    """(the expression joined to '@', line) for every f-string piece, ``+`` chain, ``%`` or
+    ``.format`` template that puts something next to an '@': ``f"{name}@{layer}"``,
+    ``name + "@" + str(layer)``, ``"%s@%d" % (name, layer)``."""
+    def src(node):
+        if isinstance(node, ast.FormattedValue):
+            spec = "".join(v.value for v in node.format_spec.values
+                           if isinstance(v, ast.Constant)) if node.format_spec else ""
+            return ast.unparse(node.value) + (":" + spec if spec else "")
+        return ast.unparse(node)
+
+    def text(node):
+        return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+            else None
+
+    def added(node):  # a + b + c -> [a, b, c]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return added(node.left) + added(node.right)
+        return [node]
+
+    def beside(parts, line):
+        for i, part in enumerate(parts):
+            t = text(part)
+            if t is None or "@" not in t:
+                continue
+            if t.startswith("@") and i > 0:
+                yield src(parts[i - 1]), line
+            if t.endswith("@") and i + 1 < len(parts):
+                yield src(parts[i + 1]), line
+
+    chained = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            yield from beside(node.values, node.lineno)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and id(node) not in \
+                chained:
+            parts = added(node)
+            chained |= {id(n) for n in ast.walk(node) if isinstance(n, ast.BinOp)}
+            yield from beside(parts, node.lineno)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
+                any(m in (text(node.left) or "") for m in ("@%", "s@")):
+            yield src(node.right), node.lineno
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "format" and text(node.func.value) is not None
+              and ("}@" in node.func.value.value or "@{" in node.func.value.value)):
+            yield src(node), node.lineno
+
+
+def test_name_at_layer_is_joined_only_in_model_ref():
+    """DESIGN.md convention 4: a node, buffer or weight instance is ``name@layer`` everywhere,
+    printed by :class:`firscope.model.ref.Ref` (and parsed there); nothing else glues a name
+    to '@' and a layer, so the spelling cannot drift."""
+    found = []
+    for module, path in MODULES.items():
+        rel = str(path.relative_to(REPO))
+        if rel == "firscope/model/ref.py":
+            continue
+        for joined, line in _joins_at(ast.parse(path.read_text())):
+            if (rel, joined) not in NOT_A_LAYER:
+                found.append(f"{rel}:{line}: '@' joined to {joined}")
+    assert not found, ("use str(Ref(name, layer)) (firscope/model/ref.py), or add the site "
+                       "to NOT_A_LAYER saying why it is no layer:\n" + "\n".join(found))
+
+
+def test_the_at_check_sees_each_way_of_joining():
+    """The check itself: an f-string either side of '@', a concatenation and a format."""
+    code = ('a = f"{n}@{lay}"\nb = n + "@" + str(lay)\nc = "{}@{}".format(n, lay)\n'
+            'd = f"drop the @{lay}"\ne = f"e.g. {n}@0"\nf = "%s@%d" % (n, lay)\n')
+    joined = [j for j, _ in _joins_at(ast.parse(code))]
+    assert {"n", "lay", "str(lay)", "'{}@{}'.format(n, lay)", "(n, lay)"} <= set(joined)
+    assert sum(1 for j in joined if j == "lay") >= 2 and "n" in joined
+
+
+# -- nothing defined at module level that nothing uses -----------------------------------------
+# A module-level function or class is used when its name is read somewhere in firscope/,
+# tests/, benchmarks/ or screenshots/ (a Name or an attribute, not only an import or __all__),
+# or when pyproject.toml's entry points name it. These are kept unused on purpose:
+UNUSED_ON_PURPOSE = {
+    "kernel_threads_need_sizes": "issue 22 item 9 deletes it on branch wave3b-e (vm/assembler.py,"
+                                 " with fir.expr.uses_operand_size); drop this entry at that merge",
+}
+
+
+def _entry_point_names() -> set[str]:
+    """The functions ``[project.scripts]`` names (``firscope = "firscope.cli:main"``); read
+    without tomllib, which Python 3.10 lacks."""
+    import re
+    text = (REPO / "pyproject.toml").read_text()
+    section = re.search(r"^\[project\.scripts\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    targets = re.findall(r'=\s*"[^":]+:([A-Za-z_][A-Za-z0-9_.]*)"', section.group(1)) \
+        if section else []
+    return {t.split(".")[0] for t in targets}
+
+
+def unused_definitions() -> list[tuple[str, int, str]]:
+    """(file, line, name) of every module-level def or class in firscope/ whose name is read
+    nowhere (the check vulture makes, limited to what it is sure of)."""
+    defined, read = [], set(_entry_point_names())
+    for folder in ("firscope", "tests", "benchmarks", "screenshots"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if folder == "firscope":
+                defined += [(str(path.relative_to(REPO)), node.lineno, node.name)
+                            for node in tree.body
+                            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                 ast.ClassDef))]
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name):
+                    read.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    read.add(node.attr)
+    return [(f, line, name) for f, line, name in defined
+            if name not in read and not (name.startswith("__") and name.endswith("__"))]
+
+
+def test_no_unused_module_level_function_or_class():
+    unused = [(f, line, name) for f, line, name in unused_definitions()
+              if name not in UNUSED_ON_PURPOSE]
+    assert not unused, ("defined and never used (delete it, or add it to UNUSED_ON_PURPOSE "
+                        "saying why):\n" + "\n".join(f"{f}:{line}: {name}"
+                                                     for f, line, name in unused))
+    names = {name for _, _, name in unused_definitions()}
+    stale = sorted(set(UNUSED_ON_PURPOSE) - names)
+    assert not stale, f"used now or gone: remove from UNUSED_ON_PURPOSE: {stale}"
+
+
+def test_the_unused_check_sees_a_function_nobody_calls(tmp_path, monkeypatch):
+    """The check itself, on a tiny tree: one function called, one not, one only imported."""
+    (tmp_path / "firscope").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n'
+                                             '[project.scripts]\nx = "firscope.a:main"\n')
+    (tmp_path / "firscope" / "a.py").write_text(
+        "def main():\n    helper()\n\ndef helper():\n    pass\n\ndef lonely():\n    pass\n"
+        "class Gone:\n    pass\n")
+    (tmp_path / "tests" / "t.py").write_text("from firscope.a import Gone\n")
+    monkeypatch.setitem(globals(), "REPO", tmp_path)
+    assert [name for _, _, name in unused_definitions()] == ["lonely", "Gone"]

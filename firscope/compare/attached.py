@@ -16,6 +16,7 @@ from .dumpfile import Dump
 from .lockstep import OutputResult
 from .metrics import Tolerance, compare_arrays
 from .sources import Mismatch, match_dump
+from ..runtime import NodeKind
 
 
 class AttachedDump:
@@ -69,7 +70,7 @@ class AttachedDump:
             diff = compare_arrays(self.model.view(o.region), self.dump.read(w.key),
                                   tol if w.dtype == "F32" else tol.for_dtype(w.dtype))
             out.append(OutputResult(step, node.index, node.full_name, o.name, o.display,
-                                    node.kind == "micro", diff))
+                                    node.kind == NodeKind.MICRO, diff))
         res = tuple(out)
         if tolerance is None:
             self.results[(step, node.index)] = res

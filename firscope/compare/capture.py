@@ -44,6 +44,7 @@ from ..runtime import Machine, Model, PlanNode
 from .dumpfile import Dump
 from .isolate import DumpInputs, input_regions
 from .sources import DumpSource
+from ..runtime import NodeKind
 
 CASE_FIR = "gpt2.fir"
 CASE_FILES = (CASE_FIR, "config.json", "model.safetensors", "expected.safetensors", "README",
@@ -201,11 +202,11 @@ def _write_case(model, node, step, tokens, folder, touched, inputs, expected, ag
             tensors[f"case.{name}"] = inputs[name]
     sliced = _weights(model, node, inputs, tensors, decls)
     kernels = [COPY_KERNEL] if loads else []
-    if node.kind == "micro":
+    if node.kind == NodeKind.MICRO:
         kernels.append(_kernel_text(model, node))
     args = " ".join(a.name for a in node.args)
     outs = " ".join(o.name for o in node.outs)
-    kind = "micro" if node.kind == "micro" else "ext"
+    kind = "micro" if node.kind == NodeKind.MICRO else "ext"
     body = [f"# captured by firscope capture: {node.full_name} ({node.target}) at step {step} "
             f"of {model.path.name}", *_header(model), *decls, *kernels, *loads,
             f"node {node.name} {kind} {node.target} {args} -> {outs}", ""]

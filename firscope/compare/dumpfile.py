@@ -271,7 +271,3 @@ def _is_zip(path: Path) -> bool:
             return f.read(4) == b"PK\x03\x04"
     except OSError as e:
         raise FirError(f"{path}: cannot read: {e.strerror}") from None
-
-
-def open_dump(path: str | Path) -> Dump:
-    return Dump(path)

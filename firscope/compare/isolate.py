@@ -47,6 +47,7 @@ from .lockstep import MAX_LANE_LOOKUPS, DiffReport, OutputResult
 from .metrics import Tolerance, compare_arrays
 from .rows import RowComparer
 from .sources import OtherRunFailed, Wanted
+from ..runtime import NodeKind
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ def judge_node(machine: Machine, node: PlanNode, step: int, loads: Iterable[Load
             held.pop(o.region.base, None)
     machine.run_node(node)
     name = node.full_name if name is None else name
-    micro = node.kind == "micro"
+    micro = node.kind == NodeKind.MICRO
     out = []
     for i, values, tol in expected:
         o = node.outs[i]
@@ -381,7 +382,7 @@ def _judge_one(model, machine, source, inputs, node, step, ws, tol, held, compar
     for w, r in zip(ws, res):
         if r.diff.exact:
             held[node.outs[w.out].region.base] = w.key
-    if report.lane_lookups > 0 and node.kind == "micro" and any(r.diff.diverged for r in res):
+    if report.lane_lookups > 0 and node.kind == NodeKind.MICRO and any(r.diff.diverged for r in res):
         report.lane_lookups -= 1
         every = inputs.loads(step, node)  # all of them: the node's run may have changed some
         res = _with_writers(machine, node, every if isinstance(every, list) else [], res)
@@ -396,7 +397,7 @@ def _run_in_step(machine, node, step, ws, source, tol, held, comparer,
             held.pop(o.region.base, None)
     machine.run_node(node)
     arena = machine.arena
-    micro = node.kind == "micro"
+    micro = node.kind == NodeKind.MICRO
     out = []
     for w in ws:
         o = node.outs[w.out]
@@ -466,10 +467,10 @@ def judge_aside(machine: Machine, node: PlanNode, step: int, loads: Sequence[Loa
             o = node.outs[i]
             values = values() if callable(values) else values
             out.append(OutputResult(step, node.index, node.full_name, o.name, o.display,
-                                    node.kind == "micro",
+                                    node.kind == NodeKind.MICRO,
                                     compare_arrays(machine.model.view(o.region), values, tol)))
         res = tuple(out)
-        if node.kind == "micro" and any(r.diff.diverged for r in res):
+        if node.kind == NodeKind.MICRO and any(r.diff.diverged for r in res):
             res = _with_writers(machine, node, list(loads), res)
         return res
     finally:

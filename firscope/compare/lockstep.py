@@ -24,6 +24,7 @@ from .lanes import Writer, start_values, writers
 from .metrics import OutputDiff, Tolerance, compare_arrays
 from .rows import RowComparer
 from .sources import Mismatch, OtherRunFailed
+from ..runtime import NodeKind
 
 MAX_LANE_LOOKUPS = 16  # diverging micro-kernel outputs whose writing lane is looked up
 
@@ -167,7 +168,7 @@ def _first_pass(model: Model, machine: Machine, source, tokens, tol, report,
                 diff = compare_arrays(ref, other, t) if rows is None else \
                     rows.compare(step, node, w.out, ref, other, t)
                 results.append(OutputResult(step, node.index, names[node.index], out.name,
-                                            out.display, node.kind == "micro", diff))
+                                            out.display, node.kind == NodeKind.MICRO, diff))
         source.end_step(step)
         machine.finish_token()
     if rows is not None:

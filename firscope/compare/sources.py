@@ -16,6 +16,7 @@ import numpy as np
 from ..dump import dump_key
 from ..errors import FirError
 from ..model.checkpoint import shown
+from ..model.ref import Ref
 from ..runtime import Machine, Model, PlanNode
 from .dumpfile import Dump
 
@@ -66,7 +67,7 @@ def _instance_hint(model: Model, instance: str) -> str:
             return f" (its layers are {layered[0]}..{layered[-1]})"
         return f" ('{base}' is outside the repeat: name it without @)"
     if not layer and any(n.name == instance and n.layer is not None for n in model.nodes):
-        return f" (a node inside the repeat is named with its layer: {instance}@0)"
+        return f" (a node inside the repeat is named with its layer: {Ref(instance, 0)})"
     close = difflib.get_close_matches(instance, names, n=3)
     return f" (did you mean {', '.join(close)}?)" if close else ""
 

@@ -156,14 +156,6 @@ class CostReport:
                 "model": "predicted, not measured: see docs/cost-model.md"}
 
 
-def _runner(model):
-    try:
-        from ..vm.compiled import CompiledRunner
-        return CompiledRunner(model, parallel=False)
-    except ImportError:  # numba missing: the interpreter runs the reused nodes too
-        return None
-
-
 def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, position: int,
                  token: int, budget: int | None = DEFAULT_BUDGET, runner=None,
                  stop=None, dedup: bool = True) -> CostReport:

@@ -7,6 +7,7 @@ import sys
 from ..text import printable
 from .analyze import CostReport, NodeCost
 from .devices import device_table, find_device, load_devices
+from ..runtime import NodeKind
 
 
 def _pct(v) -> str:
@@ -44,7 +45,7 @@ def node_rows(nodes: list[NodeCost], total: float) -> list[list[str]]:
                      _pct(p.predicted_us / total if total else 0), p.bound,
                      f"{t['memory']:.2f}", f"{t['compute']:.2f}", f"{t['latency']:.2f}",
                      f"{t['launch']:.2f}", str(c.lanes), str(c.warps),
-                     _pct(c.simd_efficiency) if n.kind == "micro" else "-",
+                     _pct(c.simd_efficiency) if n.kind == NodeKind.MICRO else "-",
                      _f(c.sectors_per_request, ".1f"),
                      _pct(c.coalescing_efficiency), _bytes(c.dram_bytes)])
     return rows
@@ -131,7 +132,7 @@ def node_text(n: NodeCost, device, *, where: str = "") -> str:
            + (f" {where}" if where else ""),
            f"  terms (us): memory {t['memory']:.3f}  compute {t['compute']:.3f}  latency "
            f"{t['latency']:.3f}  launch {t['launch']:.2f}  (max of the first three + launch)"]
-    if n.kind == "micro":
+    if n.kind == NodeKind.MICRO:
         out.append(f"  geometry: {c.lanes} lanes, tg {c.tg} -> {c.threadgroups} threadgroups, "
                    f"{c.warps} warps of {c.simd_width}, tgbytes {c.tgbytes}, "
                    f"{p.waves} wave(s), occupancy {p.occupancy:.2%}")

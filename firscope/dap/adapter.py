@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..debug.commands import CommandInterpreter
+from ..debug.info import fmt_scalar
 from ..debug.snapshot import Stop, StopReason
 from ..errors import FirError
 from .breakpoints import BreakpointMap
@@ -45,7 +46,8 @@ from .conventions import Conventions
 from .launch import LaunchConfig
 from .lifecycle import LifeCycle, arguments
 from .protocol import Writer
-from .views import RequestError, Views, fmt_scalar
+from .views import RequestError, Views
+from ..runtime import NodeKind
 
 BREAKPOINT_REQUESTS = ("setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints",
                        "setDataBreakpoints")
@@ -259,7 +261,7 @@ class Adapter(LifeCycle):
         """Into the next node's kernel, stopping before its first instruction."""
         s = self.ci.s
         node = s.node
-        if self._in_kernel() or node is None or node.kind != "micro" or not node.program.ops:
+        if self._in_kernel() or node is None or node.kind != NodeKind.MICRO or not node.program.ops:
             return "stepi"
         # until KERNEL:LINE stops before pc 0: the cursor is before this node, so the first
         # dispatch of that kernel is this one.

@@ -23,7 +23,6 @@ Decisions (README "Editors" says the same to users):
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -31,8 +30,10 @@ from typing import Callable
 import numpy as np
 
 from ..debug.commands import CommandInterpreter
+from ..debug.info import fmt_scalar
 from ..debug.snapshot import capture, token_range
 from ..errors import FirError
+from ..model.ref import Ref, layer_suffix
 from ..vm.assembler import NREGS
 from .conventions import Conventions
 
@@ -121,15 +122,6 @@ class ArrayView:
 
 def thread_of_lane(lane: int) -> int:
     return lane + LANE_BASE
-
-
-def fmt_scalar(v) -> str:
-    if isinstance(v, (bool, np.bool_)):
-        return str(bool(v)).lower()
-    if isinstance(v, (np.integer, int)):
-        return str(int(v))
-    f = float(v)
-    return repr(f) if not math.isfinite(f) else f"{f:.9g}"
 
 
 def type_of(a: np.ndarray) -> str:
@@ -343,7 +335,8 @@ class Views:
         m = self.s.model
         layers = m.layers if item.kind == "buffer" else sum(
             1 for w in m.weights.values() if w.decl == item.name)
-        return [self._array_var(f"@{i}", f"{item.name}@{i}", weight=item.kind == "weight")
+        return [self._array_var(layer_suffix(i), str(Ref(item.name, i)),
+                                weight=item.kind == "weight")
                 for i in range(layers)]
 
     def _value_of(self, expr: str) -> np.ndarray:

@@ -20,8 +20,10 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from ..errors import FirError
+from ..model.ref import Ref, layer_suffix
 from ..runtime import Model
 from .expr import DebugExpr, truth
+from ..runtime import NodeKind
 
 # Numbers are ASCII digits, at most 12 of them: Python refuses to convert a 5000-digit
 # string to an int (and no model has that many layers or elements anyway).
@@ -49,6 +51,29 @@ class Breakpoint:
 
     what: ClassVar[str] = "breakpoint"
 
+    def location(self) -> str | None:
+        """The location as ``break`` reads it back; None for a kind that cannot be re-made
+        from text alone (``break diverge`` needs its dump attached)."""
+        return None
+
+    def command(self) -> str | None:
+        """The command that makes this breakpoint again (its condition included): what
+        ``save breakpoints`` writes and the F2 reload re-issues; None as for :meth:`location`."""
+        location = self.location()
+        if location is None:
+            return None
+        cond = f" if {self.condition.text}" if self.condition is not None else ""
+        if self.log is not None:
+            return f"dprintf {location}{cond} {_quoted(self.log)}"
+        return f"{'tbreak' if self.temporary else 'break'} {location}{cond}"
+
+    def carried(self, model) -> "CarriedBreak | None":
+        """This breakpoint as the F2 reload keeps it, to re-make in the edited model."""
+        command = self.command()
+        if command is None:
+            return None
+        return CarriedBreak(command, self.enabled, self.ignore_count)
+
     def describe(self) -> str:
         what = "dprintf" if self.log is not None else self.what
         parts = [f"{self.number:<4}{what:<11}{'keep' if not self.temporary else 'del':<5}"
@@ -75,6 +100,9 @@ class NodeBreakpoint(Breakpoint):
     def matches(self, node) -> bool:
         return node.name == self.node and (self.layer is None or node.layer == self.layer)
 
+    def location(self) -> str:
+        return self.spec
+
 
 @dataclass(frozen=True, kw_only=True)
 class LineBreakpoint(Breakpoint):
@@ -83,6 +111,17 @@ class LineBreakpoint(Breakpoint):
     kernel: str
     line: int
 
+    def location(self) -> str:
+        return self.spec
+
+    def carried(self, model) -> "CarriedBreak":
+        """Kept as its kernel and instruction text, so an edit that moves lines still finds
+        it (:meth:`CarriedBreak.command_in`)."""
+        span = kernel_span(model, self.kernel)
+        start = span[0] if span else self.line
+        return CarriedBreak(self.command(), self.enabled, self.ignore_count, self.kernel,
+                            self.line - start, model.fir.lines[self.line - 1].strip())
+
 
 @dataclass(frozen=True, kw_only=True)
 class TokenBreakpoint(Breakpoint):
@@ -90,12 +129,18 @@ class TokenBreakpoint(Breakpoint):
 
     token: int
 
+    def location(self) -> str:
+        return self.spec
+
 
 @dataclass(frozen=True, kw_only=True)
 class NanCatchpoint(Breakpoint):
     """After the first node or instruction that writes NaN or Inf."""
 
     what: ClassVar[str] = "catchpoint"
+
+    def location(self) -> str:
+        return "nan"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +154,9 @@ class Watchpoint(Breakpoint):
 
     what: ClassVar[str] = "watchpoint"
 
+    def command(self) -> str:
+        return _watch_command(self)
+
 
 @dataclass(frozen=True, kw_only=True)
 class RegisterWatch(Breakpoint):
@@ -121,6 +169,13 @@ class RegisterWatch(Breakpoint):
     lane: int | None = None
 
     what: ClassVar[str] = "watchpoint"
+
+    def command(self) -> str:
+        return _watch_command(self)
+
+
+def _watch_command(bp: Breakpoint) -> str:
+    return f"watch {bp.spec}" + (f" if {bp.condition.text}" if bp.condition is not None else "")
 
 
 _REGISTER_WATCH = re.compile(r"(?:lane\s+([0-9]{1,12})\s+)?([RU][0-9]{1,12})$")
@@ -194,6 +249,53 @@ class SanitizerCatchpoint(InstructionCheck):
 
     def findings(self) -> list:
         return self.tracker.findings()
+
+    def location(self) -> str:
+        return self.kind
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+@dataclass(frozen=True)
+class CarriedBreak:
+    """A breakpoint as the F2 reload carries it into the edited model: the command that
+    made it, and for a kernel-line breakpoint its kernel, offset and instruction text."""
+
+    command: str  # "break attention@1 if R3 > 0" (for a line breakpoint: re-resolved first)
+    enabled: bool
+    ignore: int
+    kernel: str | None = None
+    offset: int = 0
+    text: str = ""
+
+    def command_in(self, model) -> str:
+        """The command for ``model``: as made, or for a line breakpoint the same instruction
+        text in the same kernel nearest the old offset (lines may have moved)."""
+        if self.kernel is None:
+            return self.command
+        span = kernel_span(model, self.kernel)
+        if span is None:
+            raise FirError(f"kernel {self.kernel} is no longer dispatched by any node")
+        start, end = span
+        lines = model.fir.lines
+        same = [ln for ln in range(start, end + 1) if lines[ln - 1].strip() == self.text]
+        if not same:
+            raise FirError(f"{self.kernel} no longer has the instruction '{self.text}'")
+        line = min(same, key=lambda ln: abs(ln - start - self.offset))
+        verb, _, rest = self.command.partition(" ")
+        tail = rest.partition(" ")[2]  # the condition, and a log point's message
+        return f"{verb} {self.kernel}:{line}" + (f" {tail}" if tail else "")
+
+
+def kernel_span(model, kernel: str) -> tuple[int, int] | None:
+    """The .fir lines of ``kernel``'s body, from any node that dispatches it."""
+    for node in model.nodes:
+        if node.kind == NodeKind.MICRO and node.target == kernel:
+            syn = node.program.kernel.syntax
+            return syn.loc.line, syn.end.line
+    return None
 
 
 @dataclass(frozen=True)
@@ -396,7 +498,7 @@ def parse_location(model: Model, text: str) -> Breakpoint:
         hint = f" (did you mean {', '.join(close[:4])}?)" if close else ""
         raise FirError(f"no node named '{name}'{hint}")
     if layer is not None:
-        full = f"{name}@{int(layer)}"
+        full = str(Ref(name, int(layer)))
         if not any(n.full_name == full for n in model.nodes):
             raise FirError(f"no node '{full}' (layers are 0..{model.layers - 1}, and '{name}' "
                            f"{'is' if any(n.name == name and n.layer is None for n in model.nodes) else 'is not'} "
@@ -453,17 +555,18 @@ def parse_watch(model: Model, text: str) -> Watchpoint:
         decl = model.buffers[name]
         if decl.per_layer:
             if layer is None:
-                raise FirError(f"'{name}' is per_layer: name a layer, e.g. {name}@0")
+                raise FirError(f"'{name}' is per_layer: name a layer, e.g. {Ref(name, 0)}")
             if int(layer) >= model.layers:
                 raise FirError(f"'{name}' has layers 0..{model.layers - 1}")
-            region = model.regions[f"{name}@{int(layer)}"]
+            region = model.instance(Ref(name, int(layer)))
         else:
             if layer is not None:
-                raise FirError(f"'{name}' is not per_layer; drop the @{layer}")
+                raise FirError(f"'{name}' is not per_layer; drop the {layer_suffix(layer)}")
             region = model.regions[name]
     else:
-        disp = name if layer is None else f"{name}@{int(layer)}"
-        w = model.weights.get(disp)
+        ref = Ref(name, None if layer is None else int(layer))
+        disp = str(ref)
+        w = model.instance(ref)
         if w is None or w.region is None:
             raise FirError(f"no arena buffer named '{disp}'")
         region = w.region

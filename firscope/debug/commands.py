@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError
+from ..model import Ref
 from ..model.tokens import ByteTokenizer, Tokenizer
 from . import diverge, info, persist
 from .info import fmt_array, fmt_value, format_stats
@@ -39,6 +40,16 @@ class Command:
     help: str
     fn: Callable
     resumes: bool = False  # runs the engine: a UI runs it in a worker
+    topics: tuple[info.InfoTopic, ...] = ()  # info's topics: each is a form of its own
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a handler returns when it has data for a front end besides its text (``history``
+    returns the writes it lists); a handler that has only text returns the str."""
+
+    text: str
+    data: object = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,7 @@ class Result:
     text: str
     snapshot: Snapshot | None  # a new stop, when the command moved
     resumed: bool
+    data: object = None  # what the handler returned besides its text (see Reply)
 
 
 def _count(args: list[str], default: int = 1) -> int:
@@ -68,10 +80,6 @@ def _numbers(args: list[str], what: str = "breakpoint number") -> list[int]:
     return out
 
 
-INFO_TOPICS = ("registers|breakpoints|watch|lanes [REG]|node|patches|display|checkpoints|"
-               "diff [STEP]|cost [DEVICE]")
-
-
 class CommandInterpreter:
     def __init__(self, session: Session, tokenizer: Tokenizer | None = None):
         self.s = session
@@ -86,8 +94,13 @@ class CommandInterpreter:
         self.checkpoints = Checkpoints()
         start = session.here()
         self.last: Snapshot = capture(session, start, self.where_line())
+        self.info_by_name = {n: t for t in info.TOPICS for n in t.names}
         self.table: list[Command] = self._commands()
         self.by_name = {n: c for c in self.table for n in c.names}
+
+    def info_usage(self) -> str:
+        """``info registers|breakpoints|...|cost [DEVICE]``: the usage line, from the table."""
+        return "info " + "|".join(t.usage for t in info.TOPICS)
 
     def _commands(self) -> list[Command]:
         """The command table: names, usage, help, handler, and whether it resumes."""
@@ -155,7 +168,8 @@ class CommandInterpreter:
                     "R3, U5, x[0:8], scores@2[0:16], max(abs(x)), stats x", self.c_print),
             Command(("stats",), "stats BUFFER", "min, max, mean, std, NaN/Inf count",
                     self.c_stats),
-            Command(("info", "i"), f"info {INFO_TOPICS}", "show state", self.c_info),
+            Command(("info", "i"), self.info_usage(), "show state", self.c_info,
+                    topics=info.TOPICS),
             Command(("where", "bt", "backtrace"), "where", "where execution is",
                     self.c_where),
             Command(("list", "l"), "list", "kernel source around the next instruction",
@@ -188,9 +202,11 @@ class CommandInterpreter:
         if cmd is None:
             raise FirError(f"unknown command '{word}' (try 'help')")
         before = self.last
-        text = cmd.fn(rest.strip())
+        reply = cmd.fn(rest.strip())
+        if not isinstance(reply, Reply):
+            reply = Reply(reply)
         moved = self.last is not before and cmd.resumes
-        return Result(text, self.last if moved else None, cmd.resumes)
+        return Result(reply.text, self.last if moved else None, cmd.resumes, reply.data)
 
     def execute(self, line: str) -> str:
         return self.run(line).text
@@ -443,25 +459,10 @@ class CommandInterpreter:
 
     def c_info(self, rest):
         what, _, arg = rest.partition(" ")
-        if what in ("registers", "reg", "r"):
-            return info.info_registers(self)
-        if what in ("breakpoints", "break", "b", "watch", "watchpoints"):
-            return info.info_breakpoints(self)
-        if what in ("lanes", "lane"):
-            return info.info_lanes(self, arg.strip() or None)
-        if what in ("node", "n"):
-            return info.info_node(self)
-        if what in ("patches", "patch", "set"):
-            return info.info_patches(self)
-        if what in ("display", "displays"):
-            return info.info_display(self)
-        if what in ("checkpoints", "checkpoint"):
-            return info.info_checkpoints(self)
-        if what == "diff":
-            return diverge.info_diff(self, arg.strip())
-        if what == "cost":
-            return info.info_cost(self, arg.strip())
-        raise FirError(f"usage: info {INFO_TOPICS}")
+        topic = self.info_by_name.get(what)
+        if topic is None:
+            raise FirError(f"usage: {self.info_usage()}")
+        return topic.fn(self, arg.strip())
 
     def c_where(self, rest):
         return info.where(self)
@@ -530,7 +531,7 @@ class CommandInterpreter:
         text = rest.strip()
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])@([0-9]{1,12})", text)
         if m:  # x[5]@2 is x@2[5]
-            text = f"{m.group(1)}@{m.group(3)}{m.group(2)}"
+            text = f"{Ref(m.group(1), int(m.group(3)))}{m.group(2)}"
         if not text:
             raise FirError("usage: history BUF[i]")
         from .breakpoints import parse_watch
@@ -538,13 +539,12 @@ class CommandInterpreter:
         if w.stop - w.start != 1:
             raise FirError(f"history follows one element: give an index, e.g. {w.region}[0]")
         writes, truncated = element_history(self.s, w.start)
-        self.last_history = writes
         head = (f"{w.region}[{w.offset}]: {len(writes)} write{'s' if len(writes) != 1 else ''} "
                 "in the recorded history (oldest first)")
         if truncated:
             head += "; older history was dropped to stay within the memory budget"
         lines = [head] + [f"  #{i:<3} {wr.describe()}" for i, wr in enumerate(writes)]
-        return "\n".join(lines)
+        return Reply("\n".join(lines), writes)
 
     def c_lens(self, rest):
         parts = rest.split()

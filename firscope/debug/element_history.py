@@ -20,6 +20,7 @@ import numpy as np
 from ..compare.lanes import program_regions, relocate, scratch_arena
 from ..vm.interp import Dispatch, StoreObserver
 from .history import RecordKind
+from ..runtime import NodeKind
 
 MAX_WRITES_PER_NODE = 64  # writes listed from one dispatch (a reduction can write many times)
 
@@ -77,7 +78,7 @@ def _describe_record(session, records, i, rec, address, old, new) -> list[Write]
     if rec.kind is not RecordKind.NODE:
         return [Write(rec.step, rec.node, "token", old, new)]
     node = session.nodes[rec.node]
-    if node.kind != "micro":
+    if node.kind != NodeKind.MICRO:
         return [Write(rec.step, rec.node, node.full_name, old, new)]
     found = _replay_writes(session, records, i, node, address)
     if not found:

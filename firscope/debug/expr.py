@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError
+from ..model import Ref
 
 # A layer is at most 12 ASCII digits (Python will not convert 5000-digit strings).
 _AT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)@([0-9]{1,12})(?![A-Za-z0-9_])")
@@ -304,4 +305,4 @@ def _split(mangled: str) -> tuple[str, int | None]:
 
 def _unmangle(mangled: str) -> str:
     name, layer = _split(mangled)
-    return name if layer is None else f"{name}@{layer}"
+    return str(Ref(name, layer))

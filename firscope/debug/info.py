@@ -5,11 +5,16 @@ Plain functions of a :class:`~firscope.debug.commands.CommandInterpreter`
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from ..errors import FirError
+from . import diverge
 from .resolver import parse_register
 from .snapshot import token_range
+from ..runtime import NodeKind
 
 
 def where(ci) -> str:
@@ -37,7 +42,7 @@ def where(ci) -> str:
 def listing(ci) -> str:
     s = ci.s
     node = s.node
-    if node is None or node.kind != "micro":
+    if node is None or node.kind != NodeKind.MICRO:
         raise FirError("not at a kernel")
     lines = s.model.fir.lines
     syntax = node.program.kernel.syntax
@@ -138,11 +143,11 @@ def info_node(ci) -> str:
     out = [f"node {node.full_name}: {node.kind} {node.target}  ({s.model.path.name}:"
            f"{node.loc.line})"]
     for i, o in enumerate(node.args):
-        label = f"in{i}" if node.kind == "micro" else f"arg{i}"
+        label = f"in{i}" if node.kind == NodeKind.MICRO else f"arg{i}"
         out.append(f"  {label:<5} {o.display:<16} {o.kind:<7} {o.size} elements")
     for i, o in enumerate(node.outs):
         out.append(f"  out{i:<2} {o.display:<16} {o.kind:<7} {o.size} elements")
-    if node.kind == "micro":
+    if node.kind == NodeKind.MICRO:
         out.append(f"  threads {node.program.threads}, {len(node.program.ops)} instructions")
     t = s.node_times.get(node.index)
     if t is not None:
@@ -166,13 +171,22 @@ def info_cost(ci, device: str | None) -> str:
     return node_text(nc, dev, where=where)
 
 
+def fmt_scalar(v, digits: int = 9) -> str:
+    """One number as every front end prints it: ``true``/``false``, an integer as it is, a
+    float with ``digits`` significant digits (9 give an f32 back exactly; the registers pane
+    shows 6), ``nan``/``inf``/``-inf`` as Python spells them."""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v)).lower()
+    if isinstance(v, (np.integer, int)):
+        return str(int(v))
+    return f"{float(v):.{digits}g}"
+
+
 def fmt_value(v) -> str:
     if isinstance(v, np.ndarray):
         return fmt_array(v)
-    if isinstance(v, (np.floating, float)):
-        return f"{float(v):.9g}"
-    if isinstance(v, (np.bool_, bool)):
-        return str(bool(v)).lower()
+    if isinstance(v, (np.floating, float, np.bool_, bool)):
+        return fmt_scalar(v)
     return str(v)
 
 
@@ -193,3 +207,32 @@ def format_stats(name: str, a: np.ndarray) -> str:
         return f"{name}: shape {list(a.shape)}, no finite values (NaN {nan}, Inf {inf})"
     return (f"{name}: shape {list(a.shape)}  min {finite.min():.6g}  max {finite.max():.6g}  "
             f"mean {finite.mean():.6g}  std {finite.std():.6g}  NaN {nan}  Inf {inf}")
+
+
+@dataclass(frozen=True)
+class InfoTopic:
+    """One ``info`` topic: its names (the first is the one shown; the rest are aliases), the
+    argument it takes, and its handler (``fn(interpreter, arg) -> text``). The usage line,
+    Tab completion and the palette read :data:`TOPICS`."""
+
+    names: tuple[str, ...]
+    argument: str  # "" or "[REG]", as the usage line shows it
+    fn: Callable[[object, str], str]
+
+    @property
+    def usage(self) -> str:
+        return f"{self.names[0]} {self.argument}".strip()
+
+
+TOPICS = (
+    InfoTopic(("registers", "reg", "r"), "", lambda ci, arg: info_registers(ci)),
+    InfoTopic(("breakpoints", "break", "b"), "", lambda ci, arg: info_breakpoints(ci)),
+    InfoTopic(("watch", "watchpoints"), "", lambda ci, arg: info_breakpoints(ci)),
+    InfoTopic(("lanes", "lane"), "[REG]", lambda ci, arg: info_lanes(ci, arg or None)),
+    InfoTopic(("node", "n"), "", lambda ci, arg: info_node(ci)),
+    InfoTopic(("patches", "patch", "set"), "", lambda ci, arg: info_patches(ci)),
+    InfoTopic(("display", "displays"), "", lambda ci, arg: info_display(ci)),
+    InfoTopic(("checkpoints", "checkpoint"), "", lambda ci, arg: info_checkpoints(ci)),
+    InfoTopic(("diff",), "[STEP]", diverge.info_diff),
+    InfoTopic(("cost",), "[DEVICE]", info_cost),
+)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import FirError
 from .history import copy_regions, restore_regions
+from ..runtime import NodeKind
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def find_path(model) -> LensPath:
         raise FirError(f"'{head.full_name}' writes the logits with {head.target}; " + HELP)
     normed = head.args[0].region
     before = [n for n in model.nodes[: head.index] if any(o.region == normed for o in n.outs)]
-    if not before or before[-1].kind != "micro":
+    if not before or before[-1].kind != NodeKind.MICRO:
         raise FirError(f"no micro node writes '{head.args[0].display}' before "
                        f"'{head.full_name}'; " + HELP)
     norm = before[-1]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FirError
+from ..model import Ref
 from .expr import DebugExpr
 from .history import Change, Record, RecordKind
 from .resolver import parse_register
@@ -197,11 +198,11 @@ def _addresses(session, name, layer, index, weight_ok) -> tuple[np.ndarray, bool
         if decl.per_layer:
             lay = lay if lay is not None else session.layer
             if lay is None or not 0 <= lay < m.layers:
-                raise FirError(f"'{name}' is per_layer: say which layer, e.g. {name}@0 "
+                raise FirError(f"'{name}' is per_layer: say which layer, e.g. {Ref(name, 0)} "
                                f"(layers 0..{m.layers - 1})")
-            region = m.regions[f"{name}@{lay}"]
+            region = m.instance(Ref(name, lay))
         elif lay is not None:
-            raise FirError(f"{name}@{lay} is a copy of what layer {lay} wrote into '{name}', "
+            raise FirError(f"{Ref(name, lay)} is a copy of what layer {lay} wrote into '{name}', "
                            f"which all layers share: set {name}[...] at the place you want "
                            "instead")
         else:

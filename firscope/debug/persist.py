@@ -10,48 +10,21 @@ breakpoint made last, as in gdb); it stops at the first line that fails and
 names it ``FILE:LINE: message``. Commands that move execution are refused
 there (the UI runs movements in a worker; ``firscope debug -x`` runs scripts
 that move). The F2 reload of the UI keeps breakpoints as
-the same commands (:func:`breakpoint_command`).
+the same commands (:meth:`~firscope.debug.breakpoints.Breakpoint.command`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import FirError
-from .breakpoints import (Breakpoint, LineBreakpoint, NanCatchpoint, NodeBreakpoint,
-                          RegisterWatch, SanitizerCatchpoint, TokenBreakpoint, Watchpoint)
-
 HEADER = "# firscope breakpoints (load with: source FILE)"
-
-
-def _quoted(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def breakpoint_command(bp: Breakpoint) -> str | None:
-    """The command that makes ``bp`` again (its condition included); None for a kind that
-    cannot be re-made from text alone (``break diverge`` needs its dump attached)."""
-    cond = f" if {bp.condition.text}" if bp.condition is not None else ""
-    verb = "tbreak" if bp.temporary else "break"
-    if isinstance(bp, (Watchpoint, RegisterWatch)):
-        return f"watch {bp.spec}{cond}"
-    if isinstance(bp, NanCatchpoint):
-        location = "nan"
-    elif isinstance(bp, SanitizerCatchpoint):
-        location = bp.kind
-    elif isinstance(bp, (LineBreakpoint, NodeBreakpoint, TokenBreakpoint)):
-        location = bp.spec
-    else:
-        return None
-    if bp.log is not None:
-        return f"dprintf {location}{cond} {_quoted(bp.log)}"
-    return f"{verb} {location}{cond}"
 
 
 def save_lines(session, displays) -> tuple[list[str], list[str]]:
     """(the script's lines, a note per breakpoint that could not be saved)."""
     lines, skipped = [HEADER], []
     for bp in session.breakpoints:
-        command = breakpoint_command(bp)
+        command = bp.command()
         if command is None:
             skipped.append(f"{bp.what} {bp.number} ({bp.spec}) is not saved: it needs what "
                            "the session was started with (--against); set it again")

@@ -84,10 +84,10 @@ class Resolver:
             if decl.per_layer:
                 lay = layer if layer is not None else self.s.layer
                 if lay is None:
-                    raise FirError(f"'{name}' is per_layer: say which layer, e.g. {name}@0")
+                    raise FirError(f"'{name}' is per_layer: say which layer, e.g. {Ref(name, 0)}")
                 if not 0 <= lay < m.layers:
                     raise FirError(f"'{name}' has layers 0..{m.layers - 1}")
-                return read_only(m.view(m.regions[f"{name}@{lay}"]))
+                return read_only(m.view(m.instance(Ref(name, lay))))
             if layer is not None:
                 return read_only(self._layer_value(name, layer))
             return read_only(m.view(m.regions[name]))
@@ -105,8 +105,8 @@ class Resolver:
             return decl_layers[0]
         lay = layer if layer is not None else self.s.layer
         if lay is None:
-            raise FirError(f"'{name}' is per layer: say which, e.g. {name}@0")
-        w = m.weights.get(f"{name}@{lay}")
+            raise FirError(f"'{name}' is per layer: say which, e.g. {Ref(name, 0)}")
+        w = m.instance(Ref(name, lay))
         if w is None:
             raise FirError(f"'{name}' has layers 0..{m.layers - 1}")
         return w
@@ -119,7 +119,7 @@ class Resolver:
         rec = s.layer_values.get((name, layer))
         here = (s.step, s.node_index)
         if rec is None or rec[0] != s.step or (rec[0], rec[1]) >= here:
-            raise FirError(f"{name}@{layer}: layer {layer} has not written '{name}' yet in this "
+            raise FirError(f"{Ref(name, layer)}: layer {layer} has not written '{name}' yet in this "
                            f"token")
         return rec[2]
 

@@ -26,6 +26,7 @@ from ..runtime.machine import Machine
 from ..sanitize import Collector, DispatchChecker, InitShadow, RaceShadow, Sanitizer, Tool
 from ..sanitize.facts import KernelFacts, facts_of
 from ..vm.interp import Observer
+from ..runtime import NodeKind
 
 
 class _Tracker:
@@ -89,7 +90,7 @@ class RaceTracker(_Tracker):
         self.shadow = RaceShadow()
 
     def wants(self, session, node) -> bool:
-        return node.kind == "micro" and bool(self.facts(node).race_regions)
+        return node.kind == NodeKind.MICRO and bool(self.facts(node).race_regions)
 
     def new_checker(self, session, node):
         bases = self.facts(node).race_regions
@@ -110,7 +111,7 @@ class UninitTracker(_Tracker):
 
     def wants(self, session, node) -> bool:
         self.sync(session)
-        if node.kind != "micro":
+        if node.kind != NodeKind.MICRO:
             return False
         f = self.facts(node)
         return not all(self.shadow.full(r) for r in f.loads + f.stores)

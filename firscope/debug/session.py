@@ -56,6 +56,7 @@ from .snapshot import Location, Stop, StopReason
 from .predicates import DriveObserver, Replay, nan_written, watch_message
 from .state import SessionState
 from .tape import Tape
+from ..runtime import NodeKind
 
 __all__ = ["Goal", "Session", "DEFAULT_HISTORY_BUDGET"]
 
@@ -159,11 +160,11 @@ class Session:
             return Location(self.step, None, self.step, None, None, None, None, None, False)
         n = self.node
         d = self.dispatch
-        kernel = n.target if n.kind == "micro" else None
+        kernel = n.target if n.kind == NodeKind.MICRO else None
         pc = line = None
         if d is not None and not d.done:
             pc, line = d.pc, d.ops[d.pc].loc.line
-        elif n.kind == "micro":
+        elif n.kind == NodeKind.MICRO:
             pc, line = 0, n.program.ops[0].loc.line if n.program.ops else None
         return Location(self.step, self.token, self.step, self.node_index, n.full_name, kernel,
                         pc, line, d is not None)
@@ -219,7 +220,7 @@ class Session:
         if self.dispatch is not None:
             return self.dispatch.lanes
         n = self.node
-        if n is not None and n.kind == "micro":
+        if n is not None and n.kind == NodeKind.MICRO:
             return n.program.threads
         return None
 
@@ -344,11 +345,8 @@ class Session:
     def set(self, text: str, *, lane: int = 0) -> Patch:
         """``set [--weight] [lane N] TARGET = EXPR``: change state here, replayably."""
         patch = self.patches.add(parse_set(self, text, lane))
-        self._apply_patch(patch)
-        return patch
-
-    def _apply_patch(self, patch: Patch) -> None:
         apply_patch(self, patch)
+        return patch
 
     def _arrive(self) -> None:
         """The forward loop reached a node boundary: patches made here apply again."""
@@ -387,7 +385,7 @@ class Session:
                     stop = self._boundary_breakpoints(node, goal)
                     if stop is not None:
                         return stop
-                if node.kind == "micro" and (units is not None
+                if node.kind == NodeKind.MICRO and (units is not None
                                              or self._needs_instructions(node, goal)):
                     self._enter_dispatch(node)
                 else:
@@ -494,7 +492,7 @@ class Session:
             return self._interrupted(e.message)
         except (FirFault, BudgetExceeded) as e:
             restore_regions(self.arena, saved)
-            if node.kind == "micro" and isinstance(e, FirFault):
+            if node.kind == NodeKind.MICRO and isinstance(e, FirFault):
                 return self._replay_to_stop(node, goal, e)
             reason = StopReason.FAULT if isinstance(e, FirFault) else StopReason.BUDGET
             return self.here(reason, str(e), lane=getattr(e, "lane", None))
@@ -502,7 +500,7 @@ class Session:
         changes = changes_since(self.arena, saved)
         watches = self.breakpoints.changed_watches(self.arena)
         nan = nan_written(self.model, self.arena, changes, node) if self.breakpoints.nan else None
-        if (watches or nan) and node.kind == "micro":
+        if (watches or nan) and node.kind == NodeKind.MICRO:
             restore_regions(self.arena, saved)
             return self._replay_to_stop(node, goal, None)
         self.history.push(Record(RecordKind.NODE, self.step, node.index, changes))
@@ -697,7 +695,7 @@ class Session:
                     return self.here(StopReason.HISTORY, self._no_history_message())
                 if units is not None:
                     node = self.nodes[self.node_index]
-                    if node.kind == "micro" and node.program.ops:
+                    if node.kind == NodeKind.MICRO and node.program.ops:
                         stop = self._enter_at_end(node)
                         if stop is not None:
                             return stop

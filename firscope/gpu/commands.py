@@ -18,6 +18,7 @@ from .device import open_device
 from .engine import GpuMachine
 from .shaders import EXT_SHADERS
 from .sol import REPEATS, beside, choose_device, predict_step, render_beside, retime_last_step
+from ..runtime import NodeKind
 
 SHOWN_NODES = 12  # node instances printed on the terminal (the files have all)
 
@@ -33,7 +34,7 @@ def _kernel_programs(model: Model) -> dict:
     """The first node of each kernel, by kernel name (what a shader is made from)."""
     first: dict = {}
     for n in model.nodes:
-        if n.kind == "micro":
+        if n.kind == NodeKind.MICRO:
             first.setdefault(n.target, n)
     return first
 
@@ -49,7 +50,7 @@ def wgsl_text(model: Model, which: str | None = None) -> str:
                  for n in kernels.values()]
         return "\n".join(parts)
     node = kernels.get(which) or by_node.get(which)
-    if node is not None and node.kind == "micro":
+    if node is not None and node.kind == NodeKind.MICRO:
         prog = wgsl.generate(node.program, symbols=model.symbols, path=label)
         return (f"// node {node.full_name}: params = {prog.params.tolist()}\n"
                 + prog.source)

@@ -35,6 +35,7 @@ from ..runtime.opening import check_budget
 from ..sanitize import Tool
 from ..sanitize.runner import sanitize_run
 from .runner import GpuRunner
+from ..runtime import NodeKind
 
 if TYPE_CHECKING:
     from ..compare.command import DiffOptions
@@ -139,7 +140,7 @@ def explain_with_races(model: Model, tokens: list[int], report: DiffReport,
         return
     san, _ = sanitize_run(model, tokens[:1], max(len(tokens) - 1, 0),
                           tools=frozenset({Tool.RACE}), engine=engine)
-    kernels = {model.nodes[i].target for i in diverged if model.nodes[i].kind == "micro"}
+    kernels = {model.nodes[i].target for i in diverged if model.nodes[i].kind == NodeKind.MICRO}
     found = False
     for f in san.by_tool(Tool.RACE):
         if f.kernel not in kernels:

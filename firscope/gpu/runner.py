@@ -23,6 +23,7 @@ from ..runtime.machine import DEFAULT_BUDGET
 from ..vm import wgsl
 from .device import Gpu, GpuError, device_error, open_device
 from .shaders import COL_LANES, EXT_SHADERS, ROW_LANES
+from ..runtime import NodeKind
 
 MIB = 1 << 20
 
@@ -140,7 +141,7 @@ class GpuRunner:
 
     # -- nodes --------------------------------------------------------------------------------
     def _prepare(self, node: PlanNode) -> Prepared:
-        if node.kind == "micro":
+        if node.kind == NodeKind.MICRO:
             return self._prepare_micro(node)
         if node.target == "fir.embedding":
             return self._prepare_embedding(node)
@@ -280,7 +281,7 @@ class GpuRunner:
         self.device.queue.write_buffer(self.faults, 0, np.zeros(wgsl.FAULT_WORDS,
                                                                 np.uint32).tobytes())
         node = self.model.nodes[int(rec[wgsl.F_NODE])]
-        if node.kind == "micro":
+        if node.kind == NodeKind.MICRO:
             raise wgsl.fault_error_of(node.program, rec, self.budget)
         raw = float(np.array(rec[wgsl.F_ARG], np.uint32).view(np.float32))
         e = embedding_fault(node, raw)

@@ -42,7 +42,14 @@ class Ref:
         return cls(name, int(layer))
 
     def __str__(self) -> str:
-        return self.name if self.layer is None else f"{self.name}@{self.layer}"
+        return self.name + layer_suffix(self.layer)
+
+
+def layer_suffix(layer: int | str | None) -> str:
+    """``"@3"`` (``""`` for no layer): the suffix alone, where the name is said apart from it
+    (a per-layer buffer's children in a debugger's variables view, "drop the @3": there the
+    layer is the text typed, digits as given)."""
+    return "" if layer is None else f"@{layer}"
 
 
 def _short(text: str) -> str:

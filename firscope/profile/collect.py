@@ -27,6 +27,7 @@ from ..runtime.machine import Hooks, Machine
 from .data import (SIMD_WIDTH, AttentionMaps, AttentionSite, InstructionProfile,
                    NodeInstructions, ProfileData, TokenTiming)
 from .progress import Progress, Silent
+from ..runtime import NodeKind
 
 ATTENTION_MAX_TOKENS = 64  # rows kept per attention site (the report's heatmaps)
 PROBABILITY_TOLERANCE = 1e-3  # a softmax row must sum to 1 within this
@@ -46,7 +47,7 @@ def find_attention_sites(model: Model) -> list[AttentionSite]:
         return []
     sites = []
     for node in model.nodes:
-        if node.kind != "micro" or node.program is None:
+        if node.kind != NodeKind.MICRO or node.program is None:
             continue
         for region in node.program.written_regions():
             if region.is_buffer and region.size == n_head * n_pos:
@@ -161,7 +162,7 @@ class Profiler:
         if self.timing:
             op.node_start_ns[node.index] = self._start_ns
             op.node_ns[node.index] = int(round(seconds * 1e9))
-        if self.count_lines and node.kind == "micro":
+        if self.count_lines and node.kind == NodeKind.MICRO:
             self._harvest(node)
         if node.index in self.attention:
             self._capture(machine, node)

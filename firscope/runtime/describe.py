@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..text import printable
+from .plan import NodeKind
 
 __all__ = ["describe_model"]
 
@@ -67,7 +68,7 @@ def _weight_lines(model) -> list[str]:
 def _kernel_lines(model) -> list[str]:
     lines = []
     for k in model.kernels.values():
-        uses = sum(1 for n in model.nodes if n.kind == "micro" and n.target == k.name)
+        uses = sum(1 for n in model.nodes if n.kind == NodeKind.MICRO and n.target == k.name)
         lines.append(f"  {k.name:<16} {len(k.ops):>4} instructions  in={k.n_in} out={k.n_out}  "
                      f"line {k.syntax.loc.line}  used by {uses} nodes")
     return lines

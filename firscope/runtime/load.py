@@ -75,6 +75,14 @@ class Model:
         decl = self.buffers[name]
         return self.regions[str(Ref(name, layer if decl.per_layer else None))]
 
+    def instance(self, ref: Ref) -> Region | WeightEntry | None:
+        """What ``ref`` names: a buffer's region (``key_cache@3``, ``x``) or a weight instance
+        (``qkvw@0``, ``wte``); None when there is no such instance (a layer out of range, a
+        per-layer name without its layer, a name that is neither)."""
+        if ref.name in self.buffers:
+            return self.regions.get(str(ref))
+        return self.weights.get(str(ref))
+
     def buffer_regions(self) -> list[Region]:
         """Every buffer instance (what a reset zeroes; weights are never written)."""
         return [r for r in self.regions.values() if r.is_buffer]

@@ -30,6 +30,7 @@ from .facts import KernelFacts, facts_of
 from .findings import ALL_TOOLS, Finding, Site, Tool
 from .report import KernelStatus, SanitizeReport
 from .shadow import InitShadow, RaceShadow
+from ..runtime import NodeKind
 
 
 class _Watch(Observer):
@@ -204,7 +205,7 @@ class Sanitizer:
         """Per kernel the model dispatches: proven race-free, or checked at run time and why."""
         out: dict[str, KernelStatus] = {}
         for node in self.model.nodes:
-            if node.kind != "micro":
+            if node.kind != NodeKind.MICRO:
                 continue
             f = self.facts(node)
             old = out.get(node.target)

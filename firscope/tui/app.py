@@ -45,10 +45,10 @@ from .reload import carry
 from .screens import HelpScreen, HistoryScreen, PromptScreen
 from .source_pane import SourceLines, SourcePane
 from .state import StopView, Wants, build_view, status_bar
+from ..runtime import NodeKind
 
 MAX_PENDING = 32
 NARROW = 100  # below this many columns the registers become a tab
-TABS = ("buffers", "attention", "profile", "console", "lens", "regs", "diff")
 
 
 class Bottom(TabbedContent):
@@ -380,7 +380,7 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             line = focused.cursor_line()
             node_idx = self.query_one(NodeList).cursor_node()
             node = m.nodes[node_idx if node_idx is not None else view.node_index]
-            if line is None or node.kind != "micro":
+            if line is None or node.kind != NodeKind.MICRO:
                 return None
             return f"{node.target}:{line}"
         if isinstance(focused, NodeList):
@@ -505,7 +505,7 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
 
         def writes():
             out = ci.run(f"history {target}")
-            return out.text.splitlines()[0], list(getattr(ci, "last_history", []))
+            return out.text.splitlines()[0], list(out.data)
 
         def shown(out) -> None:
             self.push_screen(HistoryScreen(*out), self._history_chosen)

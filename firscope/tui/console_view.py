@@ -38,8 +38,8 @@ def completion_words(ci, model) -> list[str]:
     """Command names, info topics, buffer, weight and node names: what Tab completes."""
     names = set(ci.by_name) | set(model.buffers) | {w.decl for w in model.weights.values()}
     names |= {n.full_name for n in model.nodes} | {n.name for n in model.nodes}
-    names |= {"registers", "breakpoints", "watch", "lanes", "node", "patches", "display",
-              "checkpoints", "nan", "race", "uninit", "token", "--all", "--weight"}
+    names |= {t.names[0] for c in ci.table for t in c.topics}
+    names |= {"nan", "race", "uninit", "token", "--all", "--weight"}
     return sorted(names)
 
 

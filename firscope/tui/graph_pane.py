@@ -16,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from .diff_view import SEVERITY_STYLE
 from .state import FINDING_MARK, StopView
+from ..runtime import NodeKind
 
 TIME_WIDTH = 7  # "999.9ms" / " 187µs"
 
@@ -67,7 +68,7 @@ def node_rows(model, view: StopView, width: int,
         t.append("▶" if node.index == current else " ", style="yellow bold")
         sev = view.diff.severity.get(node.index) if view.diff is not None else None
         style = "bold yellow" if node.index == current else \
-            ("" if node.kind == "micro" else "italic")
+            ("" if node.kind == NodeKind.MICRO else "italic")
         if sev is not None and node.index != current:  # against a dump: coloured by severity
             style = f"{style} {SEVERITY_STYLE[sev]}".strip()
         t.append(indent + name, style=style)

@@ -7,7 +7,6 @@ console input with the cursor at the end, ready for the argument.
 """
 from __future__ import annotations
 
-import re
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -17,18 +16,16 @@ EXTRA_FORMS = ("lens --all", "break nan", "info lanes", "undisplay", "delete")
 
 
 def concrete_forms(table) -> list[tuple[str, str]]:
-    """(command line, help) for every form that runs as it is."""
+    """(command line, help) for every form that runs as it is (each info topic is one)."""
     out = []
     for cmd in table:
         name = cmd.names[0]
-        usage = cmd.usage
-        if name == "info":
-            topics = re.search(r"info (.*)", usage).group(1).split("|")
-            for topic in topics:
-                word = topic.split()[0]
+        if cmd.topics:
+            for topic in cmd.topics:
+                word = topic.names[0]
                 out.append((f"info {word}", f"show state: {word}"))
             continue
-        rest = usage[len(name):].strip()
+        rest = cmd.usage[len(name):].strip()
         if not rest or rest.startswith("["):  # no argument, or only optional ones
             out.append((name, cmd.help))
     for form in EXTRA_FORMS:
@@ -45,7 +42,7 @@ def templates(table) -> list[tuple[str, str, str]]:
     for cmd in table:
         name = cmd.names[0]
         rest = cmd.usage[len(name):].strip()
-        if rest and not rest.startswith("[") and name != "info":
+        if rest and not rest.startswith("[") and not cmd.topics:
             out.append((cmd.usage, name + " ", cmd.help))
     return out
 

@@ -15,18 +15,12 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 
+from ..debug.info import fmt_scalar
 from .heat import normalise, ramp
 from .messages import ElementMessage
 from .state import StopView
 
 CHANGED = "bold black on yellow"
-
-
-def fmt_reg(v) -> str:
-    v = float(v)
-    if v != v or v in (float("inf"), float("-inf")):
-        return str(v)
-    return f"{v:.6g}"
 
 
 def used_registers(program) -> list[tuple[str, int]]:
@@ -71,7 +65,7 @@ def register_table(model, view: StopView, cursor: tuple[str, int] | None) -> Tab
                 cells += [Text(""), Text("")]
                 continue
             i = lst[k]
-            text = fmt_reg(values[i]) if file == "R" else str(int(values[i]))
+            text = fmt_scalar(values[i], 6) if file == "R" else str(int(values[i]))
             style = CHANGED if (file, i) in regs.changed else ""
             name_style = colour + (" reverse" if cursor == (file, i) else "")
             cells += [Text(f"{file}{i}", style=name_style), Text(text, style=style)]
@@ -106,7 +100,7 @@ def lanes_text(view: StopView, width: int) -> Text:
         mark = "◆" if across.changed[lane] else " "
         focus = "◀" if lane == view.lane else " "
         v = across.values[lane]
-        text = fmt_reg(v) if across.file == "R" else str(int(v))
+        text = fmt_scalar(v, 6) if across.file == "R" else str(int(v))
         end = "\n" if lane % per_row == per_row - 1 or lane == listed - 1 else ""
         t.append(f"{lane:>3}{'■' if mask[lane] else '□'}{text:>12}{mark}{focus}{end}")
     if lanes > 16:
@@ -225,7 +219,7 @@ class RegistersPane(VerticalScroll):
         if self.cursor is None or regs is None:
             return
         file, i = self.cursor
-        value = fmt_reg(regs.R[i]) if file == "R" else str(int(regs.U[i]))
+        value = fmt_scalar(regs.R[i], 6) if file == "R" else str(int(regs.U[i]))
         self.post_message(self.Edit(f"{file}{i}", value))
 
 

@@ -13,19 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..debug.breakpoints import LineBreakpoint
-from ..debug.persist import breakpoint_command
+from ..debug.breakpoints import CarriedBreak
 from ..errors import FirError
-
-
-@dataclass(frozen=True)
-class CarriedBreak:
-    command: str  # "break attention@1 if R3 > 0" (for a line breakpoint: re-resolved first)
-    enabled: bool
-    ignore: int
-    kernel: str | None = None  # a line breakpoint: its kernel, offset and instruction text
-    offset: int = 0
-    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,30 +27,9 @@ class Carried:
     dropped: tuple[str, ...] = ()  # patches and checkpoints, described for the notes
 
 
-def kernel_span(model, kernel: str) -> tuple[int, int] | None:
-    """The .fir lines of ``kernel``'s body, from any node that dispatches it."""
-    for node in model.nodes:
-        if node.kind == "micro" and node.target == kernel:
-            syn = node.program.kernel.syntax
-            return syn.loc.line, syn.end.line
-    return None
-
-
-def _carry_break(model, bp) -> CarriedBreak | None:
-    command = breakpoint_command(bp)  # the same text `save breakpoints` writes
-    if command is None:
-        return None
-    if isinstance(bp, LineBreakpoint):
-        span = kernel_span(model, bp.kernel)
-        start = span[0] if span else bp.line
-        return CarriedBreak(command, bp.enabled, bp.ignore_count, bp.kernel,
-                            bp.line - start, model.fir.lines[bp.line - 1].strip())
-    return CarriedBreak(command, bp.enabled, bp.ignore_count)
-
-
 def carry(session, ci) -> Carried:
     """What to keep from ``session`` (read while no worker runs)."""
-    breaks = tuple(c for c in (_carry_break(session.model, bp) for bp in session.breakpoints)
+    breaks = tuple(c for c in (bp.carried(session.model) for bp in session.breakpoints)
                    if c is not None)
     displays = tuple(expr.text for expr in ci.displays.values())
     position = None
@@ -75,20 +43,8 @@ def carry(session, ci) -> Carried:
 
 
 def _resolve_line(model, c: CarriedBreak) -> str:
-    """The command for a line breakpoint in the new model: the same instruction text in the
-    same kernel, nearest the old offset (lines may have moved)."""
-    span = kernel_span(model, c.kernel)
-    if span is None:
-        raise FirError(f"kernel {c.kernel} is no longer dispatched by any node")
-    start, end = span
-    lines = model.fir.lines
-    same = [ln for ln in range(start, end + 1) if lines[ln - 1].strip() == c.text]
-    if not same:
-        raise FirError(f"{c.kernel} no longer has the instruction '{c.text}'")
-    line = min(same, key=lambda ln: abs(ln - start - c.offset))
-    verb, _, rest = c.command.partition(" ")
-    tail = rest.partition(" ")[2]  # the condition, and a log point's message
-    return f"{verb} {c.kernel}:{line}" + (f" {tail}" if tail else "")
+    """The command for a carried breakpoint in the new model (a line breakpoint re-resolved)."""
+    return c.command_in(model)
 
 
 def restore(ci, carried: Carried) -> list[str]:
@@ -111,13 +67,11 @@ def restore(ci, carried: Carried) -> list[str]:
     elif carried.finished:
         notes.append("not restored: position (the session had finished; back at the start)")
     for c in carried.breaks:
-        line = c.command
-        if c.kernel is not None:
-            try:
-                line = _resolve_line(model, c)
-            except FirError as e:
-                notes.append(f"not restored: {c.command} — {e.message}")
-                continue
+        try:
+            line = c.command_in(model)
+        except FirError as e:
+            notes.append(f"not restored: {c.command} — {e.message}")
+            continue
         if issue(c.command, line) is None:
             continue
         number = max(bp.number for bp in ci.s.breakpoints)

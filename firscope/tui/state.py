@@ -24,6 +24,7 @@ from ..debug.snapshot import Snapshot, token_of, token_range
 from ..errors import FirError
 from ..model import Ref
 from ..text import printable, web_piece
+from ..runtime import NodeKind
 
 NEXT_INPUTS = ""  # the Buffers tab's default: the next node's inputs
 FINDING_MARK = "!"  # after a node's name, and in the source gutter: a sanitizer finding
@@ -48,7 +49,7 @@ class Marks:
     def node_marked(self, node) -> str:
         if (node.name, None) in self.nodes or (node.name, node.layer) in self.nodes:
             return "●"
-        if node.kind == "micro" and node.target in self.kernels:
+        if node.kind == NodeKind.MICRO and node.target in self.kernels:
             return "○"
         return " "
 
@@ -196,25 +197,15 @@ def peek_buffers(session, wanted: str) -> BufferPeek:
     except FirError as e:
         return BufferPeek((), (), (), error=str(e), title=wanted)
     is_weight = name not in session.model.buffers
-    label = name
-    if layer is not None:
-        label += f"@{layer}"
-    elif session.layer is not None and _per_layer(session.model, name):
-        label += f"@{session.layer}"
+    if layer is None and session.layer is not None and _per_layer(session.model, name):
+        layer = session.layer
+    label = str(Ref(name, layer))
     return BufferPeek((label,), (value if is_weight else _frozen(value),), (is_weight,),
                       title=label)
 
 
 def _value(session, name: str, layer: int | None) -> np.ndarray:
-    value = session.buffer_value(name, layer)
-    if value is None:  # a resident q4 weight keeps no dense matrix: dequantize on demand
-        w = session.model.weights.get(name if layer is None else f"{name}@{layer}")
-        if w is None and session.layer is not None:
-            w = session.model.weights.get(f"{name}@{session.layer}")
-        if w is None or w.q4 is None:
-            raise FirError(f"'{name}' has no values to show")
-        value = w.q4.dequantize()
-    return np.asarray(value)
+    return np.asarray(session.buffer_value(name, layer))
 
 
 def _split(text: str) -> tuple[str, int | None]:

@@ -180,9 +180,6 @@ class Dispatch:
         op = self.current
         return op.loc.line if op else None
 
-    def active_lanes(self) -> np.ndarray:
-        return np.flatnonzero(self.mask)
-
     # -- execution ----------------------------------------------------------
     def step(self) -> Op:
         """Execute exactly one instruction; return it."""
