@@ -86,12 +86,12 @@ from ..errors import FirError, Interrupted
 from ..jitcache import cache_dir, prepare_numba
 from ..model.threads import matvec_threads, run_split
 from .assembler import Address, Program
-from .codegen import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
-                      F_RTOU, F_STOP, F_STORE, POLL, REC_FIXED, Generated, driver_signature,
-                      fault_message, generate)
+from .codegen import Generated, fault_message, generate
 from .faults import budget_error, fault_error, interrupted_error
 from .interp import Dispatch
 from .isa import FrameKind
+from .kernel_abi import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
+                         F_RTOU, F_STOP, F_STORE, POLL, REC_FIXED, driver_signature)
 from .lanes import analyse, infallible_steps, lane_partition
 
 UNLIMITED = 1 << 62
