@@ -98,14 +98,19 @@ def choose_omp_wait() -> None:
 
 
 # The reference's numerics (model/numeric_kernels) are compiled into every kernel that
-# calls them, and numba's cache looks only at the calling function's own file: a kernel
-# cached before they changed would keep the old definitions. So each version of them has
-# a cache folder of its own.
-_NUMERICS = ("model/numerics.py", "model/numeric_kernels.py")
+# calls them, and numba's cache looks only at the calling function's own file (and freezes
+# the globals a function reads): a kernel cached before they changed would keep the old
+# definitions. The same holds for the helpers every generated kernel calls
+# (vm/kernel_helpers) and the numbers they and the kernels agree on (vm/kernel_abi); a
+# generated kernel's own text is in its file's name (vm/compiled: k<sha>.py). So each
+# version of these files has a cache folder of its own.
+_NUMERICS = ("model/numerics.py", "model/numeric_kernels.py", "vm/kernel_abi.py",
+             "vm/kernel_helpers.py")
 
 
 def numerics_stamp() -> str:
-    """A short hash of the files that define the reference's numerics."""
+    """A short hash of the files compiled into cached kernels from outside the kernels' own
+    files: the reference's numerics, the kernels' helpers and their ABI."""
     h = hashlib.sha256()
     for rel in _NUMERICS:
         try:

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from firscope.errors import FirError
+from firscope.vm.isa import Category
+from firscope.vm.opcodes import OPCODES
 
 # Replacement tokens: numbers of every awkward kind, syntax, keywords, garbage.
 WEIRD = [
@@ -424,8 +426,19 @@ _KCONST = ["0", "1", "2", "3", "-1", "0.5", "2.5", "64", "65", "3e9", "1e30", "-
 # Offsets past the region are refused at load (one here keeps that path tried); the rest
 # bind, and their accesses fault or not at run time depending on the index register.
 _KOFF = ["", "", "+1", "-1", "+in0.size-1", "+out0.size-1", "+3", "-64", "+1000000"]
-_ALU3 = ["add", "sub", "mul", "div", "cmplt"]
-_ALU2 = ["sigmoid", "exp", "rsqrt"]
+
+
+def _alu(operands: str) -> list[str]:
+    """The table's ALU mnemonics taking ``operands`` (kinds, e.g. "Rd Rs Rs"), in table order
+    (the order fixes which kernel a seed gives)."""
+    return [m for m, spec in OPCODES.items() if spec.category is Category.ALU
+            and " ".join(spec.operands) == operands]
+
+
+_ALU3 = _alu("Rd Rs Rs")  # add sub mul div cmplt
+_ALU2 = _alu("Rd Rs")  # sigmoid exp rsqrt
+_ALU_K = _alu("Ud Us K")  # uaddk umulk
+_ALU_F = _alu("Rd Rs F")  # mulconst addconst
 
 
 def random_kernel_lines(pick, depth: int = 0, budget: list | None = None) -> list[str]:
@@ -442,7 +455,7 @@ def random_kernel_lines(pick, depth: int = 0, budget: list | None = None) -> lis
         elif k == 1:
             out.append(f"uconst {reg()} {_KCONST[pick(len(_KCONST))].lstrip('-') or '0'}")
         elif k == 2:
-            out.append(f"{('uaddk', 'umulk')[pick(2)]} {reg()} {reg()} "
+            out.append(f"{_ALU_K[pick(len(_ALU_K))]} {reg()} {reg()} "
                        f"{_KCONST[pick(len(_KCONST))].lstrip('-').split('.')[0] or '1'}")
         elif k == 3:
             out.append(f"uadd {reg()} {reg()} {reg()}")
@@ -457,7 +470,7 @@ def random_kernel_lines(pick, depth: int = 0, budget: list | None = None) -> lis
         elif k == 9:
             out.append(f"{_ALU2[pick(len(_ALU2))]} {reg()} {reg()}")
         elif k == 10:
-            out.append(f"{('mulconst', 'addconst')[pick(2)]} {reg()} {reg()} "
+            out.append(f"{_ALU_F[pick(len(_ALU_F))]} {reg()} {reg()} "
                        f"{_KCONST[pick(len(_KCONST))]}")
         elif k in (11, 12) and depth < 4:
             opener, closer = (("forbegin", "forend"), ("ifbegin", "ifend"))[k - 11]

@@ -359,15 +359,3 @@ def free_names(expr: Expr) -> set[str]:
         return free_names(expr.left) | free_names(expr.right)
     return set()
 
-
-def uses_operand_size(expr: Expr) -> bool:
-    if isinstance(expr, OperandSize):
-        return True
-    if isinstance(expr, Unary):
-        return uses_operand_size(expr.operand)
-    if isinstance(expr, Call):
-        return uses_operand_size(expr.arg)
-    if isinstance(expr, Binary):
-        return uses_operand_size(expr.left) or uses_operand_size(expr.right)
-    return False
-

@@ -205,7 +205,7 @@ def _bind_micro(scope: _Scope, d: S.Node, layer: int | None, args, outs, where: 
     program = bind(code, symbols=scope.parts.symbols,
                    operands={n: o.region for n, o in bound.items()},
                    resolve_buffer=lambda name: _named_region(scope, name, layer, full, d.loc),
-                   node=full, layer=layer, node_loc=d.loc)
+                   node=full, layer=layer)
     _refuse_weight_stores(program, where)
     return program
 

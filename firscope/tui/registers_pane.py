@@ -25,12 +25,7 @@ CHANGED = "bold black on yellow"
 
 def used_registers(program) -> list[tuple[str, int]]:
     """Registers the kernel names, in file then number order (R0 always: the lane id)."""
-    used = {("R", 0)}
-    for op in program.ops:
-        for kind, a in zip(op.spec.operands, op.args):
-            if kind.register_file is not None:  # a register operand, read or written
-                used.add((kind.register_file, a))
-    return sorted(used, key=lambda r: (r[0], r[1]))
+    return sorted(program.registers() | {("R", 0)})
 
 
 def shown_registers(model, view: StopView) -> list[tuple[str, int]]:

@@ -1,12 +1,13 @@
 """Per-lane Python source for a bound program, written from the opcode table.
 
-For each :class:`Program` the generator walks its ops and writes one Python
-function that runs a single lane: every op contributes the lines its row's
-``render`` callable returns (:func:`template` for plain arithmetic:
+The numba backend (the compiled reference engine). For each :class:`Program`
+the walk every backend shares (vm/render) goes over its ops and writes one
+Python function that runs a single lane: every op contributes the lines its
+row's ``render`` callable returns (:func:`template` for plain arithmetic:
 ``R1 = R1 + R2``); an opener (``forbegin``: a ``for`` loop over floor(count)
 trips read once on entry, ``ifbegin``: ``if R[c] != 0:``) renders the block's
-header and the generator indents the body under it. Registers are f32 /
-int64 locals. vm/compiled writes the source to a file, imports it and
+header and the walk indents the body under it. Registers are f32 / int64
+locals. vm/compiled writes the source to a file, imports it and
 compiles it with numba.
 
 The source depends on the kernel's instructions only, never on a number the
@@ -19,7 +20,7 @@ a changed model does not recompile.
 
 A lane that faults writes a record (fault code, pc, an argument, the trip
 numbers of the enclosing loops) into its row of ``rec`` through the shared
-helper ``record`` (vm/compiled) and returns; the runner rebuilds the
+helper ``record`` (vm/kernel_helpers, which the module imports) and returns; the runner rebuilds the
 interpreter's message from it. Every access to a region the lane analysis
 (vm/lanes) sliced is checked to lie in the accessing lane's slice (fault code
 ``F_OWNER``), without a division: ``i mod M`` comes from a float reciprocal
@@ -32,7 +33,10 @@ the runner uses only for a node the lane analysis proved unable to stop early
 (vm/lanes.infallible_steps) under a budget that covers it: there every index
 is a constant offset of the lane id inside the lane's slice, so no check can
 fire; if one ever did (a wrong proof), run_plain returns -1 and the runner
-says so. numba compiles each driver on first use.
+says so. The two bodies are two passes, :class:`_Checked` and :class:`_Plain`,
+which differ only in the hooks that write the checks. Each driver's arguments
+and their numba types are :data:`DRIVERS`; numba compiles each driver on first
+use.
 """
 from __future__ import annotations
 
@@ -43,25 +47,14 @@ import numpy as np
 
 from ..errors import FirError
 from .faults import bounds_message, loop_count_message, rtou_message
-from .isa import MAX_TRIPS, FrameKind, Operand
+from .isa import MAX_TRIPS, FrameKind
+from .kernel_abi import (C_ABORT, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
+                         F_RTOU, F_STOP, F_STORE, POLL, TRIP_ARGS, driver_params)
 from .lanes import Slicing, lane_partition
+from .render import Renderer, indent
 
 GENERATOR_VERSION = 7  # bump when the generated code's meaning changes
-POLL = 1 << 14  # instructions between looks at the stop flag
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
-
-# Fault codes written by compiled lanes into their record row. F_JOURNAL: the store
-# journal is full (the runner undoes the dispatch and runs it again with a larger one).
-F_LOAD, F_STORE, F_RTOU, F_COUNT, F_OWNER, F_BUDGET, F_STOP, F_JOURNAL = 1, 2, 3, 4, 5, 6, 7, 8
-# ctl slots
-C_ABORT, C_EPOCH, C_FAULTED = 0, 1, 2
-REC_FIXED = 4  # epoch, code, pc, arg; then one trip number per enclosing loop
-TRIP_ARGS = 8  # trip numbers passed to record/tick (at most 8 loops enclose an op)
-IND = "    "
-# What the drivers take, in order (vm/compiled compiles them with these types).
-DRIVER_ARGS = ("arena, bases, kf, ki, l0, l1, budget, ctl, rec, frec, stop, jaddr, jval, j, "
-               "jend")
-PLAIN_ARGS = "arena, bases, kf, ki, l0, l1"
 
 
 @dataclass
@@ -77,33 +70,33 @@ class Generated:
     ki: np.ndarray  # int64 constants of this node (integers, offsets, extents, slices)
 
 
-# --- renderers: the ``render`` fields of the opcode table ---------------------------------
-# Each is (gen, op, ind, loops) -> lines: ``ind`` is the indentation, ``loops`` the pcs of
-# the enclosing forbegins (the trip variables t0, t1, ... of gen.fault's records). With
-# ``gen.checked`` false (run_plain) they write the arithmetic and the memory-safety checks
-# alone (no slices, budget or journal), and a check that fires leaves with -1.
+# --- renderers: the ``render`` column of the opcode table ----------------------------------
+# Each is (gen, op) -> lines (vm/render): ``gen`` is the pass being written, the checked
+# body of run_lanes (:class:`_Checked`) or the plain body of run_plain (:class:`_Plain`),
+# whose hooks (fault, keep, owner_lines, journal) write the arithmetic with the
+# memory-safety checks alone (no slices, budget or journal; a check that fires leaves
+# with -1).
 def template(text: str):
     """One statement: ``text`` formatted with the operands (register numbers, constant
     slots, address slots), e.g. ``"R{0} = R{1} + R{2}"``."""
-    def render(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
-        return [ind + text.format(*gen.operand_texts(op))]
+    def render(gen: "_Checked", op) -> list[str]:
+        return [text.format(*gen.operand_texts(op))]
     return render
 
 
-def nothing(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
+def nothing(gen: "_Checked", op) -> list[str]:
     """A closer: the generator's indentation already ends the block."""
     return []
 
 
-def rtou(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
+def rtou(gen: "_Checked", op) -> list[str]:
     dst, src = f"U{op.args[0]}", f"R{op.args[1]}"
-    keep = [f"{ind}    frec[lane] = {src}"] if gen.checked else []
-    return [f"{ind}if not ({src} >= 0 and {src} < 4294967296.0):", *keep,
-            *gen.fault(ind + IND, F_RTOU, op.pc, "0", loops),
-            f"{ind}{dst} = int({src})"]
+    return [f"if not ({src} >= 0 and {src} < 4294967296.0):",
+            *indent(gen.keep(src) + gen.fault(F_RTOU, op.pc, "0")),
+            f"{dst} = int({src})"]
 
 
-def access(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
+def access(gen: "_Checked", op) -> list[str]:
     """A load or store (the row's ``mem``), bounds- and (sliced regions) owner-checked."""
     mem = op.spec.mem
     addr = op.args[mem.address]
@@ -113,21 +106,20 @@ def access(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
     # A zero offset (most of them) takes no slot: one value fewer live in the loops.
     offset = f" + {gen.kslot(addr.offset)}" if addr.offset else ""
     ureg, reg = f"U{op.args[mem.index]}", f"R{op.args[mem.value]}"
-    out = [f"{ind}i = {ureg}{offset}",
-           f"{ind}if i < 0 or i >= E{slot}:",
-           *gen.fault(ind + IND, F_STORE if mem.stores else F_LOAD, op.pc, "i", loops)]
-    if owner is not None and gen.checked:
-        out += owner_check(gen, owner, op.pc, ind, loops)
+    out = [f"i = {ureg}{offset}",
+           f"if i < 0 or i >= E{slot}:",
+           *indent(gen.fault(F_STORE if mem.stores else F_LOAD, op.pc, "i"))]
+    if owner is not None:
+        out += gen.owner_lines(owner, op.pc)
     if mem.stores:
-        if gen.checked:
-            out += gen.journal(ind, op.pc, f"B{slot} + i", loops)
-        out.append(f"{ind}arena[np.uint64(B{slot} + i)] = {reg}")
+        out += gen.journal(op.pc, f"B{slot} + i")
+        out.append(f"arena[np.uint64(B{slot} + i)] = {reg}")
     else:
-        out.append(f"{ind}{reg} = arena[np.uint64(B{slot} + i)]")
+        out.append(f"{reg} = arena[np.uint64(B{slot} + i)]")
     return out
 
 
-def owner_check(gen: "_Gen", r: int, pc: int, ind: str, loops: tuple) -> list[str]:
+def owner_check(gen: "_Checked", r: int, pc: int) -> list[str]:
     """Index ``i`` (in bounds, so >= 0) must be in this lane's slice of sliced region r:
     ``(i mod M) div S == lane``, i.e. ``0 <= (i mod M) - lane * S < S``. ``i mod M``
     without a division (an idiv in attention's inner loops cost it a third of its time):
@@ -138,14 +130,14 @@ def owner_check(gen: "_Gen", r: int, pc: int, ind: str, loops: tuple) -> list[st
     (Remembering the row each access last touched, to skip even that, was slower: one
     more live value per access spills registers in the inner loops.)"""
     if not gen.modulus[r]:
-        out = [f"{ind}d = i - L{r}"]
+        out = [f"d = i - L{r}"]
     else:
-        out = [f"{ind}if i < 4294967296:",
-               f"{ind}    u = np.uint64(i)",
-               f"{ind}    d = i - np.int64((u + ((u * ML{r}) >> U32)) >> SS{r}) * M{r} - L{r}",
-               f"{ind}else:",
-               f"{ind}    d = i % M{r} - L{r}"]
-    return out + [f"{ind}if d < 0 or d >= S{r}:", *gen.fault(ind + IND, F_OWNER, pc, "i", loops)]
+        out = ["if i < 4294967296:",
+               "    u = np.uint64(i)",
+               f"    d = i - np.int64((u + ((u * ML{r}) >> U32)) >> SS{r}) * M{r} - L{r}",
+               "else:",
+               f"    d = i % M{r} - L{r}"]
+    return out + [f"if d < 0 or d >= S{r}:", *indent(gen.fault(F_OWNER, pc, "i"))]
 
 
 def division_magic(m: int) -> tuple[int, int]:
@@ -157,20 +149,19 @@ def division_magic(m: int) -> tuple[int, int]:
     return magic - (1 << 32), s
 
 
-def for_header(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
+def for_header(gen: "_Checked", op) -> list[str]:
     """floor(R[c]) trips, the count read once on entry; a non-finite count is a fault."""
-    depth = len(loops)
+    depth = len(gen.loops)
     v, n = f"v{depth}", f"n{depth}"
-    keep = [f"{ind}    frec[lane] = {v}"] if gen.checked else []
-    return [f"{ind}{v} = R{op.args[0]}",
-            f"{ind}if not np.isfinite({v}):", *keep,
-            *gen.fault(ind + IND, F_COUNT, op.pc, "0", loops),
-            f"{ind}{n} = int(np.floor({v})) if {v} < 4.0e18 else {MAX_TRIPS}",
-            f"{ind}for t{depth} in range({n}):"]
+    return [f"{v} = R{op.args[0]}",
+            f"if not np.isfinite({v}):",
+            *indent(gen.keep(v) + gen.fault(F_COUNT, op.pc, "0")),
+            f"{n} = int(np.floor({v})) if {v} < 4.0e18 else {MAX_TRIPS}",
+            f"for t{depth} in range({n}):"]
 
 
-def if_header(gen: "_Gen", op, ind: str, loops: tuple) -> list[str]:
-    return [f"{ind}if R{op.args[0]} != 0:"]
+def if_header(gen: "_Checked", op) -> list[str]:
+    return [f"if R{op.args[0]} != 0:"]
 
 
 def fault_message(code: int, op, lane: int, arg: int, value) -> tuple[str, int | None]:
@@ -184,21 +175,31 @@ def fault_message(code: int, op, lane: int, arg: int, value) -> tuple[str, int |
     return loop_count_message(op.args[0], value, lane), None
 
 
-# --- the generator -------------------------------------------------------------------------
-class _Gen:
-    """Writes the module of one program. Numbers the node binds go into slots, allocated
-    in the order the instructions use them (never shared by equal values), so that the
-    source depends on the instructions alone."""
+# --- the two passes -------------------------------------------------------------------------
+class _Checked(Renderer):
+    """The body of ``run_lanes``: every check, the budget, the stop flag and the store
+    journal. Numbers the node binds go into slots, allocated in the order the instructions
+    use them (never shared by equal values), so that the source depends on the
+    instructions alone. Its renderers are the opcode table's ``render`` column."""
 
     def __init__(self, program, slicing: dict[int, Slicing]):
-        self.p = program
-        self.ops = program.ops
+        super().__init__(program)
         self.slicing = slicing
-        self.checked = True
-        self._reset_slots()
-        self.max_loops = 0
-        self.loop_pcs: dict[int, tuple[int, ...]] = {}
         self.fault_pcs: set[int] = set()
+        self.fvals: list = []  # kf: C{n}
+        self.kvals: list[int] = []  # ki: K{n}
+        self.slots: dict[str, int] = {}  # address operand -> B{s}, E{s} (extent: K slot)
+        self.extent_slot: dict[int, int] = {}
+        # sliced region base -> r: S{r} (stride), L{r} (lane * stride); with a modulus
+        # also M{r} and its division magic ML{r}, SS{r} (see owner_check)
+        self.owners: dict[int, int] = {}
+        self.stride_slot: list[int] = []
+        self.modulus_slot: list[int] = []
+        self.modulus: list[bool] = []
+        self.magic_slot: list[tuple[int, int]] = []
+
+    def render_of(self, op):
+        return op.spec.render
 
     # -- slots ------------------------------------------------------------------------------
     def fslot(self, c) -> str:
@@ -232,92 +233,68 @@ class _Gen:
             self.magic_slot.append((int(self.kslot(low)[1:]), int(self.kslot(shift)[1:])))
         return r
 
-    def operand_texts(self, op) -> list[str]:
-        """Each operand as a template sees it: constant slot, address slot or number."""
-        out = []
-        for kind, a in zip(op.spec.operands, op.args):
-            if kind is Operand.F:
-                out.append(self.fslot(a))
-            elif kind is Operand.K:
-                out.append(self.kslot(a))
-            elif kind is Operand.A:
-                out.append(str(self.slot(a)))
-            else:
-                out.append(str(int(a)))
-        return out
+    uint32_text = kslot
+    f32_text = fslot
+
+    def address_text(self, addr) -> str:
+        return str(self.slot(addr))
 
     # -- code pieces --------------------------------------------------------------------------
-    def fault(self, ind: str, code: int, pc, arg: str, loops: tuple,
-              flag: int = C_FAULTED) -> list[str]:
-        """Record (code, pc, arg, trip numbers) in this lane's row and leave the lane. In
-        the plain body (no records) a check that fires leaves the driver with -1."""
-        if not self.checked:
-            return [f"{ind}return -1"]
+    def fault(self, code: int, pc, arg: str, flag: int = C_FAULTED) -> list[str]:
+        """Record (code, pc, arg, trip numbers) in this lane's row and leave the lane."""
         if code not in (F_BUDGET, F_STOP, F_JOURNAL):
             self.fault_pcs.add(pc)
-        return [f"{ind}return record(rec, ctl, lane, j, {code}, {pc}, {arg}, {flag}, "
-                f"{self.trips(loops)})"]
+        return [f"return record(rec, ctl, lane, j, {code}, {pc}, {arg}, {flag}, "
+                f"{self.trips()})"]
 
-    @staticmethod
-    def trips(loops: tuple) -> str:
+    def trips(self) -> str:
         """How many loops enclose the op, then the trip variables of each (zero-padded
         to the helpers' fixed count, vm/kernel_helpers.TRIP_ARGS)."""
-        names = [f"t{i}" for i in range(len(loops))] + ["0"] * (TRIP_ARGS - len(loops))
-        return f"{len(loops)}, {', '.join(names)}"
+        names = [f"t{i}" for i in range(len(self.loops))] + ["0"] * (TRIP_ARGS - len(self.loops))
+        return f"{len(self.loops)}, {', '.join(names)}"
 
-    def journal(self, ind: str, pc: int, where: str, loops: tuple) -> list[str]:
+    def keep(self, value: str) -> list[str]:
+        """Before a fault: the f32 the message names goes into the lane's frec slot."""
+        return [f"frec[lane] = {value}"]
+
+    def owner_lines(self, r: int, pc: int) -> list[str]:
+        return owner_check(self, r, pc)
+
+    def journal(self, pc: int, where: str) -> list[str]:
         """Before a store: append (arena address, old value) to the journal at j, so the
         runner can undo the dispatch. A full journal (j == jend) aborts the dispatch at once,
         with everything stored so far journaled; jend < 0: no journal (the runner took a
         copy of the written regions instead)."""
-        return [f"{ind}if j >= jend:",
-                f"{ind}    if jend >= 0:",
-                *self.fault(ind + IND * 2, F_JOURNAL, pc, "0", loops, C_ABORT),
-                f"{ind}else:",
-                f"{ind}    jaddr[j] = {where}",
-                f"{ind}    jval[j] = arena[np.uint64({where})]",
-                f"{ind}    j += 1"]
+        return ["if j >= jend:",
+                "    if jend >= 0:",
+                *indent(self.fault(F_JOURNAL, pc, "0", C_ABORT), 2),
+                "else:",
+                f"    jaddr[j] = {where}",
+                f"    jval[j] = arena[np.uint64({where})]",
+                "    j += 1"]
 
-    def registers(self, file: str) -> list[int]:
-        return sorted({op.args[i] for op in self.ops for i, k in enumerate(op.spec.operands)
-                       if k.register_file == file})
+    # A straight run of ops always executes together; its size is charged to the lane's
+    # instruction count before it runs.
+    def straight(self, run: list[int], stmts: list[str]) -> list[str]:
+        """Charge the run's ops to the lane's count; past ``lim`` the helper ``tick``
+        looks at the budget (the interpreter would stop before the (budget+1)-th
+        instruction, this run's op number budget - cnt: runs are consecutive pcs),
+        the stop flag and the dispatch's abort flag, and says how far the lane may go
+        before it looks again (-1: leave, the record is written)."""
+        if not run:
+            return stmts
+        n = len(run)
+        return [f"if cnt + {n} > lim:",
+                f"    lim = tick(cnt, {n}, budget, stop, ctl, rec, lane, j, {run[0]}, "
+                f"{self.trips()})",
+                "    if lim < 0:",
+                "        return j",
+                f"cnt += {n}", *stmts]
 
-    def _reset_slots(self) -> None:
-        self.fvals: list = []  # kf: C{n}
-        self.kvals: list[int] = []  # ki: K{n}
-        self.slots: dict[str, int] = {}  # address operand -> B{s}, E{s} (extent: K slot)
-        self.extent_slot: dict[int, int] = {}
-        # sliced region base -> r: S{r} (stride), L{r} (lane * stride); with a modulus
-        # also M{r} and its division magic ML{r}, SS{r} (see owner_check)
-        self.owners: dict[int, int] = {}
-        self.stride_slot: list[int] = []
-        self.modulus_slot: list[int] = []
-        self.modulus: list[bool] = []
-        self.magic_slot: list[tuple[int, int]] = []
+    def empty(self) -> list[str]:
+        return ["pass"]
 
-    def generate(self) -> Generated:
-        self._reset_slots()
-        checked = self.seq(0, len(self.ops), IND, ())
-        fvals, kvals = self.fvals, self.kvals
-        self._reset_slots()
-        self.checked = False
-        plain = self.seq(0, len(self.ops), IND * 2, ())
-        self.checked = True
-        assert len(self.fvals) == len(fvals) and self.kvals == kvals  # the same numbering
-        big = next((k for k in kvals if not -(1 << 62) <= k < 1 << 62), None)
-        if big is not None:  # a lane stride from products of large constants
-            raise ValueError(f"a number of the kernel ({big}) does not fit the compiled "
-                             "code's 64-bit arithmetic")
-        source = "\n".join(self.module(checked, plain))
-        sha = hashlib.sha256(source.encode()).hexdigest()[:24]
-        slots = tuple(sorted(self.slots, key=self.slots.get))
-        p = self.p
-        has_loops = any(op.spec.opens is FrameKind.FOR for op in self.ops)
-        parallel = p.threads >= 2 and (has_loops or p.threads * len(self.ops) >= 200_000)
-        return Generated(source, sha, slots, parallel, self.max_loops, self.loop_pcs,
-                         frozenset(self.fault_pcs), np.array(fvals, dtype=np.float32),
-                         np.array(kvals, dtype=np.int64))
-
+    # -- the module -------------------------------------------------------------------------
     def module(self, checked: list[str], plain: list[str]) -> list[str]:
         regs_r = sorted(set(self.registers("R")) | {0})
         regs_u = self.registers("U")
@@ -352,7 +329,7 @@ class _Gen:
                 f"{len(self.ops)} instructions; do not edit.",
                 "import numpy as np",
                 "from numba import njit",
-                "from firscope.vm.compiled import record, tick",
+                "from firscope.vm.kernel_helpers import record, tick",
                 "from firscope.model.numeric_kernels import exp_f32, sigmoid_f32",
                 "",
                 "ONE = np.float32(1.0)",
@@ -368,7 +345,7 @@ class _Gen:
                    *[f"    L{r} = lane * S{r}" for r in range(len(self.owners))],
                    "    cnt = 0",
                    f"    lim = budget if budget < {POLL} else {POLL}",
-                   *checked,
+                   *indent(checked),
                    "    return j"]
         # The journal (jaddr, jval from j up to jend) is threaded through the lanes: one
         # after the other they fill one journal in store order; a range of lanes run on
@@ -376,7 +353,7 @@ class _Gen:
         # so the order in which the runner undoes different ranges does not matter).
         drivers = ["", "",
                    f"@njit({_JIT})",
-                   f"def run_lanes({DRIVER_ARGS}):",
+                   f"def run_lanes({driver_params('run_lanes')}):",
                    *unpack,
                    f"    vals = {packed}",
                    "    for lane in range(l0, l1):",
@@ -385,65 +362,35 @@ class _Gen:
                    "    return j",
                    "", "",
                    f"@njit({_JIT})",
-                   f"def run_plain({PLAIN_ARGS}):",
+                   f"def run_plain({driver_params('run_plain')}):",
                    *unpack,
                    "    for lane in range(l0, l1):",
                    *[f"        {line}" for line in init],
-                   *plain,
+                   *indent(plain, 2),
                    "    return 0",
                    ""]
         return head + lane_fn + drivers
 
-    # A block is a run of ops that always execute together; its size is
-    # charged to the lane's instruction count before it runs.
-    def seq(self, a: int, b: int, ind: str, loops: tuple) -> list[str]:
-        out: list[str] = []
-        block: list[int] = []
-        stmts: list[str] = []
 
-        def flush():
-            if block:
-                if self.checked:
-                    out.extend(self.block_check(block, ind, loops))
-                out.extend(stmts)
-                block.clear()
-                stmts.clear()
+class _Plain(_Checked):
+    """The body of ``run_plain``: the same arithmetic, with only the checks that keep memory
+    safe (bounds, rtou, loop counts); one that fires leaves the driver with -1. The slots
+    are taken exactly as in the checked body, so both bodies name the same numbers."""
 
-        pc = a
-        while pc < b:
-            op = self.ops[pc]
-            spec = op.spec
-            self.loop_pcs[pc] = loops
-            block.append(pc)
-            if spec.opens is None:
-                stmts.extend(spec.render(self, op, ind, loops))
-                pc += 1
-                continue
-            flush()
-            out.extend(spec.render(self, op, ind, loops))
-            inner = loops + (pc,) if spec.opens is FrameKind.FOR else loops
-            self.max_loops = max(self.max_loops, len(inner))
-            out.extend(self.seq(pc + 1, op.match + 1, ind + IND, inner))
-            self.loop_pcs[op.match] = inner
-            pc = op.match + 1
-        flush()
-        if not out:
-            out.append(f"{ind}pass")
-        return out
+    def fault(self, code: int, pc, arg: str, flag: int = C_FAULTED) -> list[str]:
+        return ["return -1"]
 
-    def block_check(self, block: list[int], ind: str, loops: tuple) -> list[str]:
-        """Charge the block's ops to the lane's count; past ``lim`` the helper ``tick``
-        looks at the budget (the interpreter would stop before the (budget+1)-th
-        instruction, this block's op number budget - cnt: blocks are consecutive pcs),
-        the stop flag and the dispatch's abort flag, and says how far the lane may go
-        before it looks again (-1: leave, the record is written)."""
-        n = len(block)
-        return [f"{ind}if cnt + {n} > lim:",
-                f"{ind}    lim = tick(cnt, {n}, budget, stop, ctl, rec, lane, j, {block[0]}, "
-                f"{self.trips(loops)})",
-                f"{ind}    if lim < 0:",
-                f"{ind}        return j",
-                f"{ind}cnt += {n}"]
+    def keep(self, value: str) -> list[str]:
+        return []
+
+    def owner_lines(self, r: int, pc: int) -> list[str]:
+        return []
+
+    def journal(self, pc: int, where: str) -> list[str]:
+        return []
+
+    def straight(self, run: list[int], stmts: list[str]) -> list[str]:
+        return stmts
 
 
 def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:
@@ -453,4 +400,23 @@ def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:
         if slicing is None:
             raise FirError(f"kernel '{program.name}' at node {program.node} cannot be compiled: "
                            f"{why}")
-    return _Gen(program, slicing).generate()
+    n = len(program.ops)
+    checked = _Checked(program, slicing)
+    checked_body = checked.block(0, n)
+    plain = _Plain(program, slicing)
+    plain_body = plain.block(0, n)
+    fvals, kvals = checked.fvals, checked.kvals
+    assert len(plain.fvals) == len(fvals) and plain.kvals == kvals  # the same numbering
+    big = next((k for k in kvals if not -(1 << 62) <= k < 1 << 62), None)
+    if big is not None:  # a lane stride from products of large constants
+        raise ValueError(f"a number of the kernel ({big}) does not fit the compiled "
+                         "code's 64-bit arithmetic")
+    source = "\n".join(checked.module(checked_body, plain_body))
+    sha = hashlib.sha256(source.encode()).hexdigest()[:24]
+    slots = tuple(sorted(checked.slots, key=checked.slots.get))
+    has_loops = any(op.spec.opens is FrameKind.FOR for op in program.ops)
+    parallel = program.threads >= 2 and (has_loops or program.threads * n >= 200_000)
+    max_loops = max((len(loops) for loops in checked.loop_pcs.values()), default=0)
+    return Generated(source, sha, slots, parallel, max_loops, checked.loop_pcs,
+                     frozenset(checked.fault_pcs), np.array(fvals, dtype=np.float32),
+                     np.array(kvals, dtype=np.int64))

@@ -86,12 +86,12 @@ from ..errors import FirError, Interrupted
 from ..jitcache import cache_dir, prepare_numba
 from ..model.threads import matvec_threads, run_split
 from .assembler import Address, Program
-from .codegen import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
-                      F_RTOU, F_STOP, F_STORE, POLL, REC_FIXED, Generated, fault_message,
-                      generate)
-from .faults import budget_error, fault_error
+from .codegen import Generated, fault_message, generate
+from .faults import budget_error, fault_error, interrupted_error
 from .interp import Dispatch
 from .isa import FrameKind
+from .kernel_abi import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
+                         F_RTOU, F_STOP, F_STORE, POLL, REC_FIXED, driver_signature)
 from .lanes import analyse, infallible_steps, lane_partition
 
 UNLIMITED = 1 << 62
@@ -130,23 +130,9 @@ class StopFlag(threading.Event):
         super().clear()
 
 
-# --- numba support used by the generated modules ---------------------------------
-def __getattr__(name):  # lazy: importing numba costs time, only the compiled path needs it
-    if name in ("poll", "record", "tick"):
-        from . import kernel_helpers
-        return getattr(kernel_helpers, name)
-    raise AttributeError(name)
-
-
 # --- loading generated modules ------------------------------------------------------
 _MODULES: dict[str, object] = {}
 _MODULES_LOCK = threading.RLock()
-_SIGS = {
-    "run_lanes": ("int64(float32[::1], int64[::1], float32[::1], int64[::1], int64, int64, "
-                  "int64, int64[::1], int64[:, ::1], float32[::1], int64[::1], int64[::1], "
-                  "float32[::1], int64, int64)"),
-    "run_plain": "int64(float32[::1], int64[::1], float32[::1], int64[::1], int64, int64)",
-}
 
 
 def kernel_dir() -> Path:
@@ -182,7 +168,7 @@ def compiled_driver(gen: Generated, name: str) -> Callable:
     if not fn.signatures:
         with _MODULES_LOCK:
             if not fn.signatures:
-                fn.compile(_SIGS[name])
+                fn.compile(driver_signature(name))
     return fn
 
 
@@ -548,8 +534,5 @@ class CompiledRunner:
             return budget_error(program, int(self._rec[lane, 2]), budget)
         if F_STOP in by_code:
             lane = min(by_code[F_STOP], key=key)
-            pc = int(self._rec[lane, 2])
-            op = program.ops[pc]
-            return Interrupted(f"interrupted in kernel '{program.name}' at node {program.node}, "
-                               f"lane {lane}, pc {pc} (line {op.loc.line}: {op.text})", op.loc)
+            return interrupted_error(program, program.ops[int(self._rec[lane, 2])], lane=lane)
         return FirError(f"kernel '{program.name}' at node {program.node} was aborted")

@@ -7,7 +7,7 @@ module.
 """
 from __future__ import annotations
 
-from ..errors import BudgetExceeded, FirFault
+from ..errors import BudgetExceeded, FirFault, Interrupted
 
 
 def fault_error(program, op, lane: int, message: str, address: int | None = None) -> FirFault:
@@ -24,6 +24,18 @@ def budget_error(program, pc: int, budget) -> BudgetExceeded:
     return BudgetExceeded(
         f"kernel '{program.name}' at node {program.node} executed more than "
         f"{budget} instructions; stopped at pc {pc} (line {op.loc.line}: {op.text})", op.loc)
+
+
+def interrupted_error(program, op, *, lane: int | None = None,
+                      steps: int | None = None) -> Interrupted:
+    """The user stopped a dispatch inside a kernel, before ``op``. The interpreter runs its
+    lanes in lockstep and says how many instructions it executed; a compiled lane names
+    itself."""
+    p = program
+    who = f", lane {lane}" if lane is not None else ""
+    after = f" after {steps} instructions" if steps is not None else ""
+    return Interrupted(f"interrupted in kernel '{p.name}' at node {p.node}{who}, pc {op.pc} "
+                       f"(line {op.loc.line}: {op.text}){after}", op.loc)
 
 
 def bounds_message(op, addr, index: int) -> str:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import Interrupted
 from .assembler import Address, Op, Program
-from .faults import bounds_message, budget_error, fault_error, loop_count_message
+from .faults import (bounds_message, budget_error, fault_error, interrupted_error,
+                     loop_count_message)
 from .isa import MAX_TRIPS, NREGS, FrameKind
 
 
@@ -223,11 +223,7 @@ class Dispatch:
                             self.pc = pc
                             self.over_budget(budget)
                         if stop is not None and stop.is_set():
-                            op = ops[pc]
-                            raise Interrupted(
-                                f"interrupted in kernel '{self.program.name}' at node "
-                                f"{self.program.node}, pc {pc} (line {op.loc.line}: {op.text}) "
-                                f"after {steps} instructions", op.loc)
+                            raise interrupted_error(self.program, ops[pc], steps=steps)
                         check_at = min(end_at, budget_at,
                                        steps + STOP_POLL if stop is not None else MAX_TRIPS)
                     if before is not None and before(self, ops[pc]):

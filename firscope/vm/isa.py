@@ -91,10 +91,11 @@ class OpSpec:
     * ``interp(dispatch, op) -> run``: for the step interpreter (vm/interp), a
       closure built once per dispatch that executes ``op`` once on every active
       lane (lane-vectorized) and returns the next pc, or None for pc + 1.
-    * ``render(gen, op, ind, loops) -> lines``: for the code generator
-      (vm/codegen), the per-lane Python statements of ``op``. An opener renders
-      the block's header; the generator indents the body under it. A closer
-      renders nothing.
+    * ``render(gen, op) -> lines``: for the compiled engine's code generator
+      (vm/codegen, the numba backend), the per-lane Python statements of ``op``,
+      unindented. An opener renders the block's header; the generator indents the
+      body under it (vm/render). A closer renders nothing. Other backends keep
+      their renderers in a table of their own, keyed by mnemonic (vm/wgsl).
     * ``lanes(analysis, op, state, record) -> state``: the transfer function
       of the lane-partition analysis (vm/lanes). None means "the registers
       this op writes hold unknown values afterwards", which is always sound.

@@ -12,7 +12,7 @@ enclose an op), unused ones 0.
 from __future__ import annotations
 
 from ..jitcache import prepare_numba
-from .codegen import C_ABORT, C_EPOCH, F_BUDGET, F_STOP, POLL, REC_FIXED, TRIP_ARGS
+from .kernel_abi import C_ABORT, C_EPOCH, F_BUDGET, F_STOP, POLL, REC_FIXED, TRIP_ARGS
 
 prepare_numba()
 

@@ -2,13 +2,14 @@
 
 The row drives everything: the assembler checks operand kinds and block
 nesting from it, the step interpreter runs its ``interp`` handler
-(lane-vectorized NumPy, vm/handlers), the code generator writes per-lane
-code with its ``render`` callable (vm/codegen), the lane analysis uses its
-``lanes`` transfer (vm/lanes), the debugger learns which registers an
-instruction reads and writes, and the profiler groups instructions by
-``category``. A new opcode is one row here (plus its tests); the generic
-handlers, renderers and transfers cover plain arithmetic, so most rows need
-no new function anywhere.
+(lane-vectorized NumPy, vm/handlers), the compiled engine's code generator
+writes per-lane code with its ``render`` callable (vm/codegen), the lane
+analysis uses its ``lanes`` transfer (vm/lanes), the debugger learns which
+registers an instruction reads and writes, and the profiler groups
+instructions by ``category``. A new opcode is one row here, one entry in each
+further backend's table of renderers (vm/wgsl.RENDERERS), and its tests
+(docs/extending.md); the generic handlers, renderers and transfers cover plain
+arithmetic, so most rows need no new function anywhere.
 """
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 
 The GPU backend's meaning of each opcode is one entry of :data:`RENDERERS`,
 keyed by mnemonic (tests check that every row of the opcode table has one):
-``render(gen, op, ind) -> lines`` of WGSL. The generator walks a program's
-ops; an opener renders its block's header and the generator indents the
-body under it, then closes the brace. The runner (firscope/gpu) compiles the
-text with wgpu; nothing here imports it.
+``render(gen, op) -> lines`` of WGSL, unindented. The walk every backend
+shares (vm/render.Renderer) goes over a program's ops; an opener renders its
+block's header and the walk indents the body under it, then closes the
+brace. The runner (firscope/gpu) compiles the text with wgpu; nothing here
+imports it.
 
 Semantics, as fir-format.md defines them:
 
@@ -40,10 +41,9 @@ import numpy as np
 from ..errors import BudgetExceeded, FirFault
 from ..fir.expr import Env, eval_int
 from .faults import bounds_message, fault_error, loop_count_message, rtou_message
-from .isa import Operand
+from .render import IND, Renderer, indent
 
 WGSL_VERSION = 1  # bump when the generated code's meaning changes
-IND = "    "
 # Fault buffer (u32): [0] lanes that faulted, then the first one's record.
 F_COUNT_SLOT, F_NODE, F_LANE, F_CODE, F_PC, F_ARG = 0, 1, 2, 3, 4, 5
 FAULT_WORDS = 8
@@ -68,28 +68,29 @@ class WgslProgram:
 
 
 # --- renderers ------------------------------------------------------------------------------
+# Each is (gen, op) -> lines of WGSL, unindented (vm/render indents them).
 def template(text: str):
     """One statement from the operand texts (register numbers, slot names)."""
-    def render(gen: "_Gen", op, ind: str) -> list[str]:
-        return [ind + text.format(*gen.operand_texts(op))]
+    def render(gen: "_Gen", op) -> list[str]:
+        return [text.format(*gen.operand_texts(op))]
     return render
 
 
-def closer(gen: "_Gen", op, ind: str) -> list[str]:
+def closer(gen: "_Gen", op) -> list[str]:
     """The generator closes the block's brace; a closer adds nothing."""
     return []
 
 
-def rtou(gen: "_Gen", op, ind: str) -> list[str]:
+def rtou(gen: "_Gen", op) -> list[str]:
     d, s = op.args
-    return [f"{ind}if (!(isfin(R{s}) && R{s} >= 0.0 && R{s} < 4294967296.0)) {{",
-            f"{ind}    fault(lane, {F_RTOU}u, {op.pc}u, bitcast<u32>(R{s}));",
-            f"{ind}    return;",
-            f"{ind}}}",
-            f"{ind}U{d} = u32(R{s});"]
+    return [f"if (!(isfin(R{s}) && R{s} >= 0.0 && R{s} < 4294967296.0)) {{",
+            f"    fault(lane, {F_RTOU}u, {op.pc}u, bitcast<u32>(R{s}));",
+            "    return;",
+            "}",
+            f"U{d} = u32(R{s});"]
 
 
-def access(gen: "_Gen", op, ind: str) -> list[str]:
+def access(gen: "_Gen", op) -> list[str]:
     """A load or store (the row's ``mem``): U[u] + offset checked against the extent; a
     fault records U[u] (the host adds the offset back for the message)."""
     mem = op.spec.mem
@@ -103,37 +104,37 @@ def access(gen: "_Gen", op, ind: str) -> list[str]:
         index = ureg
     code = F_STORE if mem.stores else F_LOAD
     move = f"arena[{base} + i] = {reg};" if mem.stores else f"{reg} = arena[{base} + i];"
-    return [f"{ind}{{",
-            f"{ind}    let i = {index};",
-            f"{ind}    if (i >= {extent}) {{",
-            f"{ind}        fault(lane, {code}u, {op.pc}u, {ureg});",
-            f"{ind}        return;",
-            f"{ind}    }}",
-            f"{ind}    {move}",
-            f"{ind}}}"]
+    return ["{",
+            f"    let i = {index};",
+            f"    if (i >= {extent}) {{",
+            f"        fault(lane, {code}u, {op.pc}u, {ureg});",
+            "        return;",
+            "    }",
+            f"    {move}",
+            "}"]
 
 
-def for_header(gen: "_Gen", op, ind: str) -> list[str]:
+def for_header(gen: "_Gen", op) -> list[str]:
     """floor(R[c]) trips, read once on entry; each trip counts against the lane's budget."""
     v, n, t = f"v{op.pc}", f"n{op.pc}", f"t{op.pc}"  # names by pc: sibling loops differ
-    return [f"{ind}let {v} = R{op.args[0]};",
-            f"{ind}if (!isfin({v})) {{",
-            f"{ind}    fault(lane, {F_COUNT}u, {op.pc}u, bitcast<u32>({v}));",
-            f"{ind}    return;",
-            f"{ind}}}",
-            f"{ind}var {n}: u32 = 0u;",
-            f"{ind}if ({v} >= 4294967295.0) {{ {n} = 0xffffffffu; }} "
+    return [f"let {v} = R{op.args[0]};",
+            f"if (!isfin({v})) {{",
+            f"    fault(lane, {F_COUNT}u, {op.pc}u, bitcast<u32>({v}));",
+            "    return;",
+            "}",
+            f"var {n}: u32 = 0u;",
+            f"if ({v} >= 4294967295.0) {{ {n} = 0xffffffffu; }} "
             f"else if ({v} >= 1.0) {{ {n} = u32(floor({v})); }}",
-            f"{ind}for (var {t}: u32 = 0u; {t} < {n}; {t} = {t} + 1u) {{",
-            f"{ind}    trips = trips + 1u;",
-            f"{ind}    if (trips > budget) {{",
-            f"{ind}        fault(lane, {F_BUDGET}u, {op.pc}u, 0u);",
-            f"{ind}        return;",
-            f"{ind}    }}"]
+            f"for (var {t}: u32 = 0u; {t} < {n}; {t} = {t} + 1u) {{",
+            "    trips = trips + 1u;",
+            "    if (trips > budget) {",
+            f"        fault(lane, {F_BUDGET}u, {op.pc}u, 0u);",
+            "        return;",
+            "    }"]
 
 
-def if_header(gen: "_Gen", op, ind: str) -> list[str]:
-    return [f"{ind}if (!(R{op.args[0]} == 0.0)) {{"]
+def if_header(gen: "_Gen", op) -> list[str]:
+    return [f"if (!(R{op.args[0]} == 0.0)) {{"]
 
 
 # The table: one renderer per mnemonic of vm/opcodes.OPCODES (tests/test_gpu_wgsl.py checks
@@ -196,9 +197,14 @@ fn isfin(x: f32) -> bool {
 """
 
 
-class _Gen:
+class _Gen(Renderer):
+    """The WGSL backend: its renderers are :data:`RENDERERS`; node numbers go into u32
+    slots of the params array, in the order the ops use them."""
+
+    code_for_op = RENDERERS
+
     def __init__(self, program, path: str):
-        self.p = program
+        super().__init__(program)
         self.path = path
         self.values: list[int] = []  # slot values (u32), in the order the ops use them
         self.addr: dict[str, tuple[str, str]] = {}
@@ -219,40 +225,21 @@ class _Gen:
             got = self.addr[addr.operand] = (self.slot(addr.base), self.slot(addr.extent))
         return got
 
-    def operand_texts(self, op) -> list[str]:
-        out = []
-        for kind, a in zip(op.spec.operands, op.args):
-            if kind is Operand.F:
-                out.append(self.fslot(a))
-            elif kind is Operand.K:
-                out.append(self.slot(a))
-            else:
-                out.append(str(int(a)))
-        return out
+    uint32_text = slot
+    f32_text = fslot
 
-    def registers(self, file: str) -> list[int]:
-        return sorted({op.args[i] for op in self.p.ops for i, k in enumerate(op.spec.operands)
-                       if k.register_file == file})
+    def lines_of(self, op) -> list[str]:
+        """Each instruction after a comment naming its source line (a closer's goes on the
+        brace that :meth:`close` writes)."""
+        if op.spec.closes is not None:
+            return super().lines_of(op)
+        return [f"// {self.path}:{op.loc.line}  {op.text}", *super().lines_of(op)]
 
-    def seq(self, a: int, b: int, ind: str) -> list[str]:
-        out: list[str] = []
-        pc = a
-        ops = self.p.ops
-        while pc < b:
-            op = ops[pc]
-            out.append(f"{ind}// {self.path}:{op.loc.line}  {op.text}")
-            out.extend(RENDERERS[op.spec.mnemonic](self, op, ind))
-            if op.spec.opens is None:
-                pc += 1
-                continue
-            out.extend(self.seq(pc + 1, op.match, ind + IND))
-            end = ops[op.match]
-            out.append(f"{ind}}}  // {self.path}:{end.loc.line}  {end.text}")
-            pc = op.match + 1
-        return out
+    def close(self, opener, closer) -> list[str]:
+        return [f"}}  // {self.path}:{closer.loc.line}  {closer.text}"]
 
     def generate(self, tg: int, budget: int) -> WgslProgram:
-        body = self.seq(0, len(self.p.ops), IND)
+        body = indent(self.block(0, len(self.p.ops)))
         regs_r = sorted(set(self.registers("R")) | {0})
         init = [f"{IND}var R0: f32 = f32(lane);"]
         init += [f"{IND}var R{r}: f32 = 0.0;" for r in regs_r if r]
