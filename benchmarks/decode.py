@@ -133,6 +133,56 @@ class NumpyGPT2:
         return self.wte @ layer_norm(x, *self.lnf)  # [vocab]
 
 
+# --- the bandwidth floor -------------------------------------------------------------------
+LINEARS = ("qkv_linear", "attention_linear", "fc_linear", "proj_linear")  # the seed's, per layer
+STREAM = "stream"  # the pseudo-engine that measures the machine's streaming bandwidth
+
+
+def linear_shapes(cfg: dict) -> list[tuple[str, int, int]]:
+    """(node, rows, cols) of every matrix a decode step of the seed's gpt2.fir reads, in
+    order: per layer qkv [3E, E], attention out [E, E], fc [4E, E], proj [E, 4E]; then
+    the head (the tied wte [vocab, E])."""
+    e = cfg["n_embd"]
+    m = cfg.get("n_inner") or 4 * e
+    per = [("qkv_linear", 3 * e, e), ("attention_linear", e, e), ("fc_linear", m, e),
+           ("proj_linear", e, m)]
+    return per * cfg["n_layer"] + [("head", cfg["vocab_size"], e)]
+
+
+def token_reads(cfg: dict, q4: bool = True, group: int = 32) -> list[tuple[str, int]]:
+    """(node, bytes) of each linear's weights one token reads, for the seed's layout (q4
+    group 32 codes + f32 scale and min per group, the head f32) or, with ``q4=False``,
+    --fir-f32's (every matrix f32)."""
+    out = []
+    for name, rows, cols in linear_shapes(cfg):
+        if q4 and name != "head":
+            ng = -(-cols // group)
+            out.append((name, rows * ((ng * group + 1) // 2) + 8 * rows * ng))
+        else:
+            out.append((name, 4 * rows * cols))
+    return out
+
+
+def stream_child(args) -> int:
+    """The machine's streaming bandwidth (benchmarks/bandwidth.py) over one token's reads
+    of the seed's layout and of --fir-f32's, each linear's bytes read once in decode
+    order, best of 7 passes per read: the bandwidth floor of a token."""
+    from bandwidth import Streamer, last_level_cache
+    cfg = json.loads((Path(args.folder) / "config.json").read_text())
+    q4 = [n for _, n in token_reads(cfg)]
+    f32 = [n for _, n in token_reads(cfg, q4=False)]
+    s = Streamer(max(f32))
+    load1 = os.getloadavg()[0]
+    a = cpu_snapshot()
+    floor_q4, floor_f32 = s.floor(q4), s.floor(f32, passes=3)
+    b = cpu_snapshot()
+    print(json.dumps({"engine": STREAM, "floor_s": floor_q4, "bytes": sum(q4),
+                      "floor_f32_s": floor_f32, "bytes_f32": sum(f32), "threads": s.threads,
+                      "llc": last_level_cache(), "loadavg": [load1, os.getloadavg()[0]],
+                      "others_cpu": others_cpu(a, b)}))
+    return 0
+
+
 # --- measuring inside a child process ------------------------------------------------------------
 def rss_bytes() -> int:
     """Resident memory now (VmRSS), not the peak."""
@@ -256,30 +306,97 @@ def threads_in_use(engine: str) -> int | None:
 
 
 # --- where firscope's time goes (a child of its own) -----------------------------------------
+def linear_bytes(node) -> int | None:
+    """Bytes of weights a linear node reads per call (q4 codes + scales + mins, or the f32
+    matrix); None for any other node."""
+    if node.kind != "ext" or node.target not in ("fir.linear", "fir.linear_t"):
+        return None
+    entry = node.args[1].weight
+    if entry.q4 is not None and entry.matrix is None:
+        return entry.q4.nbytes
+    return 4 * int(np.prod(entry.shape))
+
+
 def breakdown_child(args) -> int:
-    """ms per token by node target on firscope q4 (node hook), plus the step interpreter's rate."""
+    """ms per token by node target on firscope q4 (node hook); per linear (the head and
+    each q4 linear of the layers together) its bytes, ms and GB/s against a streaming read
+    of the same bytes (benchmarks/bandwidth.py) done after each step, read for read."""
     from collections import defaultdict
+
+    from bandwidth import Streamer
     folder = Path(args.folder)
     tokens = [int(t) for t in args.tokens.split(",")]
     step, machine = firscope_engine(folder / "gpt2.fir", FIRSCOPE["firscope-q4"])
     step(tokens[0])
     machine.reset()
     acc: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(tokens))
+    lin: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(tokens))
+    reads: list[tuple[str, int]] = []
     current = [0]
 
     def hook(m, node, dt):
         key = node.target if node.kind == "micro" else f"{node.target} ({node.args[1].name})"
         acc[key][current[0]] += dt
+        nb = linear_bytes(node)
+        if nb is not None:
+            lin[node.name][current[0]] += dt
+            if current[0] == 0:
+                reads.append((node.name, nb))
     machine.hooks.after_node.append(hook)
+    streamer, streamed = None, defaultdict(lambda: [0.0] * len(tokens))
     for i, tok in enumerate(tokens):
         current[0] = i
         machine.step(tok)
+        if streamer is None:
+            streamer = Streamer(max(n for _, n in reads))
+        for name, nb in reads:  # the same reads, in the same order, from memory
+            streamed[name][i] += streamer.read(nb)
     machine.hooks.after_node.remove(hook)
     per = {k: statistics.median(v) * 1e3 for k, v in acc.items()}
     micro = sum(v for k, v in per.items() if not k.startswith("fir."))
-    print(json.dumps({"per_target_ms": per, "micro_ms": micro,
-                      "loadavg": os.getloadavg()[0]}))
+    nbytes = defaultdict(int)
+    for name, nb in reads:
+        nbytes[name] += nb
+    linears = {k: {"bytes": nbytes[k], "calls": sum(1 for n, _ in reads if n == k),
+                   "ms": statistics.median(v) * 1e3, "best_ms": min(v) * 1e3,
+                   "stream_ms": min(streamed[k]) * 1e3} for k, v in lin.items()}
+    print(json.dumps({"per_target_ms": per, "micro_ms": micro, "linears": linears,
+                      "threads": machine_threads(), "loadavg": os.getloadavg()[0]}))
     return 0
+
+
+def machine_threads() -> int:
+    import numba
+    return numba.get_num_threads()
+
+
+def print_breakdown(b: dict) -> None:
+    print(f"\nfirscope q4, median ms per token by node kind (load avg {b['loadavg']:.2f}); "
+          f"micro-kernels together {b['micro_ms']:.2f} ms:")
+    for k, v in sorted(b["per_target_ms"].items(), key=lambda kv: -kv[1]):
+        print(f"  {k:<28} {v:7.3f}")
+    print(f"\nfirscope q4 linears against the machine's streaming bandwidth, {b['threads']} "
+          "threads (each linear's weights read once per call, the same bytes streamed right "
+          "after each step, read for read):")
+    print(f"  {'linear':<18} {'calls':>5} {'MB/token':>9} {'ms/token':>9} {'GB/s':>7} "
+          f"{'stream GB/s':>12} {'fraction':>9} {'(best step)':>12}")
+    tot = {"bytes": 0, "ms": 0.0, "best_ms": 0.0, "stream_ms": 0.0}
+    for k, v in sorted(b["linears"].items(), key=lambda kv: kv[0] != "head"):
+        for f in tot:
+            tot[f] += v[f]
+        _breakdown_row(k, v["calls"], v)
+    _breakdown_row("all linears", sum(v["calls"] for v in b["linears"].values()), tot)
+    print("(GB/s: the linear's bytes / its median time per token; stream GB/s: the same "
+          "reads streamed (benchmarks/bandwidth.py), best over the steps; fraction: "
+          "GB/s / stream GB/s, the goal >= 0.80; best step: the same with the linear's "
+          "fastest step)")
+
+
+def _breakdown_row(name: str, calls: int, v: dict) -> None:
+    gbs = v["bytes"] / v["ms"] / 1e6
+    sgbs = v["bytes"] / v["stream_ms"] / 1e6
+    print(f"  {name:<18} {calls:>5} {v['bytes'] / 1e6:>9.2f} {v['ms']:>9.3f} {gbs:>7.2f} "
+          f"{sgbs:>12.2f} {v['stream_ms'] / v['ms']:>9.2f} {v['stream_ms'] / v['best_ms']:>12.2f}")
 
 
 # --- the parent: rounds of fresh processes ------------------------------------------------------
@@ -290,9 +407,9 @@ def child_env(engine: str, threads: int, opts) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads))
     env.pop("FIRSCOPE_THREADS", None)
-    if engine in FIRSCOPE and opts.firscope_threads == "fixed":
+    if engine in (*FIRSCOPE, STREAM) and opts.firscope_threads == "fixed":
         env["FIRSCOPE_THREADS"] = str(threads)
-    if engine in FIRSCOPE and opts.omp_wait != "auto":
+    if engine in (*FIRSCOPE, STREAM) and opts.omp_wait != "auto":
         env["OMP_WAIT_POLICY"] = opts.omp_wait.upper()
     if engine in LLAMA and opts.llama_lib:
         env["LLAMA_CPP_LIB_PATH"] = str(Path(opts.llama_lib).resolve())
@@ -319,6 +436,8 @@ def run_child(engine: str, folder: Path, tokens: list[int], threads: int, out: P
 def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
     out = {}
     for name, runs in results.items():
+        if name == STREAM:
+            continue
         ok = [r for r in runs if "error" not in r]
         if not ok:
             out[name] = {"error": runs[0]["error"]}
@@ -357,7 +476,37 @@ def print_table(summary: dict[str, dict]) -> None:
           "threads: what firscope's kernels ran on, as model/threads.adapt chose per step)")
 
 
-def print_ratios(summary: dict[str, dict]) -> None:
+def summarize_floor(runs: list[dict]) -> dict | None:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return None
+    floors = [r["floor_s"] * 1e3 for r in ok]
+    return {"ms": statistics.median(floors), "min": min(floors), "max": max(floors),
+            "bytes": ok[0]["bytes"], "ms_f32": statistics.median(r["floor_f32_s"] * 1e3 for r in ok),
+            "bytes_f32": ok[0]["bytes_f32"], "threads": ok[0]["threads"], "rounds": len(ok),
+            "llc": ok[0]["llc"], "loadavg": max(max(r["loadavg"]) for r in ok),
+            "others_cpu": statistics.median(r["others_cpu"] for r in ok)}
+
+
+def print_floor(floor: dict | None, cfg: dict) -> None:
+    if floor is None:
+        print("\nbandwidth floor: not measured (the stream process failed)")
+        return
+    reads = token_reads(cfg)
+    head = sum(n for k, n in reads if k == "head")
+    gbs = floor["bytes"] / floor["ms"] / 1e6
+    print(f"\nbandwidth floor of a token, the seed's layout: {floor['bytes'] / 1e6:.1f} MB "
+          f"(q4 linears {(floor['bytes'] - head) / 1e6:.1f} MB + f32 head {head / 1e6:.1f} MB) "
+          f"streamed at {gbs:.2f} GB/s = {floor['ms']:.2f} ms/token (rounds "
+          f"{floor['min']:.2f}-{floor['max']:.2f}); --fir-f32's layout "
+          f"{floor['bytes_f32'] / 1e6:.1f} MB = {floor['ms_f32']:.2f} ms/token")
+    print(f"(a streaming read on {floor['threads']} threads of a buffer larger than the "
+          f"{floor['llc'] >> 20} MB last-level cache, each linear's bytes read once in decode "
+          f"order, the best of 7 passes per read, in a process of its own in every round; load "
+          f"avg up to {floor['loadavg']:.2f}, others CPU {floor['others_cpu']:.2f})")
+
+
+def print_ratios(summary: dict[str, dict], floor: dict | None = None) -> None:
     peers = [p for p in ("transformers", "numpy", *LLAMA, "firscope-f32")
              if "ms" in summary.get(p, {})]
     print("\nratios of ms/token (lower is faster for the row):")
@@ -365,7 +514,16 @@ def print_ratios(summary: dict[str, dict]) -> None:
         if "ms" not in s or not name.startswith("firscope"):
             continue
         cells = [f"/ {p} {s['ms'] / summary[p]['ms']:.2f}" for p in peers if p != name]
+        if floor is not None:
+            ms = floor["ms_f32"] if name == "firscope-f32" else floor["ms"]
+            cells.insert(0, f"/ floor {s['ms'] / ms:.2f}")
         print(f"  {name:<22} " + "   ".join(cells))
+    if floor is not None:
+        for name, s in summary.items():
+            if "ms" in s and not name.startswith("firscope"):
+                print(f"  {name:<22} / floor {s['ms'] / floor['ms']:.2f} (the seed's layout's)")
+        print("  (floor: the bandwidth floor above, of the seed's layout; firscope-f32's of "
+              "--fir-f32's layout. The goal: firscope-q4 <= 1.25x its floor)")
     for p in LLAMA:
         if p in summary and "error" in summary[p]:
             print(f"  {p}: no ratio, the engine failed ({summary[p]['error'][:80]})")
@@ -413,6 +571,8 @@ def parse_args(argv=None):
 
 def main() -> int:
     args = parse_args()
+    if args.child == STREAM:
+        return stream_child(args)
     if args.child:
         return breakdown_child(args) if args.breakdown_child else child(args)
     steps = args.steps or (16 if args.quick else 32)
@@ -438,14 +598,19 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="firscope-bench-"))
     results: dict[str, list[dict]] = {e: [] for e in engines}
     logits = {e: tmp / f"{e}.npy" for e in engines}
+    results[STREAM] = []
+    every = [*engines, STREAM]
     for r in range(rounds):
-        order = engines[r % len(engines):] + engines[:r % len(engines)]
+        order = every[r % len(every):] + every[:r % len(every)]
         for e in order:
-            results[e].append(run_child(e, folder, tokens, args.threads, logits[e], args))
+            results[e].append(run_child(e, folder, tokens, args.threads,
+                                        logits.get(e, tmp / "stream.npy"), args))
         print(f"round {r + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}", flush=True)
     summary = summarize(results)
+    floor = summarize_floor(results[STREAM])
     print_table(summary)
-    print_ratios(summary)
+    print_floor(floor, json.loads((folder / "config.json").read_text()))
+    print_ratios(summary, floor)
     compare_logits(logits)
     if args.breakdown:
         b = run_child("firscope-q4", folder, tokens, args.threads, tmp / "b.npy", args,
@@ -453,10 +618,7 @@ def main() -> int:
         if "error" in b:
             print(f"\nbreakdown failed: {b['error']}")
         else:
-            print(f"\nfirscope q4, median ms per token by node kind (load avg {b['loadavg']:.2f}); "
-                  f"micro-kernels together {b['micro_ms']:.2f} ms:")
-            for k, v in sorted(b["per_target_ms"].items(), key=lambda kv: -kv[1]):
-                print(f"  {k:<28} {v:7.3f}")
+            print_breakdown(b)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

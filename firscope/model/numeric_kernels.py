@@ -93,6 +93,25 @@ def _fold_vector(builder, v):
     return builder.extract_element(v, ir.Constant(_I64, 0))
 
 
+def _fold_even_odd(builder, e, o):
+    """_fold_vector of the 32 sums s with s[2i] = e[i], s[2i + 1] = o[i] (two <16 x float>),
+    without interleaving them: the tree's levels h = 16, 8, 4, 2 add s[j] and s[j + h],
+    both even or both odd, so each is an add within e or within o (e[i] + e[i + h/2]);
+    the last level (h = 1) adds s[0] = e[0] and s[1] = o[0]. The same additions of the
+    same values, so the same bits."""
+    n = LANES // 2
+    while n > 1:
+        h = n // 2
+        undef = ir.Constant(e.type, ir.Undefined)
+        lo = ir.Constant(ir.VectorType(ir.IntType(32), h), list(range(h)))
+        hi = ir.Constant(ir.VectorType(ir.IntType(32), h), list(range(h, 2 * h)))
+        e = builder.fadd(builder.shuffle_vector(e, undef, lo), builder.shuffle_vector(e, undef, hi))
+        o = builder.fadd(builder.shuffle_vector(o, undef, lo), builder.shuffle_vector(o, undef, hi))
+        n = h
+    zero = ir.Constant(_I64, 0)
+    return builder.fadd(builder.extract_element(e, zero), builder.extract_element(o, zero))
+
+
 def _store_lanes(context, builder, t_out, out, r0v, k, value, fold):
     """Row k's 32 partial sums ``value``: into row k of ``out`` [>= rows, 32], or, with
     ``fold``, summed by the fixed tree into ``out[r0 + k]`` (``out`` 1-D: the result)."""
@@ -190,8 +209,14 @@ def _lanes_q4(rows: int, fold: bool = False):
             order = [j // 2 + (j % 2) * half for j in range(LANES)]  # e0 o0 e1 o1 ...
             mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), order)
             for k in range(rows):
-                lanes32 = builder.shuffle_vector(builder.load(acce[k]), builder.load(acco[k]), mask)
-                _store_lanes(context, builder, t[0], args[0], r0v, k, lanes32, fold)
+                e, o = builder.load(acce[k]), builder.load(acco[k])
+                if fold:  # the tree straight from the even and odd sums: no interleave
+                    y = context.make_array(t[0])(context, builder, args[0]).data
+                    builder.store(_fold_even_odd(builder, e, o),
+                                  builder.gep(y, [builder.add(r0v, ir.Constant(_I64, k))]))
+                    continue
+                lanes32 = builder.shuffle_vector(e, o, mask)
+                _store_lanes(context, builder, t[0], args[0], r0v, k, lanes32, False)
             return context.get_dummy_value()
         return sig, codegen
     return lanes
@@ -201,7 +226,7 @@ lanes_f32_rows, lanes_f32_row = _lanes_f32(ROWS), _lanes_f32(1)
 lanes_q4_rows, lanes_q4_row = _lanes_q4(ROWS), _lanes_q4(1)
 # Rows without a tail (columns a multiple of 32): the tree in vector registers, the
 # result straight into y (no partial sums through memory, no call per row).
-dot_f32_rows, dot_f32_row = _lanes_f32(ROWS, True), _lanes_f32(1, True)
+dot_f32_row = _lanes_f32(1, True)
 dot_q4_row = _lanes_q4(1, True)
 
 

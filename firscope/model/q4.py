@@ -127,14 +127,11 @@ class Q4Matrix:
         k = _kernels("matvec")
         if parallel is None:
             parallel = self.rows * self.cols >= PARALLEL_MIN_WEIGHTS and matvec_threads() > 1
-        if self.group == FAST_GROUP:
-            half = self.packed.shape[1]  # bytes per row = 16 per group
-            xe = np.zeros(half, dtype=np.float32)  # even columns, zero past the end:
-            xo = np.zeros(half, dtype=np.float32)  # padding codes then add exactly 0
-            xe[: (self.cols + 1) // 2] = x[0::2]
-            xo[: self.cols // 2] = x[1::2]
-            args = (self.packed, self.scale, self.minimum, xe, xo, self.cols, out)
-            fn = "q4_par32" if parallel else "q4_rows32"
+        if self.group == FAST_GROUP:  # the kernel splits x into even and odd columns
+            if x.dtype != np.float32 or not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x, dtype=np.float32)
+            args = (self.packed, self.scale, self.minimum, x, out)
+            fn = "q4_par_x32" if parallel else "q4_x32"
         else:
             xc = np.array(x, dtype=np.float32)  # a copy: out may overlap x
             args = (self.packed, self.scale, self.minimum, self.group, xc, out)
@@ -179,8 +176,8 @@ def _kernels(kind: str) -> dict:
 # them, so the warm-up thread starts no OpenMP team of its own (a second team's threads
 # compete with the decoding thread's on a small machine).
 PARALLEL_SIGNATURES = {
-    "q4_par32": "void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], float32[::1], "
-                "float32[::1], int64, float32[::1], int64)",
+    "q4_par_x32": "void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], float32[::1], "
+                  "float32[::1], int64)",
 }
 
 

@@ -186,6 +186,30 @@ def q4_rows32(packed, scale, minimum, xe, xo, cols, y, r0, r1):  # pragma: no co
         r += 1
 
 
+@njit(**opts, inline="always")
+def split_x(x, half):  # pragma: no cover - compiled
+    """x's even and odd columns (the layout of a row's bytes: low nibbles even, high
+    nibbles odd), ``half`` long each, zero past the end (padding codes then add exactly
+    0). Copies: the product's output may overlap x."""
+    xe = np.zeros(half, dtype=np.float32)
+    xo = np.zeros(half, dtype=np.float32)
+    n = x.shape[0]
+    for i in range(n // 2):
+        xe[i] = x[2 * i]
+        xo[i] = x[2 * i + 1]
+    if n & 1:
+        xe[n // 2] = x[n - 1]
+    return xe, xo
+
+
+@njit(**opts)
+def q4_x32(packed, scale, minimum, x, y, r0, r1):  # pragma: no cover - compiled
+    """Rows r0..r1 of y = W x for a group-32 matrix: x split here, not in Python (two
+    allocations and two strided copies cost more than a small row range's product)."""
+    xe, xo = split_x(x, packed.shape[1])
+    q4_rows32(packed, scale, minimum, xe, xo, x.shape[0], y, r0, r1)
+
+
 @njit(**opts)
 def q4_rows_any(packed, scale, minimum, group, x, y, r0, r1):  # pragma: no cover
     cols = x.shape[0]
@@ -203,7 +227,9 @@ def q4_rows_any(packed, scale, minimum, group, x, y, r0, r1):  # pragma: no cove
 
 
 @njit(**par)
-def q4_par32(packed, scale, minimum, xe, xo, cols, y, chunk):  # pragma: no cover - compiled
+def q4_par_x32(packed, scale, minimum, x, y, chunk):  # pragma: no cover - compiled
+    xe, xo = split_x(x, packed.shape[1])
+    cols = x.shape[0]
     rows = packed.shape[0]
     for c in prange((rows + chunk - 1) // chunk):
         q4_rows32(packed, scale, minimum, xe, xo, cols, y, c * chunk,
@@ -221,6 +247,6 @@ def q4_par_any(packed, scale, minimum, group, x, y, chunk):  # pragma: no cover
 KERNELS = {
     "quant": {"dequantize": dequantize, "quantize": quantize_rows,
               "quantize_conv1d": quantize_conv1d, "count_nonfinite": count_nonfinite},
-    "matvec": {"q4_rows32": q4_rows32, "q4_rows_any": q4_rows_any, "q4_par32": q4_par32,
-               "q4_par_any": q4_par_any},
+    "matvec": {"q4_rows32": q4_rows32, "q4_rows_any": q4_rows_any, "q4_par_any": q4_par_any,
+               "q4_x32": q4_x32, "q4_par_x32": q4_par_x32},
 }
