@@ -9,12 +9,15 @@ write to it (``history``); the app runs both through the command interpreter.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.reactive import var
 from textual.widgets import Input, Static
 
 from ..errors import FirError
@@ -175,10 +178,9 @@ class BuffersView(Vertical):
     BuffersView.-q4 #buf-q4 { display: block; }
     """
 
+    @dataclass
     class NameChanged(Message):
-        def __init__(self, name: str) -> None:
-            self.name = name
-            super().__init__()
+        name: str
 
     class Edit(ElementMessage):
         """``=`` on an element: set it."""
@@ -186,11 +188,15 @@ class BuffersView(Vertical):
     class History(ElementMessage):
         """``h`` on an element: every write to it."""
 
+    # bound to the screen's (data_bind): the model and the frozen stop
+    model = var(None, always_update=True)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
+    # the element under the cursor, within the array shown (validate_cursor)
+    cursor = var(0, init=False)
+
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.model = None
         self.peek: BufferPeek | None = None
-        self.cursor = 0
         self._stats_cache: dict[str, Text] = {}
         self._summary_cache: dict[str, tuple | None] = {}
         self._q4_error_cache: dict[str, np.ndarray | None] = {}
@@ -206,29 +212,40 @@ class BuffersView(Vertical):
             yield ValuesView(id="buf-values")
             yield Static(id="buf-q4")
 
-    def bind_model(self, model) -> None:
-        self.model = model
+    def watch_model(self) -> None:
         self._stats_cache.clear()  # a reload may have changed the weights
         self._summary_cache.clear()
         self._q4_error_cache.clear()
 
+    def watch_view(self, view: StopView | None) -> None:
+        if view is not None:
+            self.show(view)
+
+    def validate_cursor(self, cursor: int) -> int:
+        peek = self.peek
+        n = peek.arrays[0].size if peek is not None and peek.arrays else 0
+        return min(max(cursor, 0), max(n - 1, 0))
+
+    def watch_cursor(self) -> None:
+        self.render_values()
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "buf-name":
             event.stop()
-            self.cursor = 0
+            self.set_reactive(BuffersView.cursor, 0)  # drawn with the values asked for
             self.post_message(self.NameChanged(event.value.strip()))
             self.query_one(ValuesView).focus()
 
     def show_name(self, name: str) -> None:
         """Type ``name`` into the name field (the app then asks for its values)."""
         self.query_one("#buf-name", Input).value = name
-        self.cursor = 0
+        self.set_reactive(BuffersView.cursor, 0)
         self.post_message(self.NameChanged(name))
 
     def show(self, view: StopView) -> None:
         old, self.peek = self.peek, view.buffer
         if old is None or self.peek is None or old.names[:1] != self.peek.names[:1]:
-            self.cursor = 0  # another buffer: start at its first element
+            self.set_reactive(BuffersView.cursor, 0)  # another buffer: its first element
         self._render_all()
 
     def _render_all(self) -> None:
@@ -270,8 +287,7 @@ class BuffersView(Vertical):
         if peek is None or not peek.arrays:
             return
         arr = peek.arrays[0]
-        n = arr.size
-        self.cursor = min(max(self.cursor, 0), max(n - 1, 0))
+        self.set_reactive(BuffersView.cursor, self.validate_cursor(self.cursor))  # this array
         values = self.query_one(ValuesView)
         values.update(values_text(arr, self.cursor, per_row_for(values.size.width)))
         self._render_q4(peek.names[0], arr)
@@ -298,8 +314,7 @@ class BuffersView(Vertical):
         return self._q4_error_cache[w.name]
 
     def move(self, delta: int) -> None:
-        self.cursor += delta
-        self.render_values()
+        self.cursor += delta  # drawn by watch_cursor
 
     def request(self, kind) -> None:
         peek = self.peek
