@@ -2,11 +2,12 @@
 
 Every engine action is one command line through
 :meth:`CommandInterpreter.run`, run in a thread worker (one at a time; keys
-pressed meanwhile are queued, like typing ahead in gdb). The worker freezes
-what the panes show (:func:`~firscope.tui.state.build_view`) and posts it as a
-:class:`JobDone` message; the UI thread only renders those frozen views, so no
-widget reads the live session while a worker runs. A run never moves focus;
-escape interrupts it (or an export, which then leaves no files).
+pressed meanwhile are queued, like typing ahead in gdb: :class:`~.jobs.JobQueue`).
+The worker freezes what the panes show (:func:`~firscope.tui.state.build_view`)
+and posts it as a :class:`JobDone` message; the app puts it in its ``view``
+reactive, which every pane of the :class:`~.debug_screen.DebugScreen` is bound
+to, so no widget reads the live session while a worker runs. A run never moves
+focus; escape interrupts it (or an export, which then leaves no files).
 """
 from __future__ import annotations
 
@@ -16,43 +17,34 @@ from typing import Callable
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult
-from textual.reactive import reactive
-from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input, Label, ProgressBar, Static, TabbedContent, TabPane
+from textual.app import App
+from textual.reactive import reactive, var
+from textual.widgets import Input, Label, ProgressBar, Static
 
 from ..text import printable
 from ..debug.commands import Result
-from ..errors import FirError
-from .attention_view import AttentionView
+from ..errors import FirError, Interrupted
 from .buffers_view import BuffersView
 from .console_view import CommandInput, ConsoleView, completion_words
-from .graph_pane import GraphPane, NodeList
-from .jobs import Interrupted, Probe
+from .debug_screen import Bottom, DebugScreen
+from .graph_pane import NodeList
+from .jobs import Job, JobQueue, execute
 from .keys import bindings
 from .loading import LoadingPanel, UiOptions, open_session
-from .messages import Job, JobDone, LoadFailed, Loaded, LoadProgress
-from .diff_view import DiffView
+from .messages import JobDone, LoadFailed, Loaded, LoadProgress
 from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
 from .cost_actions import CostActions
 from .report_actions import ReportActions
 from .save_actions import SaveActions
-from .profile_view import ProfileView
-from .registers_pane import RegistersPane, RightColumn
+from .registers_pane import RegistersPane
 from .safe_text import ControlCharacterFilter
 from .reload import carry
 from .screens import HelpScreen, HistoryScreen, PromptScreen
-from .source_pane import SourceLines, SourcePane
+from .source_pane import SourceLines
 from .state import StopView, Wants, build_view, status_bar
 from ..runtime import NodeKind
 
-MAX_PENDING = 32
-NARROW = 100  # below this many columns the registers become a tab
-
-
-class Bottom(TabbedContent):
-    ALLOW_MAXIMIZE = True
 
 
 class FirscopeApp(CostActions, ReportActions, SaveActions, App):
@@ -61,8 +53,13 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     TITLE = "firscope"
     COMMANDS = App.COMMANDS | {DebuggerCommands}
     BINDINGS = bindings()
-    # The last frozen stop: every JobDone / Loaded message sets it, watch_view renders it.
+    # What the screen's panes are bound to (data_bind): the loaded model, the last frozen
+    # stop (every JobDone / Loaded message sets it), whether the graph and source follow it,
+    # and the node times as shown. always_update: never compared (they hold arrays).
+    model = var(None, always_update=True)
     view: reactive[StopView | None] = reactive(None, always_update=True, init=False)
+    follow = var(True)
+    time_of = var(None)
 
     def __init__(self, model_path: Path, options: UiOptions | None = None, **fields):
         """``options``, or its fields as keywords (``FirscopeApp(path, n=4)``)."""
@@ -81,70 +78,47 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         self.time_of = options.time_of if options.time_of is not None else (
             None if options.show_times else (lambda times: {}))
         self.session = self.ci = self.tokenizer = self.recorder = None
-        self.model = None
-        self._follow = True  # the graph cursor follows the next view's stop
         self.wants = Wants()
-        self.probe = Probe()
-        self.busy = False
-        self.job: Job | None = None
-        self.pending: list[Job] = []
+        self.jobs = JobQueue(lambda job: self._run_job(job, self.wants))
         self.status_text = "loading"
         self.status_error = False
         self.load_error: FirError | None = None
         self._pane_focus = None  # the pane focus returns to when an input is left
         self._carried = None  # what F2 carries into the reloaded session
 
+    # the job queue's state, as the app has always shown it (tests wait on busy and pending)
+    @property
+    def busy(self) -> bool:
+        return self.jobs.busy
+
+    @property
+    def job(self) -> Job | None:
+        return self.jobs.job
+
+    @property
+    def pending(self) -> list[Job]:
+        return self.jobs.pending
+
+    @property
+    def probe(self):
+        return self.jobs.probe
+
     # -- layout -----------------------------------------------------------------------
     def get_line_filters(self):
         return [*super().get_line_filters(), self.control_filter]
 
-    def compose(self) -> ComposeResult:
-        yield Static(id="status")
-        yield LoadingPanel(id="loading")
-        with Vertical(id="main"):
-            with Horizontal(id="top"):
-                yield GraphPane(id="graph")
-                yield SourcePane(id="source")
-                yield RightColumn(id="right")
-            with Bottom(id="bottom", initial="buffers"):
-                with TabPane("Buffers", id="buffers"):
-                    yield BuffersView(id="buffers-view")
-                with TabPane("Attention", id="attention"):
-                    yield AttentionView(id="attention-view")
-                with TabPane("Profile", id="profile"):
-                    yield ProfileView(id="profile-view")
-                with TabPane("Console", id="console"):
-                    yield ConsoleView(id="console-view")
-                with TabPane("Lens", id="lens"):
-                    yield LensView(id="lens-view")
-                with TabPane("Registers", id="regs"):
-                    yield RightColumn(id="right-tab", classes="-row")
-                with TabPane("Diff", id="diff"):
-                    yield DiffView(id="diff-view")
-        yield Footer(compact=True)
+    def get_default_screen(self) -> DebugScreen:
+        """The app starts on the debugger's screen (as toolong's app pushes its one), bound to
+        the app's reactives; it is the screen ``app.query_one`` looks in."""
+        self.main_screen = DebugScreen(classes="-loading").data_bind(
+            FirscopeApp.model, FirscopeApp.follow, FirscopeApp.time_of, FirscopeApp.view)
+        return self.main_screen
 
-    def on_mount(self) -> None:
-        self.screen.add_class("-loading")
-        self.query_one(GraphPane).time_of = self.time_of
-        self.query_one(ProfileView).time_of = self.time_of
-        self._layout_for(self.size.width)
+    def on_debug_screen_ready(self) -> None:
+        """The screen has its panes: start loading."""
         self.set_interval(0.25, self._show_progress)
         self.set_status()
         self.load(None)
-
-    def on_resize(self, event) -> None:
-        self._layout_for(event.size.width)
-
-    def _layout_for(self, width: int) -> None:
-        narrow = width < NARROW
-        self.screen.set_class(narrow, "-narrow")
-        bottom = self.query_one(Bottom)
-        if narrow:
-            bottom.show_tab("regs")
-        else:
-            if bottom.active == "regs":
-                bottom.active = "buffers"
-            bottom.hide_tab("regs")
 
     # -- loading ------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="load")
@@ -184,8 +158,6 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         self.load_error = None
         self.query_one(LoadingPanel).remove_class("-error")
         self.screen.remove_class("-loading")
-        self.query_one(BuffersView).bind_model(self.model)
-        self.query_one(AttentionView).bind_model(self.model)
         console = self.query_one(ConsoleView)
         console.set_words(completion_words(self.ci, self.model))
         s = self.session
@@ -222,79 +194,36 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             self.set_status(line)
 
     def show_view(self, view: StopView, follow: bool = True) -> None:
-        """Put a frozen stop into the ``view`` reactive (``watch_view`` renders it)."""
-        self._follow = follow
+        """Put a frozen stop into the ``view`` reactive: every pane is bound to it.
+        ``follow``: the graph cursor and the source go to the stop (else they stay: F9 on a
+        line, display, set)."""
+        self.follow = follow
         self.view = view
-
-    def watch_view(self, view: StopView | None) -> None:
-        """Render one frozen stop in every pane."""
-        if view is None or self.model is None:
-            return
-        m = self.model
-        self.query_one(GraphPane).show(m, view, follow=self._follow)
-        if self._follow:
-            self.query_one(SourcePane).show(m, view)
-        else:  # nothing moved (F9 on a line, display, set): the source stays where it was
-            self.query_one(SourcePane).show(m, view, self.query_one(NodeList).cursor_node(),
-                                            keep=True)
-        for col in self.query(RightColumn):
-            col.show(m, view)
-        self.query_one(BuffersView).show(view)
-        idx = view.node_index
-        self.query_one(AttentionView).show(view, m.nodes[idx].layer if idx is not None else None)
-        self.query_one(LensView).show(view)
-        self.query_one(DiffView).show(view)
-        self.query_one(ProfileView).show(m, view)
-
-    def on_option_list_option_highlighted(self, event) -> None:
-        if isinstance(event.option_list, NodeList) and self.view is not None:
-            idx = event.option_list.cursor_node()
-            if idx is not None:
-                pane = self.query_one(SourcePane)
-                # the graph redrawn on the same node (F9, a refresh): the source cursor stays
-                pane.show(self.model, self.view, idx, keep=pane.shown_node == idx)
 
     # -- running commands --------------------------------------------------------------------
     def submit(self, job: Job) -> None:
         if self.session is None:
             self.notify("no model loaded", severity="warning")
             return
-        if self.busy:
-            if len(self.pending) >= MAX_PENDING:
-                self.notify("still running — press escape to interrupt", severity="warning")
-            else:
-                self.pending.append(job)
-            return
-        self.busy, self.job = True, job
-        # An escape meant for an earlier job must not stop this one; cleared here, before the
-        # worker starts, so that an escape pressed from now on is never lost (the engine
-        # only reads the flag).
-        self._cancel_flag().clear()
-        self.probe.reset(job.label)
-        if job.moves:
+        starts = not self.busy
+        if starts:
+            # An escape meant for an earlier job must not stop this one; cleared here, before
+            # the worker starts, so that an escape pressed from now on is never lost (the
+            # engine only reads the flag).
+            (job.cancel if job.cancel is not None else self.session.cancel).clear()
+        if not self.jobs.submit(job):
+            self.notify("still running — press escape to interrupt", severity="warning")
+        elif starts and job.moves:
             self.set_status(f"running: {job.label} (escape interrupts)")
-        self._run_job(job, self.wants)
 
     @work(thread=True, group="engine")
     def _run_job(self, job: Job, wants: Wants) -> None:
-        out = error = None
-        try:
-            out = job.fn() if job.fn is not None else None
-        except Interrupted as e:
-            error = e
-        except FirError as e:
-            error = e
-        except Exception as e:  # keep the UI alive; say it is a bug
-            error = FirError(f"internal error: {type(e).__name__}: {e}")
-        try:
-            view = build_view(self.session, self.ci, self.tokenizer, self.recorder, wants)
-        except Exception as e:  # a bug in a view: keep the last picture, say so
-            view, error = None, error or FirError(f"internal error: {type(e).__name__}: {e}")
-        self.post_message(JobDone(job, out, error, view))
+        s, ci, tok, rec = self.session, self.ci, self.tokenizer, self.recorder
+        self.post_message(JobDone(job, *execute(job, lambda: build_view(s, ci, tok, rec, wants))))
 
     def on_job_done(self, message: JobDone) -> None:
         job, out, error = message.job, message.out, message.error
-        self.busy, self.job = False, None
+        self.jobs.done()
         console = self.query_one(ConsoleView)
         moved = isinstance(out, Result) and out.snapshot is not None
         if message.view is not None:
@@ -312,9 +241,9 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             if job.then is not None:
                 job.then(out)
         if moved and out.snapshot.reason.wants_attention:
-            self.pending = [j for j in self.pending if not j.moves]  # look before moving on
-        if self.pending and not self.busy:
-            self.submit(self.pending.pop(0))
+            self.jobs.drop_moves()  # look before moving on
+        if (queued := self.jobs.take_next()) is not None:
+            self.submit(queued)
         self._refresh_cost()
 
     def _report(self, job: Job, out, console: ConsoleView) -> None:
@@ -348,13 +277,11 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         self.run_command(line)
 
     def _cancel_flag(self):
-        return self.job.cancel if self.job is not None and self.job.cancel is not None \
-            else self.session.cancel
+        return self.jobs.cancel_flag(self.session.cancel)
 
     def action_interrupt(self) -> None:
         if self.busy:
-            self.pending.clear()
-            self._cancel_flag().set()
+            self.jobs.interrupt(self.session.cancel)
             self.set_status("interrupting…")
         elif isinstance(self.focused, Input):
             self._leave_input()
@@ -440,7 +367,7 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
 
     def action_tab(self, name: str) -> None:
         bottom = self.query_one(Bottom)
-        if name == "regs" and not self.screen.has_class("-narrow"):
+        if name == "regs" and not self.main_screen.has_class("-narrow"):
             self.query_one("#right RegistersPane").focus()  # beside the source when wide
             return
         bottom.active = name

@@ -6,6 +6,7 @@ import numpy as np
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.reactive import var
 from textual.widgets import Static
 
 from ..debug.session import Session
@@ -93,38 +94,59 @@ class AttentionView(VerticalScroll, can_focus=True):
     AttentionView { padding: 0 1; }
     """
 
+    # bound to the screen's (data_bind): the model and the frozen stop
+    model = var(None, always_update=True)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
+    # the cursors: which attention layer (an index into att_layers) and head; they wrap
+    layer_i = var(0, init=False)
+    head = var(0, init=False)
+
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.sites: dict = {}
         self.att_layers: list = []
-        self.layer_i = 0
-        self.head = 0
-        self.view: StopView | None = None
 
     def compose(self):
         yield Static(id="att-body")
 
-    def bind_model(self, model) -> None:
+    def watch_model(self, model) -> None:
+        if model is None:
+            return
         self.sites = {s.node: s for s in find_attention_sites(model)}
         self.att_layers = sorted({s.layer for s in self.sites.values()},
-                             key=lambda x: -1 if x is None else x)
-        self.layer_i = min(self.layer_i, max(len(self.att_layers) - 1, 0))
+                                 key=lambda x: -1 if x is None else x)
+        self.set_reactive(AttentionView.layer_i,
+                          min(self.layer_i, max(len(self.att_layers) - 1, 0)))
+
+    def validate_layer_i(self, value: int) -> int:
+        return value % len(self.att_layers) if self.att_layers else 0
+
+    def validate_head(self, value: int) -> int:
+        return value % next(iter(self.sites.values())).n_head if self.sites else 0
+
+    def watch_layer_i(self) -> None:
+        self.render_view()
+
+    def watch_head(self) -> None:
+        self.render_view()
 
     def action_layer(self, delta: int) -> None:
-        if self.att_layers:
-            self.layer_i = (self.layer_i + delta) % len(self.att_layers)
-            self.render_view()
+        self.layer_i += delta
 
     def action_head(self, delta: int) -> None:
-        if self.sites:
-            self.head = (self.head + delta) % next(iter(self.sites.values())).n_head
-            self.render_view()
+        self.head += delta
+
+    def watch_view(self, view: StopView | None) -> None:
+        if view is None or self.model is None:
+            return
+        idx = view.node_index
+        self.show(view, self.model.nodes[idx].layer if idx is not None else None)
 
     def show(self, view: StopView, layer) -> None:
         """Follow the stop's layer (the user's ←/→ choice holds until the layer changes)."""
-        self.view = view
+        self.set_reactive(AttentionView.view, view)
         if layer in self.att_layers:
-            self.layer_i = self.att_layers.index(layer)
+            self.set_reactive(AttentionView.layer_i, self.att_layers.index(layer))
         self.render_view()
 
     def render_view(self) -> None:

@@ -1,7 +1,7 @@
 """Buffers: the next node's inputs by default, or any buffer or weight by name: values
 with paging and an element cursor, shape, statistics, a histogram and a sparkline; a
 q4 weight also shows codes, scale and min per group and its dequantization error
-against the checkpoint's f32 values.
+against the checkpoint's f32 values (all computed in the worker: :mod:`.stats`).
 
 The text is built by pure functions from the frozen :class:`BufferPeek` of a
 :class:`StopView`. On an element, ``=`` edits it (``set``) and ``h`` lists every
@@ -9,18 +9,20 @@ write to it (``history``); the app runs both through the command interpreter.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.reactive import var
 from textual.widgets import Input, Static
 
-from ..errors import FirError
-from .heat import histogram, sparkline
 from .messages import ElementMessage
 from .state import BufferPeek, StopView
+from .stats import Q4Error
 
 PAGE = 64  # values per page (8 rows of 8)
 
@@ -49,49 +51,16 @@ def values_text(arr: np.ndarray, cursor: int, per_row: int) -> Text:
     return v
 
 
-def stats_text(label: str, arr: np.ndarray) -> Text:
-    flat = arr.reshape(-1)
-    a64 = flat.astype(np.float64)
-    finite = a64[np.isfinite(a64)]
-    nan = int(np.isnan(a64).sum())
-    inf = int(np.isinf(a64).sum())
-    t = Text()
-    t.append(label, style="bold")
-    t.append(f"   shape {list(arr.shape)}  {flat.size} f32")
-    if finite.size:
-        t.append(f"\nmin {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}"
-                 f"  std {finite.std():.6g}")
-    t.append("  NaN ")
-    t.append(str(nan), style="bold red" if nan else "")
-    t.append("  Inf ")
-    t.append(str(inf), style="bold red" if inf else "")
-    hist, lo, hi = histogram(flat)
-    t.append(f"\nhist {lo:.3g} ")
-    t.append(hist, style="cyan")
-    t.append(f" {hi:.3g}   spark ")
-    t.append(sparkline(flat, 40), style="green")
-    return t
-
-
-def summary(arr: np.ndarray) -> tuple[float, float, float, int] | None:
-    """(min, max, mean, non-finite count) of an array, or None when nothing is finite."""
-    flat = arr.reshape(-1).astype(np.float64)
-    finite = flat[np.isfinite(flat)]
-    if not finite.size:
-        return None
-    return float(finite.min()), float(finite.max()), float(finite.mean()), flat.size - finite.size
-
-
-def inputs_text(peek: BufferPeek, summarize=lambda name, arr, weight: summary(arr)) -> Text:
-    """The next node's inputs, one line each (the first one's values are below).
-    ``summarize(name, array, is_weight)`` may cache what it computes for weights."""
+def inputs_text(peek: BufferPeek) -> Text:
+    """The next node's inputs, one line each (the first one's values are below), with the
+    summaries the worker computed (:func:`~.stats.with_stats`)."""
     t = Text()
     t.append(peek.title, style="bold")
     t.append("  (type a name above to look at another buffer or weight)\n", style="dim")
-    for name, arr, weight in zip(peek.names, peek.arrays, peek.weight):
+    sums = peek.summaries or (None,) * len(peek.names)
+    for name, arr, sm in zip(peek.names, peek.arrays, sums):
         t.append(f"{name:<16}", style="bold cyan")
         t.append(f" {str(list(arr.shape)):<12}")
-        sm = summarize(name, arr, weight)
         if sm is not None:
             lo, hi, mean, bad = sm
             t.append(f" min {lo:<10.4g} max {hi:<10.4g} mean {mean:<10.4g}")
@@ -102,7 +71,7 @@ def inputs_text(peek: BufferPeek, summarize=lambda name, arr, weight: summary(ar
     return t
 
 
-def q4_text(w, row: int, col0: int, error: np.ndarray | None) -> Text:
+def q4_text(w, row: int, col0: int, error: Q4Error | None) -> Text:
     q = w.q4
     g0 = col0 // q.group
     t = Text()
@@ -115,20 +84,12 @@ def q4_text(w, row: int, col0: int, error: np.ndarray | None) -> Text:
         c = codes[g * q.group:(g + 1) * q.group]
         t.append("  " + "".join(f"{int(x):x}" for x in c) + "\n", style="dim")
     if error is not None:
-        ae = np.abs(error)
-        t.append(f"\nerror vs f32: rmse {np.sqrt((error ** 2).mean()):.3g}  max {ae.max():.3g}\n"
-                 f"p95 {np.percentile(ae, 95):.3g}  median {np.median(ae):.3g}\n")
-        rel = ae / np.repeat(q.scale, q.group, axis=1)[:, : q.cols]
-        t.append(f"|err|/scale max {rel.max():.3f} (≤ 0.5 + rounding)\n", style="dim")
+        t.append(f"\nerror vs f32: rmse {error.rmse:.3g}  max {error.max_abs:.3g}\n"
+                 f"p95 {error.p95:.3g}  median {error.median:.3g}\n")
+        t.append(f"|err|/scale max {error.rel_max:.3f} (≤ 0.5 + rounding)\n", style="dim")
     t.append(f"scales {q.scale.min():.3g}..{q.scale.max():.3g}  mins {q.minimum.min():.3g}.."
              f"{q.minimum.max():.3g}", style="dim")
     return t
-
-
-def dense(w) -> np.ndarray:
-    """A weight's f32 matrix; a resident q4 weight is dequantized on demand."""
-    m = getattr(w, "matrix", None)
-    return m if m is not None else w.q4.dequantize()
 
 
 class ValuesView(Static, can_focus=True):
@@ -175,10 +136,9 @@ class BuffersView(Vertical):
     BuffersView.-q4 #buf-q4 { display: block; }
     """
 
+    @dataclass
     class NameChanged(Message):
-        def __init__(self, name: str) -> None:
-            self.name = name
-            super().__init__()
+        name: str
 
     class Edit(ElementMessage):
         """``=`` on an element: set it."""
@@ -186,14 +146,15 @@ class BuffersView(Vertical):
     class History(ElementMessage):
         """``h`` on an element: every write to it."""
 
+    # bound to the screen's (data_bind): the model and the frozen stop
+    model = var(None, always_update=True)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
+    # the element under the cursor, within the array shown (validate_cursor)
+    cursor = var(0, init=False)
+
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.model = None
         self.peek: BufferPeek | None = None
-        self.cursor = 0
-        self._stats_cache: dict[str, Text] = {}
-        self._summary_cache: dict[str, tuple | None] = {}
-        self._q4_error_cache: dict[str, np.ndarray | None] = {}
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="buf-bar"):
@@ -206,29 +167,35 @@ class BuffersView(Vertical):
             yield ValuesView(id="buf-values")
             yield Static(id="buf-q4")
 
-    def bind_model(self, model) -> None:
-        self.model = model
-        self._stats_cache.clear()  # a reload may have changed the weights
-        self._summary_cache.clear()
-        self._q4_error_cache.clear()
+    def watch_view(self, view: StopView | None) -> None:
+        if view is not None:
+            self.show(view)
+
+    def validate_cursor(self, cursor: int) -> int:
+        peek = self.peek
+        n = peek.arrays[0].size if peek is not None and peek.arrays else 0
+        return min(max(cursor, 0), max(n - 1, 0))
+
+    def watch_cursor(self) -> None:
+        self.render_values()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "buf-name":
             event.stop()
-            self.cursor = 0
+            self.set_reactive(BuffersView.cursor, 0)  # drawn with the values asked for
             self.post_message(self.NameChanged(event.value.strip()))
             self.query_one(ValuesView).focus()
 
     def show_name(self, name: str) -> None:
         """Type ``name`` into the name field (the app then asks for its values)."""
         self.query_one("#buf-name", Input).value = name
-        self.cursor = 0
+        self.set_reactive(BuffersView.cursor, 0)
         self.post_message(self.NameChanged(name))
 
     def show(self, view: StopView) -> None:
         old, self.peek = self.peek, view.buffer
         if old is None or self.peek is None or old.names[:1] != self.peek.names[:1]:
-            self.cursor = 0  # another buffer: start at its first element
+            self.set_reactive(BuffersView.cursor, 0)  # another buffer: its first element
         self._render_all()
 
     def _render_all(self) -> None:
@@ -244,34 +211,17 @@ class BuffersView(Vertical):
             self.remove_class("-q4")
             return
         if len(peek.names) > 1 or peek.title.startswith("inputs of"):
-            stats.update(inputs_text(peek, self._summary))
-        else:
-            stats.update(self._stats(peek.names[0], peek.arrays[0], peek.weight[0]))
+            stats.update(inputs_text(peek))
+        else:  # computed in the worker; a weight's once per load (38M values for wte)
+            stats.update(peek.stats if peek.stats is not None else "")
         self.render_values()
-
-    def _summary(self, name: str, arr: np.ndarray, weight: bool):
-        if not weight:
-            return summary(arr)
-        if name not in self._summary_cache:  # weights never change: once per load
-            self._summary_cache[name] = summary(arr)
-        return self._summary_cache[name]
-
-    def _stats(self, label: str, arr: np.ndarray, weight: bool) -> Text:
-        # Weights never change: their statistics (38M values for GPT-2's wte) are
-        # computed once, not on every stop.
-        if not weight:
-            return stats_text(label, arr)
-        if label not in self._stats_cache:
-            self._stats_cache[label] = stats_text(label, arr)
-        return self._stats_cache[label]
 
     def render_values(self) -> None:
         peek = self.peek
         if peek is None or not peek.arrays:
             return
         arr = peek.arrays[0]
-        n = arr.size
-        self.cursor = min(max(self.cursor, 0), max(n - 1, 0))
+        self.set_reactive(BuffersView.cursor, self.validate_cursor(self.cursor))  # this array
         values = self.query_one(ValuesView)
         values.update(values_text(arr, self.cursor, per_row_for(values.size.width)))
         self._render_q4(peek.names[0], arr)
@@ -284,22 +234,10 @@ class BuffersView(Vertical):
         self.add_class("-q4")
         q = w.q4
         self.query_one("#buf-q4", Static).update(
-            q4_text(w, self.cursor // q.cols, self.cursor % q.cols, self._q4_error(w)))
-
-    def _q4_error(self, w) -> np.ndarray | None:
-        if w.name not in self._q4_error_cache:
-            try:
-                from ..model.checkpoint import Checkpoint
-                ck = Checkpoint(self.model.config_path.parent)
-                original = np.ascontiguousarray(ck.read(w.tensor).T)
-                self._q4_error_cache[w.name] = original.astype(np.float64) - dense(w)
-            except FirError:
-                self._q4_error_cache[w.name] = None
-        return self._q4_error_cache[w.name]
+            q4_text(w, self.cursor // q.cols, self.cursor % q.cols, self.peek.q4_error))
 
     def move(self, delta: int) -> None:
-        self.cursor += delta
-        self.render_values()
+        self.cursor += delta  # drawn by watch_cursor
 
     def request(self, kind) -> None:
         peek = self.peek

@@ -5,6 +5,8 @@ The log wraps and keeps the whole session; the input has gdb's history
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -113,10 +115,9 @@ class ConsoleView(Vertical):
     ConsoleView CommandInput { height: 3; }
     """
 
+    @dataclass
     class Command(Message):
-        def __init__(self, text: str) -> None:
-            self.text = text
-            super().__init__()
+        text: str
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from .console_view import ConsoleView
-from .jobs import measure_cost
-from .messages import Job
+from .jobs import Job, measure_cost
 from .profile_view import ProfileView
 from .source_pane import SourcePane, cost_marks
 
@@ -25,12 +24,8 @@ class CostActions:
             if report is None:
                 self.query_one(ConsoleView).write("GPU cost: no token has run yet")
                 return
-            pv.set_cost(report)
-            src = self.query_one(SourcePane)
-            src.cost_marks = cost_marks(report)
-            if self.view is not None:
-                pv.show(self.model, self.view)
-                src.show(self.model, self.view, src.node_index)
+            pv.cost = report  # each redraws itself with the prediction
+            self.query_one(SourcePane).cost_marks = cost_marks(report)
 
         if not auto:
             self.query_one("#bottom").active = "profile"

@@ -14,6 +14,7 @@ import math
 
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.reactive import var
 from textual.widgets import Static
 
 from ..compare.views import Severity
@@ -61,14 +62,16 @@ class DiffView(VerticalScroll, can_focus=True):
     DEFAULT_CSS = """
     DiffView > Static { width: 100%; }
     """
-    view: StopView | None = None
+    view: var[StopView | None] = var(None, always_update=True, init=False)  # bound: the stop
 
     def compose(self):
         yield Static(id="diff-body")
 
-    def show(self, view: StopView) -> None:
-        self.view = view
+    def watch_view(self) -> None:
         self._draw()
+
+    def show(self, view: StopView) -> None:
+        self.view = view  # drawn by watch_view
 
     def _draw(self) -> None:
         width = self.scrollable_content_region.width

@@ -6,11 +6,12 @@ on its own line at every width: the name is truncated, never the time.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.reactive import var
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -120,11 +121,12 @@ class GraphPane(Vertical):
     GraphPane #tokens { height: auto; max-height: 3; padding: 0 1; }
     """
 
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.model = None
-        self.view: StopView | None = None
-        self.time_of: Callable | None = None  # tests: deterministic times
+    # bound to the screen's (data_bind): the model, whether to follow the stop, node times as
+    # shown (tests: deterministic times), the frozen stop; a new view is drawn
+    model = var(None, always_update=True)
+    follow = var(True)
+    time_of = var(None)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
 
     def compose(self) -> ComposeResult:
         yield Static(id="tokens")
@@ -133,8 +135,13 @@ class GraphPane(Vertical):
     def on_mount(self) -> None:
         self.border_title = "Graph"
 
+    def watch_view(self, view: StopView | None) -> None:
+        if view is not None and self.model is not None:
+            self.show(self.model, view, follow=self.follow)
+
     def show(self, model, view: StopView, follow: bool = True) -> None:
-        self.model, self.view = model, view
+        self.set_reactive(GraphPane.model, model)
+        self.set_reactive(GraphPane.view, view)
         self.query_one("#tokens", Static).update(token_strip(view))
         self.render_rows(view.node_index if follow and not view.snapshot.finished else None)
         self.border_subtitle = f"{len(model.nodes)} nodes"

@@ -1,10 +1,12 @@
-"""Long work the UI starts: progress it can show, a way to interrupt it, and the report
-export that leaves no files behind when interrupted.
+"""Long work the UI starts: the job queue, progress it can show, a way to interrupt it, and
+the report export that leaves no files behind when interrupted.
 
-A :class:`Probe` is written by the worker (a node observer, a profile
-progress) and read by the UI's status timer: plain counters, never the live
-session. An export writes into a hidden folder beside the target and renames
-it only when complete, so escape (or an error) leaves nothing.
+Every engine action is a :class:`Job`; the :class:`JobQueue` runs one at a time
+and keeps what is submitted meanwhile (typing ahead, as in gdb). A
+:class:`Probe` is written by the worker (a node observer, a profile progress)
+and read by the UI's status timer: plain counters, never the live session. An
+export writes into a hidden folder beside the target and renames it only when
+complete, so escape (or an error) leaves nothing.
 """
 from __future__ import annotations
 
@@ -15,12 +17,94 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..debug.snapshot import token_of
-from ..errors import FirError
+from ..errors import FirError, Interrupted
 from ..profile.progress import Progress
 
 SHOW_AFTER = 0.5  # seconds before a run shows its progress
+MAX_PENDING = 32  # jobs typed ahead while one runs
+
+
+@dataclass
+class Job:
+    label: str
+    fn: Callable[[], object] | None  # runs in the worker; None only refreshes the view
+    moves: bool = False  # the command resumes the engine (Command.resumes)
+    cancel: threading.Event | None = None  # escape sets it (default: the session's)
+    then: Callable[[object], None] | None = None  # on the UI thread, with fn's result
+    quiet: bool = False  # write nothing to the console
+
+
+def execute(job: Job, freeze: Callable[[], object]) -> tuple[object, Exception | None, object]:
+    """Run ``job`` and freeze the view after it (in the worker): (out, error, view).
+    An error is a :class:`FirError` (an interruption is :class:`Interrupted`); a bug
+    becomes one that says so, and a view that cannot be built leaves ``view`` None."""
+    out = error = None
+    try:
+        out = job.fn() if job.fn is not None else None
+    except FirError as e:
+        error = e
+    except Exception as e:  # keep the UI alive; say it is a bug
+        error = FirError(f"internal error: {type(e).__name__}: {e}")
+    try:
+        view = freeze()
+    except Exception as e:  # a bug in a view: keep the last picture, say so
+        view, error = None, error or FirError(f"internal error: {type(e).__name__}: {e}")
+    return out, error, view
+
+
+class JobQueue:
+    """One job at a time: ``start`` hands a job to a worker; what is submitted while one runs
+    waits (at most :data:`MAX_PENDING`). When the running one ended (:meth:`done`), the
+    front end submits :meth:`take_next`."""
+
+    def __init__(self, start: Callable[[Job], None]) -> None:
+        self.start = start
+        self.job: Job | None = None  # the running job
+        self.pending: list[Job] = []
+        self.probe = Probe()
+        self.interrupting = False  # escape was pressed during the running job
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+    def submit(self, job: Job) -> bool:
+        """Start ``job``, or queue it behind the running one; False when the queue is full."""
+        if self.busy:
+            if len(self.pending) >= MAX_PENDING:
+                return False
+            self.pending.append(job)
+            return True
+        self.job = job
+        self.probe.reset(job.label)
+        self.start(job)
+        return True
+
+    def cancel_flag(self, default: threading.Event) -> threading.Event:
+        """The flag escape sets: the running job's own, else ``default`` (the session's)."""
+        job = self.job
+        return job.cancel if job is not None and job.cancel is not None else default
+
+    def interrupt(self, default: threading.Event) -> None:
+        """Escape: drop what waits, ask the running job to stop."""
+        self.pending.clear()
+        self.interrupting = True
+        self.cancel_flag(default).set()
+
+    def done(self) -> None:
+        """The running job ended (its result is being shown)."""
+        self.job, self.interrupting = None, False
+
+    def drop_moves(self) -> None:
+        """A stop that wants attention: the queued commands that would move on are dropped."""
+        self.pending = [j for j in self.pending if not j.moves]
+
+    def take_next(self) -> Job | None:
+        """The next queued job (taken off the queue), when none runs; submit it to start it."""
+        return self.pending.pop(0) if self.pending and not self.busy else None
 
 
 class Probe:
@@ -59,10 +143,6 @@ class Probe:
         return " · ".join(parts)
 
 
-class Interrupted(Exception):
-    """The user pressed escape during a job that checks its cancel flag."""
-
-
 class JobProgress(Progress):
     """A profile Progress that feeds a Probe and stops the job when cancelled."""
 
@@ -73,7 +153,7 @@ class JobProgress(Progress):
 
     def _check(self) -> None:
         if self.cancel.is_set():
-            raise Interrupted()
+            raise Interrupted("interrupted by the user")
 
     def phase(self, name: str, total: int = 0) -> None:
         self._check()

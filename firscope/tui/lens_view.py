@@ -6,8 +6,11 @@ The table comes from the frozen :class:`LensPeek` of a :class:`StopView`
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual.message import Message
+from textual.reactive import var
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
@@ -41,10 +44,15 @@ def end_of_layer(model, layer: int) -> str | None:
 
 
 class LensView(OptionList):
+    @dataclass
     class Jump(Message):
-        def __init__(self, layer: int) -> None:
-            self.layer = layer
-            super().__init__()
+        layer: int
+
+    view: var[StopView | None] = var(None, always_update=True, init=False)  # bound: the stop
+
+    def watch_view(self, view: StopView | None) -> None:
+        if view is not None:
+            self.show(view)
 
     def show(self, view: StopView) -> None:
         old = self.highlighted

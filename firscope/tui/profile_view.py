@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.reactive import var
 from textual.widgets import Static
 
 from .state import StopView
@@ -150,26 +151,37 @@ class ProfileView(VerticalScroll, can_focus=True):
     ProfileView > Static { width: 100%; }
     """
 
+    # bound to the screen's (data_bind): the model, node times as shown (tests:
+    # deterministic times), the frozen stop
+    model = var(None, always_update=True)
+    time_of = var(None)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
+    cost = var(None, always_update=True, init=False)  # CostReport of the GPU prediction
+
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.quant = None  # QuantComparison, once measured
         self.weights = None  # [WeightStats]
-        self.time_of = None  # tests: deterministic times
-        self.cost = None  # CostReport of the GPU prediction (--device), once computed
+        self._shown = None
+
+    def watch_view(self, view: StopView | None) -> None:
+        if view is not None and self.model is not None:
+            self.show(self.model, view)
+
+    def watch_cost(self) -> None:
+        if self.view is not None and self.model is not None:
+            self.show(self.model, self.view)
 
     def compose(self):
         yield Static(id="prof-time")
         yield Static(id="prof-quant")
 
     def on_resize(self) -> None:
-        if getattr(self, "_shown", None) is not None:
+        if self._shown is not None:
             self.show(*self._shown)
 
     def set_quant(self, weights, quant) -> None:
         self.weights, self.quant = weights, quant
-
-    def set_cost(self, cost) -> None:
-        self.cost = cost
 
     def show(self, model, view: StopView) -> None:
         self._shown = (model, view)

@@ -7,12 +7,15 @@ lanes, ``=`` edits it (through ``set``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
+from textual.reactive import var
 from textual.widgets import Static
 
 from ..debug.info import fmt_scalar
@@ -144,21 +147,21 @@ class RegistersPane(VerticalScroll):
     """
     can_focus = True
 
+    @dataclass
     class Chosen(Message):
         """Show this register across lanes."""
 
-        def __init__(self, file: str, reg: int) -> None:
-            self.file, self.reg = file, reg
-            super().__init__()
+        file: str
+        reg: int
 
     class Edit(ElementMessage):
         """``=`` on a register: set it."""
 
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.model = None
-        self.view: StopView | None = None
-        self.cursor: tuple[str, int] | None = None
+    # bound to the right column's (data_bind): the model and the frozen stop
+    model = var(None, always_update=True)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
+    # the register under the cursor: one the kernel shows (validate_cursor), drawn reversed
+    cursor: var[tuple[str, int] | None] = var(None, init=False)
 
     def compose(self):
         yield Static(classes="regs")
@@ -167,14 +170,33 @@ class RegistersPane(VerticalScroll):
     def on_mount(self) -> None:
         self.border_title = "Registers"
 
+    def validate_cursor(self, cursor: tuple[str, int] | None) -> tuple[str, int] | None:
+        if self.view is None or self.model is None:
+            return cursor
+        shown = shown_registers(self.model, self.view)
+        if cursor not in shown:
+            return shown[0] if shown else None
+        return cursor
+
+    def watch_cursor(self) -> None:
+        if self.view is not None and self.model is not None:
+            self._table()
+
+    def watch_view(self, view: StopView | None) -> None:
+        if view is not None and self.model is not None:
+            self.show(self.model, view)
+
     def show(self, model, view: StopView) -> None:
-        self.model, self.view = model, view
-        shown = shown_registers(model, view)
-        if self.cursor not in shown:
-            self.cursor = shown[0] if shown else None
-        self.query_one(".regs", Static).update(register_table(model, view, self.cursor))
+        self.set_reactive(RegistersPane.model, model)
+        self.set_reactive(RegistersPane.view, view)
+        self.set_reactive(RegistersPane.cursor, self.validate_cursor(self.cursor))
+        self._table()
         self._lanes()
         self.border_title = registers_title(view)
+
+    def _table(self) -> None:
+        self.query_one(".regs", Static).update(register_table(self.model, self.view,
+                                                              self.cursor))
 
     def _lanes(self) -> None:
         lanes = self.query_one(".lanes", Static)
@@ -203,7 +225,6 @@ class RegistersPane(VerticalScroll):
             k = same.index(self.cursor) + dy
             if 0 <= k < len(same):
                 self.cursor = same[k]
-        self.show(self.model, self.view)
 
     def action_choose(self) -> None:
         if self.cursor is not None:
@@ -228,8 +249,14 @@ class WatchPane(VerticalScroll):
     """
     can_focus = True
 
+    view: var[StopView | None] = var(None, always_update=True, init=False)  # bound: the stop
+
     def compose(self):
         yield Static(classes="watch")
+
+    def watch_view(self, view: StopView | None) -> None:
+        if view is not None:
+            self.show(view)
 
     def on_mount(self) -> None:
         self.border_title = "Watch"
@@ -251,10 +278,10 @@ class RightColumn(Vertical):
     RightColumn.-row WatchPane { width: 30%; height: 1fr; max-height: 100%; }
     """
 
-    def compose(self):
-        yield RegistersPane(classes="registers")
-        yield WatchPane(classes="watchpane")
+    # bound to the screen's; the panes in the column are bound to these
+    model = var(None, always_update=True)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
 
-    def show(self, model, view: StopView) -> None:
-        self.query_one(RegistersPane).show(model, view)
-        self.query_one(WatchPane).show(view)
+    def compose(self):
+        yield RegistersPane(classes="registers").data_bind(RightColumn.model, RightColumn.view)
+        yield WatchPane(classes="watchpane").data_bind(RightColumn.view)

@@ -5,8 +5,7 @@ import threading
 from pathlib import Path
 
 from .console_view import ConsoleView
-from .jobs import JobProgress, default_report_dir, export_session, measure_quant
-from .messages import Job
+from .jobs import Job, JobProgress, default_report_dir, export_session, measure_quant
 from .profile_view import ProfileView
 
 __all__ = ["ReportActions"]

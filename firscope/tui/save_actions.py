@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .jobs import state_dir
-from .messages import Job
+from .jobs import Job, state_dir
 from .screens import QuitScreen
 
 __all__ = ["SaveActions", "default_breakpoints_file"]

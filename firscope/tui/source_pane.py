@@ -13,6 +13,7 @@ import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.reactive import var
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -194,14 +195,30 @@ class SourcePane(Vertical):
     SourcePane.-ext ExtInfo { display: block; }
     """
 
+    # bound to the screen's (data_bind): the model, whether to follow the stop, the stop
+    model = var(None, always_update=True)
+    follow = var(True)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
+    # the GPU prediction's gutter marks (:func:`cost_marks`): new marks redraw at the pc
+    cost_marks: var[dict[str, dict[int, str]]] = var(dict, always_update=True, init=False)
+
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.model = None
-        self.view: StopView | None = None
         self.node_index: int | None = None  # the node shown (None: follow the stop)
         self.shown_node: int | None = None  # the node whose kernel is on screen
         self._shown: tuple | None = None
-        self.cost_marks: dict[str, dict[int, str]] = {}  # GPU prediction's marks (cost_marks)
+
+    def watch_view(self, view: StopView | None) -> None:
+        if view is None or self.model is None:
+            return
+        if self.follow:
+            self.show(self.model, view)
+        else:  # nothing moved (F9 on a line, display, set): the source stays where it was
+            self.show(self.model, view, self.node_index, keep=True)
+
+    def watch_cost_marks(self) -> None:
+        if self.view is not None and self.model is not None:
+            self.redraw()
 
     def compose(self) -> ComposeResult:
         yield SourceLines(id="source-lines")
@@ -215,7 +232,9 @@ class SourcePane(Vertical):
         """Show the kernel of the stop's node (or of ``node_index``, e.g. the graph cursor).
         ``keep``: the cursor stays on its line when the same kernel is shown (a command that
         did not move, e.g. F9 on a line); else it goes to the pc."""
-        self.model, self.view, self.node_index = model, view, node_index
+        self.set_reactive(SourcePane.model, model)
+        self.set_reactive(SourcePane.view, view)
+        self.node_index = node_index
         self.redraw(keep)
 
     def redraw(self, keep: bool = False) -> None:

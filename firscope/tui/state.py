@@ -26,6 +26,8 @@ from ..model import Ref
 from ..text import printable, web_piece
 from ..runtime import NodeKind
 
+from .stats import with_stats
+
 NEXT_INPUTS = ""  # the Buffers tab's default: the next node's inputs
 FINDING_MARK = "!"  # after a node's name, and in the source gutter: a sanitizer finding
 
@@ -96,6 +98,11 @@ class BufferPeek:
     weight: tuple[bool, ...]  # a weight (never changes: statistics can be cached)
     error: str | None = None
     title: str = ""
+    # computed with them in the worker (stats.with_stats): the statistics of the one buffer
+    # shown (Rich text), a summary per input, a q4 weight's dequantization error
+    stats: object | None = None
+    summaries: tuple = ()
+    q4_error: object | None = None
 
 
 @dataclass(frozen=True)
@@ -236,6 +243,7 @@ def build_view(session, ci, tokenizer, recorder, wants: Wants) -> StopView:
         buffer = peek_buffers(session, wants.buffer)
     except FirError as e:
         buffer = BufferPeek((), (), (), error=str(e), title=wants.buffer)
+    buffer = with_stats(session.model, buffer)
     return StopView(
         snapshot=snap, status=ci.status_line(snap), header=header_of(session, tokenizer),
         place=place_of(session, tokenizer),

@@ -1,0 +1,121 @@
+"""What the Buffers tab shows beside the values, computed in the worker with the frozen view:
+statistics of the buffer shown (or a summary line per input) and a q4 weight's
+dequantization error against the checkpoint's f32 values.
+
+Reading the checkpoint and dequantizing a weight take seconds on GPT-2; here they run where
+:func:`~.state.build_view` runs (the load or engine worker), never on the UI thread.
+Weights never change within a load: their results are kept per loaded model.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, replace
+
+import numpy as np
+from rich.text import Text
+
+from ..errors import FirError
+from .heat import histogram, sparkline
+
+
+def summary(arr: np.ndarray) -> tuple[float, float, float, int] | None:
+    """(min, max, mean, non-finite count) of an array, or None when nothing is finite."""
+    flat = arr.reshape(-1).astype(np.float64)
+    finite = flat[np.isfinite(flat)]
+    if not finite.size:
+        return None
+    return float(finite.min()), float(finite.max()), float(finite.mean()), flat.size - finite.size
+
+
+def stats_text(label: str, arr: np.ndarray) -> Text:
+    flat = arr.reshape(-1)
+    a64 = flat.astype(np.float64)
+    finite = a64[np.isfinite(a64)]
+    nan = int(np.isnan(a64).sum())
+    inf = int(np.isinf(a64).sum())
+    t = Text()
+    t.append(label, style="bold")
+    t.append(f"   shape {list(arr.shape)}  {flat.size} f32")
+    if finite.size:
+        t.append(f"\nmin {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}"
+                 f"  std {finite.std():.6g}")
+    t.append("  NaN ")
+    t.append(str(nan), style="bold red" if nan else "")
+    t.append("  Inf ")
+    t.append(str(inf), style="bold red" if inf else "")
+    hist, lo, hi = histogram(flat)
+    t.append(f"\nhist {lo:.3g} ")
+    t.append(hist, style="cyan")
+    t.append(f" {hi:.3g}   spark ")
+    t.append(sparkline(flat, 40), style="green")
+    return t
+
+
+@dataclass(frozen=True)
+class Q4Error:
+    """A q4 weight's dequantization error against the checkpoint's f32 values."""
+
+    rmse: float
+    max_abs: float
+    p95: float
+    median: float
+    rel_max: float  # max |error| / the group's scale (≤ 0.5 + rounding)
+
+
+def dense(w) -> np.ndarray:
+    """A weight's f32 matrix; a resident q4 weight is dequantized on demand."""
+    m = getattr(w, "matrix", None)
+    return m if m is not None else w.q4.dequantize()
+
+
+def q4_error(model, w) -> Q4Error | None:
+    """Reads the checkpoint (None when it cannot be read)."""
+    from ..model.checkpoint import Checkpoint
+    try:
+        original = np.ascontiguousarray(Checkpoint(model.config_path.parent).read(w.tensor).T)
+    except FirError:
+        return None
+    error = original.astype(np.float64) - dense(w)
+    ae = np.abs(error)
+    q = w.q4
+    rel = ae / np.repeat(q.scale, q.group, axis=1)[:, : q.cols]
+    return Q4Error(float(np.sqrt((error ** 2).mean())), float(ae.max()),
+                   float(np.percentile(ae, 95)), float(np.median(ae)), float(rel.max()))
+
+
+_KEPT: dict[int, dict] = {}  # id(model) -> {(kind, name): result}, while the model lives
+
+
+def _kept(model) -> dict:
+    key = id(model)
+    if key not in _KEPT:
+        _KEPT[key] = {}
+        weakref.finalize(model, _KEPT.pop, key, None)
+    return _KEPT[key]
+
+
+def _once(model, key: tuple, compute):
+    kept = _kept(model)
+    if key not in kept:
+        kept[key] = compute()
+    return kept[key]
+
+
+def with_stats(model, peek):
+    """``peek`` (a BufferPeek) with its statistics, summaries and q4 error filled in."""
+    if peek.error is not None or not peek.arrays:
+        return peek
+    if len(peek.names) > 1 or peek.title.startswith("inputs of"):
+        sums = tuple(_once(model, ("summary", n), lambda a=a: summary(a)) if weight
+                     else summary(a) for n, a, weight in zip(peek.names, peek.arrays,
+                                                             peek.weight))
+        peek = replace(peek, summaries=sums)
+    else:
+        name, arr = peek.names[0], peek.arrays[0]
+        stats = (_once(model, ("stats", name), lambda: stats_text(name, arr))
+                 if peek.weight[0] else stats_text(name, arr))
+        peek = replace(peek, stats=stats)
+    w = model.weights.get(peek.names[0])
+    if w is not None and w.q4 is not None:
+        peek = replace(peek, q4_error=_once(model, ("q4", w.name), lambda: q4_error(model, w)))
+    return peek

@@ -1,0 +1,36 @@
+"""The Buffers tab's statistics and q4 error come with the frozen view (built in the worker),
+and a weight's are computed once per loaded model."""
+from __future__ import annotations
+
+import numpy as np
+
+from firscope.debug.commands import CommandInterpreter
+from firscope.debug.session import Session
+from firscope.model.tokens import load_tokenizer
+from firscope.runtime import load_model
+from firscope.tui.attention_view import AttentionRecorder
+from firscope.tui.buffers_view import q4_text
+from firscope.tui.state import Wants, build_view
+from conftest import SAMPLE
+
+
+def test_q4_error_and_weight_stats_are_frozen_with_the_view_and_kept_per_model():
+    model = load_model(SAMPLE / "gpt2.fir")
+    tok = load_tokenizer(model.folder, model.vocab)
+    s = Session(model, tok.encode("def "), 2, engine="interp")
+    ci = CommandInterpreter(s, tok)
+    rec = AttentionRecorder(s)
+    wants = Wants(buffer="qkvw@0")
+    first = build_view(s, ci, tok, rec, wants).buffer
+    assert first.names == ("qkvw@0",) and first.stats is not None
+    err = first.q4_error
+    assert err is not None and 0 < err.rmse <= err.max_abs and err.rel_max <= 0.5 + 1e-3
+    again = build_view(s, ci, tok, rec, wants).buffer
+    assert again.stats is first.stats and again.q4_error is first.q4_error  # once per load
+    w = model.weights["qkvw@0"]
+    assert f"rmse {err.rmse:.3g}" in q4_text(w, 0, 0, err).plain
+    inputs = build_view(s, ci, tok, rec, Wants()).buffer
+    assert len(inputs.summaries) == len(inputs.names)
+    lo, hi, mean, bad = inputs.summaries[0]
+    a = np.asarray(inputs.arrays[0], dtype=np.float64)
+    assert (lo, hi, bad) == (a.min(), a.max(), 0)
