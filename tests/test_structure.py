@@ -357,9 +357,9 @@ def test_the_private_session_scan_finds_reaching_in(tmp_path):
 # Text joined to '@' that is not a layer: the assembler's buffer operands (`@x`), the nesting
 # label of a for/if block at a line (`for@62`), the attention row's argmax (`max 0.93@4`).
 NOT_A_LAYER = {
-    ("firscope/vm/assembler.py", "self.operand"): "an operand as the assembler spells it: @x",
-    ("firscope/vm/assembler.py", "target"): "an operand as the assembler spells it: @x",
-    ("firscope/vm/assembler.py", "ref.target"): "an operand as the assembler spells it: @x",
+    ("firscope/vm/operands.py", "self.operand"): "an operand as the assembler spells it: @x",
+    ("firscope/vm/operands.py", "target"): "an operand as the assembler spells it: @x",
+    ("firscope/vm/operands.py", "ref.target"): "an operand as the assembler spells it: @x",
     ("firscope/runtime/plan.py", "name"): "an operand as the assembler spells it: @x",
     ("firscope/runtime/plan.py", "a.operand"): "an operand as the assembler spells it: @x",
     ("firscope/debug/info.py", "f.kind"): "a block opened at a line: for@62",
@@ -448,8 +448,6 @@ def test_the_at_check_sees_each_way_of_joining():
 # tests/, benchmarks/ or screenshots/ (a Name or an attribute, not only an import or __all__),
 # or when pyproject.toml's entry points name it. These are kept unused on purpose:
 UNUSED_ON_PURPOSE = {
-    "kernel_threads_need_sizes": "issue 22 item 9 deletes it on branch wave3b-e (vm/assembler.py,"
-                                 " with fir.expr.uses_operand_size); drop this entry at that merge",
 }
 
 
