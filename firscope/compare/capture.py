@@ -206,7 +206,7 @@ def _write_case(model, node, step, tokens, folder, touched, inputs, expected, ag
         kernels.append(_kernel_text(model, node))
     args = " ".join(a.name for a in node.args)
     outs = " ".join(o.name for o in node.outs)
-    kind = "micro" if node.kind == NodeKind.MICRO else "ext"
+    kind = node.kind.value
     body = [f"# captured by firscope capture: {node.full_name} ({node.target}) at step {step} "
             f"of {model.path.name}", *_header(model), *decls, *kernels, *loads,
             f"node {node.name} {kind} {node.target} {args} -> {outs}", ""]

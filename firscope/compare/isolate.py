@@ -434,7 +434,7 @@ def execute_plain(machine: Machine, node: PlanNode) -> None:
     log must not see a run made aside)."""
     from ..runtime.extops import EXT_IMPLS
     from ..vm.interp import Dispatch
-    if node.kind == "ext":
+    if node.kind == NodeKind.EXT:
         with np.errstate(all="ignore"):
             EXT_IMPLS[node.target](machine.arena, node)
     elif machine.kernel_runner is not None:

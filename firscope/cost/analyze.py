@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import FirError
+from ..runtime import NodeKind
 from ..runtime.extops import EXT_IMPLS
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch
@@ -170,7 +171,7 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
     nodes, recorded = [], 0
     for node in model.nodes:
         reused = None
-        if node.kind == "ext":
+        if node.kind == NodeKind.EXT:
             with np.errstate(all="ignore"):
                 EXT_IMPLS[node.target](arena, node)
             c = ext_counts(node, width)
@@ -190,7 +191,7 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
                 recorded += 1
                 if key is not None:
                     seen[key] = (c, node.full_name)
-        p = predict(c, device, library=node.kind == "ext", op=node.target)
+        p = predict(c, device, library=node.kind == NodeKind.EXT, op=node.target)
         nodes.append(NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
                               node.target, c, p, reused))
     return CostReport(device, position, int(token), nodes, time.perf_counter() - t0, recorded)
@@ -237,13 +238,13 @@ def analyse_node(model, node, device: Device, arena: np.ndarray, *,
     """One node costed from a run on a copy of ``arena`` as it is now (a debugger's stop:
     the node's inputs are there); ``arena`` itself is not changed."""
     work = arena.copy()
-    if node.kind == "ext":
+    if node.kind == NodeKind.EXT:
         c = ext_counts(node, device.simd_width)
     else:
         tg, tgbytes = kernel_shape(model, node.program)
         trace, _ = record(node.program, work, budget)
         c = count(node.program, trace, tg, tgbytes, device.simd_width)
-    p = predict(c, device, library=node.kind == "ext", op=node.target)
+    p = predict(c, device, library=node.kind == NodeKind.EXT, op=node.target)
     return NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
                     node.target, c, p)
 

@@ -69,7 +69,7 @@ def render(report: CostReport, *, limit: int | None = None) -> str:
     out.append("")
     kernels = report.by_kernel()
     rows = [[printable(k), str(v["nodes"]), f"{v['predicted_us']:.1f}", _pct(v["share"]),
-             v["bound"], _pct(v["simd_efficiency"]) if v["kind"] == "micro" else "-",
+             v["bound"], _pct(v["simd_efficiency"]) if v["kind"] == NodeKind.MICRO else "-",
              _f(v["sectors_per_request"], ".1f"), _pct(v["coalescing_efficiency"]),
              _f(v["arithmetic_intensity"], ".2f")] for k, v in kernels.items()]
     out += ["per kernel"] + text_table(["kernel", "nodes", "pred us", "share", "bound",

@@ -45,7 +45,7 @@ def find_path(model) -> LensPath:
     if not writers:
         raise FirError("no node writes the output:logits buffer; " + HELP)
     head = writers[-1]
-    if head.kind != "ext" or head.target not in ("fir.linear", "fir.linear_t"):
+    if head.kind != NodeKind.EXT or head.target not in ("fir.linear", "fir.linear_t"):
         raise FirError(f"'{head.full_name}' writes the logits with {head.target}; " + HELP)
     normed = head.args[0].region
     before = [n for n in model.nodes[: head.index] if any(o.region == normed for o in n.outs)]

@@ -135,7 +135,7 @@ class UninitTracker(_Tracker):
         if self.shadow is None or self._expected != (session.step, node.index):
             self._expected = None  # not where we followed it: rebuild on next use
             return
-        if node.kind == "ext":
+        if node.kind == NodeKind.EXT:
             for o in node.outs:
                 self.shadow.mark_region(o.region)
         idx = node.index + 1

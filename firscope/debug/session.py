@@ -566,7 +566,7 @@ class Session:
     def write_regions(self, node: PlanNode) -> list[tuple[int, int]]:
         cached = self._write_cache.get(node.index)
         if cached is None:
-            regs = [o.region for o in node.outs] if node.kind == "ext" else \
+            regs = [o.region for o in node.outs] if node.kind == NodeKind.EXT else \
                 node.program.written_regions()
             cached = list(dict.fromkeys((r.base, r.base + r.size) for r in regs))
             self._write_cache[node.index] = cached

@@ -306,7 +306,7 @@ class _Parser:
         if "@" in name.text:
             raise FirError("node names may not contain '@'", name.loc)
         kind = toks[2]
-        if kind.text not in ("ext", "micro"):
+        if kind.text not in tuple(S.NodeKind):
             raise FirError(f"node kind must be 'ext' or 'micro', found {kind.text!r}", kind.loc)
         arrows = [i for i, t in enumerate(toks) if t.text == "->"]
         if len(arrows) != 1:

@@ -2,9 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from ..errors import Loc
 from .expr import Expr
+
+
+class NodeKind(StrEnum):
+    """What a graph node runs (the second word of a ``node`` line)."""
+
+    EXT = "ext"  # an op built into the runtime (runtime/extops.py)
+    MICRO = "micro"  # a kernel of the model file, dispatched over lanes
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ class Kernel(Directive):
 @dataclass(frozen=True)
 class Node(Directive):
     name: Tok
-    kind: Tok  # "ext" or "micro"
+    kind: Tok  # a NodeKind value
     target: Tok  # ext op name or kernel name
     args: tuple[Tok, ...]
     outs: tuple[Tok, ...]

@@ -22,7 +22,7 @@ from ..runtime.extops import embedding_fault
 from ..runtime.machine import DEFAULT_BUDGET
 from ..vm import wgsl
 from .device import Gpu, GpuError, device_error, open_device
-from .shaders import COL_LANES, EXT_SHADERS, ROW_LANES
+from .shaders import COL_LANES, EXT_SHADERS
 from ..runtime import NodeKind
 
 MIB = 1 << 20

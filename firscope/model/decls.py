@@ -160,7 +160,7 @@ def check_plan_size(fir: S.FirFile, repeats: Repeats) -> None:
         kernel_len.setdefault(k.name.text, len(k.body))
 
     def cost(n: S.Node) -> int:
-        return kernel_len.get(n.target.text, 0) if n.kind.text == "micro" else 0
+        return kernel_len.get(n.target.text, 0) if n.kind.text == S.NodeKind.MICRO else 0
 
     nodes = instructions = 0
     biggest, biggest_size = None, -1

@@ -14,7 +14,7 @@ def describe_model(model) -> str:
              f"loaded in {model.timings.get('total', 0):.2f} s"]
     lines += ["", "symbols:", *_symbol_lines(model), "", "buffers:", *_buffer_lines(model),
               "", "weights:", *_weight_lines(model), "", "kernels:", *_kernel_lines(model)]
-    ext = sum(1 for n in model.nodes if n.kind == "ext")
+    ext = sum(1 for n in model.nodes if n.kind == NodeKind.EXT)
     lines += ["", f"nodes: {len(model.nodes)} ({len(model.nodes) - ext} micro, {ext} ext)"]
     # One display line per entry: names from the model and config files are escaped in it.
     return "\n".join(printable(line) for line in lines)

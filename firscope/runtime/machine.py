@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError
+from ..fir.syntax import NodeKind
 from ..model.numerics import exp64_numpy
 from ..model.threads import adapt as adapt_threads
 from ..vm.interp import Dispatch, Observer
@@ -168,7 +169,7 @@ class Machine:
             self._execute(node)
 
     def _execute(self, node: PlanNode) -> None:
-        if node.kind == "ext":
+        if node.kind == NodeKind.EXT:
             with np.errstate(all="ignore"):  # NaN/Inf propagate as on a GPU; break nan finds them
                 EXT_IMPLS[node.target](self.arena, node)
             return

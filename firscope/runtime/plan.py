@@ -23,6 +23,7 @@ from typing import Mapping
 
 from ..errors import FirError, Loc
 from ..fir import syntax as S
+from ..fir.syntax import NodeKind
 from ..fir.expr import Env, eval_int
 from ..model.decls import Buffers, WeightDecl
 from ..model.layout import MemoryBudget, Region, mib
@@ -39,11 +40,6 @@ EXT_OPS = {
 }
 # Per dispatched lane: the R and U register files plus the engines' scratch.
 LANE_BYTES = 2 * NREGS * 4 + 256
-
-
-class NodeKind(StrEnum):
-    EXT = "ext"  # an op built into the runtime (runtime/extops.py)
-    MICRO = "micro"  # a kernel of the model file, dispatched over lanes
 
 
 class OperandKind(StrEnum):

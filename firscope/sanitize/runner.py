@@ -121,7 +121,7 @@ class Sanitizer:
     # -- ext nodes ---------------------------------------------------------------------------
     def _before_node(self, machine, node) -> None:
         self._run += 1
-        if node.kind != "ext" or self.init is None:
+        if node.kind != NodeKind.EXT or self.init is None:
             return
         if node.target == "fir.embedding":
             ids = node.args[0].region  # the op reads ids[0] and a row of a weight
@@ -145,7 +145,7 @@ class Sanitizer:
         self.collector.add(Event(f.key, len(missing), -1, f), self._run)
 
     def _after_node(self, machine, node, seconds) -> None:
-        if node.kind == "ext" and self.init is not None:
+        if node.kind == NodeKind.EXT and self.init is not None:
             for o in node.outs:
                 self.init.mark_region(o.region)
 

@@ -17,6 +17,7 @@ from textual.reactive import var
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from ..runtime import NodeKind
 from ..text import printable
 from .heat import ramp
 from .state import FINDING_MARK, StopView
@@ -245,7 +246,7 @@ class SourcePane(Vertical):
             return
         node = model.nodes[idx]
         self.shown_node = idx
-        if node.kind == "ext":
+        if node.kind == NodeKind.EXT:
             self._show_text(f"{node.target} · {printable(model.path.name)}:{node.loc.line}",
                             ext_text(model, node, view))
             self.border_subtitle = node.full_name

@@ -83,6 +83,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FirError, Interrupted
+from ..fir.syntax import NodeKind
 from ..jitcache import cache_dir, prepare_numba
 from ..model.threads import matvec_threads, run_split
 from .assembler import Address, Program
@@ -270,7 +271,7 @@ class CompiledRunner:
         self._no_stop = np.zeros(1, dtype=np.int64)
         max_threads, max_loops = 1, 0
         for node in model.nodes:
-            if node.kind == "micro":
+            if node.kind == NodeKind.MICRO:
                 max_threads = max(max_threads, node.program.threads)
                 max_loops = max(max_loops, sum(op.spec.opens is FrameKind.FOR
                                                for op in node.program.ops))
@@ -320,7 +321,7 @@ class CompiledRunner:
         """One plan per distinct generated kernel of the model (what warmup compiles)."""
         seen: dict[str, _Plan] = {}
         for node in self.model.nodes:
-            if node.kind == "micro":
+            if node.kind == NodeKind.MICRO:
                 p = self.plan(node)
                 if p.gen is not None:
                     seen.setdefault(p.gen.sha, p)
@@ -332,7 +333,7 @@ class CompiledRunner:
         loaded from numba's cache when an earlier process compiled it."""
         todo: dict[tuple[str, str], _Plan] = {}
         for node in self.model.nodes:
-            if node.kind == "micro":
+            if node.kind == NodeKind.MICRO:
                 p = self.plan(node)
                 if p.gen is not None:
                     name = "run_plain" if p.infallible is not None else "run_lanes"
