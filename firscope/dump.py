@@ -93,6 +93,83 @@ def _as_stored(array) -> np.ndarray:
     return np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False))
 
 
+class _SafetensorsSink:
+    """Tensor data written as it comes, after room for the header; the header at the end."""
+
+    kind, suffix = "safetensors", ".safetensors"
+
+    def __init__(self, file, expected_keys: int):
+        self._file = file
+        self._offset = 0
+        self._reserve = max(_MIN_RESERVE, int(expected_keys) * _BYTES_PER_KEY)
+        self._reserve += -(8 + self._reserve) % 8  # tensor data starts 8-byte aligned
+        file.write(b"\0" * (8 + self._reserve))
+
+    def add(self, key: str, a: np.ndarray) -> tuple[str, tuple[int, ...], int, int]:
+        begin = self._offset
+        self._file.write(memoryview(a).cast("B"))
+        self._offset += a.nbytes
+        return _ST_DTYPES[a.dtype.itemsize], a.shape, begin, self._offset
+
+    def finish(self, metadata: dict, keys: dict, tmp: Path, path: Path) -> Path:
+        header = _st_header(metadata, keys)
+        f = self._file
+        if len(header) <= self._reserve:
+            # safetensors allows trailing spaces in the header: pad to the reserved room
+            f.seek(0)
+            f.write(struct.pack("<Q", self._reserve) + header.ljust(self._reserve, b" "))
+            f.flush()
+            return tmp
+        size = len(header) + (-(8 + len(header)) % 8)
+        new, fd = _create_beside(path)
+        with os.fdopen(fd, "wb") as out:  # the header outgrew its room: copy the data once
+            out.write(struct.pack("<Q", size) + header.ljust(size, b" "))
+            f.seek(8 + self._reserve)
+            while block := f.read(1 << 24):
+                out.write(block)
+        f.close()
+        tmp.unlink(missing_ok=True)
+        return new
+
+    def abort(self) -> None:
+        pass
+
+
+class _NpzSink:
+    """One stored (uncompressed) .npy member per key; the metadata as a JSON string member."""
+
+    kind, suffix = "npz", ".npz"
+
+    def __init__(self, file, expected_keys: int):
+        self._zip = zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True)
+
+    def add(self, key: str, a: np.ndarray) -> tuple[str, tuple[int, ...], int, int]:
+        with self._zip.open(key + ".npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array(member, a, allow_pickle=False)
+        return a.dtype.str, a.shape, 0, a.nbytes
+
+    def finish(self, metadata: dict, keys: dict, tmp: Path, path: Path) -> Path:
+        self._zip.writestr(METADATA_MEMBER + ".npy", _npy_bytes(
+            np.array(json.dumps(metadata, sort_keys=True))))
+        self._zip.close()
+        return tmp
+
+    def abort(self) -> None:
+        try:
+            self._zip.close()
+        except (OSError, ValueError):
+            pass
+
+
+# The containers a dump can be written in, by the file name's suffix; any other name is
+# written as safetensors. The reader's table is firscope/compare/dumpfile.py's READERS.
+WRITERS = {sink.suffix: sink for sink in (_SafetensorsSink, _NpzSink)}
+
+
+def _writer_for(path: Path):
+    return WRITERS.get(path.suffix.lower(), _SafetensorsSink)
+
+
 class DumpWriter:
     """Streams tensors into a dump; ``.safetensors`` or ``.npz`` by the file's suffix.
 
@@ -106,7 +183,8 @@ class DumpWriter:
                  tokens=None, producer: str | None = None, metadata: dict | None = None,
                  expected_keys: int = 0):
         self.path = Path(path)
-        self.kind = "npz" if self.path.suffix.lower() == ".npz" else "safetensors"
+        sink = _writer_for(self.path)
+        self.kind = sink.kind
         meta = {str(k): str(v) for k, v in (metadata or {}).items()}
         if model is not None:
             meta["model"] = str(model)
@@ -117,18 +195,15 @@ class DumpWriter:
         self.metadata = meta
         check_output_target(self.path)
         self.keys: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
-        self._offset = 0
         self.closed = False
         self._tmp, fd = _create_beside(self.path)
         self._file = os.fdopen(fd, "w+b")
-        self._reserve = 0
-        self._zip = None
-        if self.kind == "npz":
-            self._zip = zipfile.ZipFile(self._file, "w", zipfile.ZIP_STORED, allowZip64=True)
-        else:
-            self._reserve = max(_MIN_RESERVE, int(expected_keys) * _BYTES_PER_KEY)
-            self._reserve += -(8 + self._reserve) % 8  # tensor data starts 8-byte aligned
-            self._file.write(b"\0" * (8 + self._reserve))
+        try:
+            self._sink = sink(self._file, expected_keys)
+        except BaseException:
+            self._file.close()
+            self._tmp.unlink(missing_ok=True)
+            raise
 
     def __enter__(self) -> "DumpWriter":
         return self
@@ -146,16 +221,7 @@ class DumpWriter:
         key = dump_key(step, instance, buffer)
         if key in self.keys:
             raise ValueError(f"{key} was already written")
-        a = _as_stored(values)
-        if self._zip is not None:
-            with self._zip.open(key + ".npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, a, allow_pickle=False)
-            self.keys[key] = (a.dtype.str, a.shape, 0, a.nbytes)
-            return key
-        begin = self._offset
-        self._file.write(memoryview(a).cast("B"))
-        self._offset += a.nbytes
-        self.keys[key] = (_ST_DTYPES[a.dtype.itemsize], a.shape, begin, self._offset)
+        self.keys[key] = self._sink.add(key, _as_stored(values))
         return key
 
     def close(self) -> Path:
@@ -163,12 +229,7 @@ class DumpWriter:
         if self.closed:
             return self.path
         try:
-            if self._zip is not None:
-                self._zip.writestr(METADATA_MEMBER + ".npy", _npy_bytes(
-                    np.array(json.dumps(self.metadata, sort_keys=True))))
-                self._zip.close()
-            else:
-                self._write_header()
+            self._tmp = self._sink.finish(self.metadata, self.keys, self._tmp, self.path)
             self._file.close()
             os.replace(self._tmp, self.path)
         except BaseException:
@@ -180,41 +241,18 @@ class DumpWriter:
     def abort(self) -> None:
         """Drop what was written; the target file is left as it was."""
         self.closed = True
-        try:
-            if self._zip is not None:
-                self._zip.close()
-        except (OSError, ValueError):
-            pass
+        self._sink.abort()
         try:
             self._file.close()
         finally:
             self._tmp.unlink(missing_ok=True)
 
-    def _header(self) -> bytes:
-        head: dict = {"__metadata__": self.metadata} if self.metadata else {}
-        for key, (dtype, shape, begin, end) in self.keys.items():
-            head[key] = {"dtype": dtype, "shape": list(shape), "data_offsets": [begin, end]}
-        return json.dumps(head, separators=(",", ":")).encode("utf-8")
 
-    def _write_header(self) -> None:
-        header = self._header()
-        f = self._file
-        if len(header) <= self._reserve:
-            # safetensors allows trailing spaces in the header: pad to the reserved room
-            f.seek(0)
-            f.write(struct.pack("<Q", self._reserve) + header.ljust(self._reserve, b" "))
-            f.flush()
-            return
-        size = len(header) + (-(8 + len(header)) % 8)
-        tmp, fd = _create_beside(self.path)
-        with os.fdopen(fd, "wb") as out:  # the header outgrew its room: copy the data once
-            out.write(struct.pack("<Q", size) + header.ljust(size, b" "))
-            f.seek(8 + self._reserve)
-            while block := f.read(1 << 24):
-                out.write(block)
-        f.close()
-        self._tmp.unlink(missing_ok=True)
-        self._tmp = tmp
+def _st_header(metadata: dict, keys: dict) -> bytes:
+    head: dict = {"__metadata__": metadata} if metadata else {}
+    for key, (dtype, shape, begin, end) in keys.items():
+        head[key] = {"dtype": dtype, "shape": list(shape), "data_offsets": [begin, end]}
+    return json.dumps(head, separators=(",", ":")).encode("utf-8")
 
 
 def check_output_target(path: str | os.PathLike) -> None:

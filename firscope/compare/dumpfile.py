@@ -61,33 +61,148 @@ def _entry(key: str, dtype: str, shape: tuple[int, ...]) -> DumpEntry:
     return DumpEntry(key, step, instance, buffer, dtype, tuple(int(d) for d in shape))
 
 
+class _SafetensorsReader:
+    """A safetensors dump: the header read at opening, each tensor read when asked."""
+
+    kind, suffix = "safetensors", ".safetensors"
+
+    @staticmethod
+    def claims(path: Path) -> bool:
+        return True  # the last in READERS: whatever no other container claims
+
+    def __init__(self, path: Path, warnings: list[str]):
+        self.entries: dict[str, DumpEntry] = {}
+        # a dump's header names every output of every step (13k tensors for 64 steps of
+        # GPT-2 small): the collector would walk the objects made here over and over
+        # (a third of the opening's time) while none of them can form a cycle
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._st = SafetensorsFile(path)
+            for name, t in self._st.tensors.items():
+                self.entries[name] = _entry(name, t.dtype, t.shape)
+        finally:
+            if enabled:
+                gc.enable()
+        self.metadata = self._st.metadata
+
+    def read(self, key: str) -> np.ndarray:
+        return self._st.load(key).reshape(-1)
+
+    def close(self) -> None:
+        pass
+
+
+class _NpzReader:
+    """An .npz dump: one .npy member per key, the metadata as a JSON string member."""
+
+    kind, suffix = "npz", ".npz"
+
+    @staticmethod
+    def claims(path: Path) -> bool:
+        return _is_zip(path)
+
+    def __init__(self, path: Path, warnings: list[str]):
+        self.path = path
+        self.warnings = warnings
+        self.entries: dict[str, DumpEntry] = {}
+        self.metadata = None  # None: the file has no (readable) metadata member
+        try:
+            self._zip = zipfile.ZipFile(path)
+            infos = self._zip.infolist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError,
+                RuntimeError) as e:  # NotImplementedError: "zip file version 22.8"
+            raise FirError(f"{path}: not a readable .npz (zip) file: {e}") from None
+        self._members: dict[str, str] = {}
+        for info in infos:
+            name = info.filename
+            key = name[:-4] if name.endswith(".npy") else name
+            if key == METADATA_MEMBER:
+                self._read_metadata(name, info)
+                continue
+            dtype, shape = self._npy_header(name)
+            self._members[key] = name
+            self.entries[key] = _entry(key, dtype, shape)
+
+    def _npy_header(self, name: str) -> tuple[str, tuple[int, ...]]:
+        try:
+            with self._zip.open(name) as f:
+                shape, dtype = _npy_shape_dtype(f)
+        except ValueError as e:  # read, but not an array
+            raise FirError(f"{self.path}: member '{shown(name)}' is not a .npy array: "
+                           f"{e}") from None
+        except _MEMBER_ERRORS as e:
+            raise _member_error(self.path, name, e) from None
+        claimed = _claimed_bytes(shape, dtype)
+        size = self._zip.getinfo(name).file_size
+        if claimed > size:
+            raise FirError(f"cannot read member '{shown(name)}' of {self.path}: its header "
+                           f"claims {claimed} bytes of values but the member holds {size}")
+        if dtype.kind == "f" and dtype.itemsize in _NPY_FLOATS:
+            return _NPY_FLOATS[dtype.itemsize], tuple(shape)
+        return dtype.str, tuple(shape)
+
+    def _read_metadata(self, name: str, info: zipfile.ZipInfo) -> None:
+        def ignored(why: str) -> None:
+            self.warnings.append(f"{self.path}: the metadata member {why}; ignored")
+        if info.file_size > MAX_METADATA:
+            return ignored(f"is {info.file_size} bytes, more than {MAX_METADATA}")
+        try:
+            with self._zip.open(name) as f:
+                shape, dtype = _npy_shape_dtype(f)
+                claimed = _claimed_bytes(shape, dtype)
+                if dtype.kind != "U" or claimed > min(MAX_METADATA, info.file_size):
+                    # checked before numpy allocates what the header claims (10^13 strings)
+                    return ignored(f"claims {claimed} bytes of {dtype.str} values, not a "
+                                   f"string of at most {min(MAX_METADATA, info.file_size)}")
+                count = 1
+                for d in shape:
+                    count *= d
+                a = np.frombuffer(f.read(claimed), dtype=dtype, count=count).reshape(shape)
+            meta = json.loads(str(a[()]))
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError, IndexError, TypeError,
+                RecursionError, RuntimeError, NotImplementedError, zlib.error,
+                SystemError) as e:  # SystemError: numpy on a code point past U+10FFFF
+            return ignored(f"is not a JSON string ({type(e).__name__})")
+        self.metadata = meta
+
+    def read(self, key: str) -> np.ndarray:
+        name = self._members[key]
+        try:
+            with self._zip.open(name) as f:
+                a = np.lib.format.read_array(f, allow_pickle=False)
+        except _MEMBER_ERRORS as e:
+            raise _member_error(self.path, name, e) from None
+        return np.asarray(a, dtype=np.float32).reshape(-1)
+
+    def close(self) -> None:
+        self._zip.close()
+
+
+# The containers a dump is read from: the first whose ``claims`` accepts the file opens it
+# (an .npz by its suffix or its zip signature, anything else as safetensors). Each has
+# ``kind``, ``entries`` and ``metadata`` (a JSON object, or None when the file has none)
+# after opening, ``read(key)`` (flat f32 of its own) and ``close()``. The writer's table is
+# firscope/dump.py's WRITERS.
+READERS = (_NpzReader, _SafetensorsReader)
+_SUFFIXES = " or ".join(r.suffix for r in reversed(READERS))  # for messages
+
+
 class Dump:
     """An opened dump. ``entries`` by key; :meth:`read` gives one tensor as flat f32."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        regular_file_size(self.path, "a dump (.safetensors or .npz)")
-        self.kind = "npz" if _is_zip(self.path) else "safetensors"
+        regular_file_size(self.path, f"a dump ({_SUFFIXES})")
         self.warnings: list[str] = []
-        self.entries: dict[str, DumpEntry] = {}
         self.metadata: dict[str, str] = {}
         self._stamp = _stamp(self.path)
-        if self.kind == "npz":
-            self._open_npz()
-        else:
-            # a dump's header names every output of every step (13k tensors for 64 steps of
-            # GPT-2 small): the collector would walk the objects made here over and over
-            # (a third of the opening's time) while none of them can form a cycle
-            enabled = gc.isenabled()
-            gc.disable()
-            try:
-                self._st = SafetensorsFile(self.path)
-                for name, t in self._st.tensors.items():
-                    self.entries[name] = _entry(name, t.dtype, t.shape)
-            finally:
-                if enabled:
-                    gc.enable()
-            self._set_metadata(self._st.metadata)
+        reader = next(r for r in READERS if r.claims(self.path))
+        self._reader = reader(self.path, self.warnings)
+        self.kind = reader.kind
+        self.entries: dict[str, DumpEntry] = self._reader.entries
+        if self._reader.metadata is not None:
+            self._set_metadata(self._reader.metadata)
 
     # -- metadata ----------------------------------------------------------------------
     def _set_metadata(self, meta) -> None:
@@ -132,9 +247,7 @@ class Dump:
             raise FirError(f"{self.path}: '{shown(key)}' is {entry.dtype}; dumps hold "
                            "floating-point values")
         self.check_unchanged()
-        if self.kind == "safetensors":
-            return self._st.load(key).reshape(-1)
-        return self._read_npz(key)
+        return self._reader.read(key)
 
     def check_unchanged(self) -> None:
         """FirError when the file is no longer the one opened (rewritten or replaced)."""
@@ -147,81 +260,9 @@ class Dump:
                            "reload (F2 in the UI) or start the session again to use the "
                            "new one")
 
-    # -- npz ------------------------------------------------------------------------------
-    def _open_npz(self) -> None:
-        try:
-            self._zip = zipfile.ZipFile(self.path)
-            infos = self._zip.infolist()
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError,
-                RuntimeError) as e:  # NotImplementedError: "zip file version 22.8"
-            raise FirError(f"{self.path}: not a readable .npz (zip) file: {e}") from None
-        self._members: dict[str, str] = {}
-        for info in infos:
-            name = info.filename
-            key = name[:-4] if name.endswith(".npy") else name
-            if key == METADATA_MEMBER:
-                self._read_npz_metadata(name, info)
-                continue
-            dtype, shape = self._npy_header(name)
-            self._members[key] = name
-            self.entries[key] = _entry(key, dtype, shape)
-
-    def _npy_header(self, name: str) -> tuple[str, tuple[int, ...]]:
-        try:
-            with self._zip.open(name) as f:
-                shape, dtype = _npy_shape_dtype(f)
-        except ValueError as e:  # read, but not an array
-            raise FirError(f"{self.path}: member '{shown(name)}' is not a .npy array: "
-                           f"{e}") from None
-        except _MEMBER_ERRORS as e:
-            raise _member_error(self.path, name, e) from None
-        claimed = _claimed_bytes(shape, dtype)
-        size = self._zip.getinfo(name).file_size
-        if claimed > size:
-            raise FirError(f"cannot read member '{shown(name)}' of {self.path}: its header "
-                           f"claims {claimed} bytes of values but the member holds {size}")
-        if dtype.kind == "f" and dtype.itemsize in _NPY_FLOATS:
-            return _NPY_FLOATS[dtype.itemsize], tuple(shape)
-        return dtype.str, tuple(shape)
-
-    def _read_npz_metadata(self, name: str, info: zipfile.ZipInfo) -> None:
-        def ignored(why: str) -> None:
-            self.warnings.append(f"{self.path}: the metadata member {why}; ignored")
-        if info.file_size > MAX_METADATA:
-            return ignored(f"is {info.file_size} bytes, more than {MAX_METADATA}")
-        try:
-            with self._zip.open(name) as f:
-                shape, dtype = _npy_shape_dtype(f)
-                claimed = _claimed_bytes(shape, dtype)
-                if dtype.kind != "U" or claimed > min(MAX_METADATA, info.file_size):
-                    # checked before numpy allocates what the header claims (10^13 strings)
-                    return ignored(f"claims {claimed} bytes of {dtype.str} values, not a "
-                                   f"string of at most {min(MAX_METADATA, info.file_size)}")
-                count = 1
-                for d in shape:
-                    count *= d
-                a = np.frombuffer(f.read(claimed), dtype=dtype, count=count).reshape(shape)
-            meta = json.loads(str(a[()]))
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError, IndexError, TypeError,
-                RecursionError, RuntimeError, NotImplementedError, zlib.error,
-                SystemError) as e:  # SystemError: numpy on a code point past U+10FFFF
-            return ignored(f"is not a JSON string ({type(e).__name__})")
-        self._set_metadata(meta)
-
-    def _read_npz(self, key: str) -> np.ndarray:
-        name = self._members[key]
-        try:
-            with self._zip.open(name) as f:
-                a = np.lib.format.read_array(f, allow_pickle=False)
-        except _MEMBER_ERRORS as e:
-            raise _member_error(self.path, name, e) from None
-        return np.asarray(a, dtype=np.float32).reshape(-1)
-
     def close(self) -> None:
         """Release the file (arrays read from it must not be used after this)."""
-        z = getattr(self, "_zip", None)
-        if z is not None:
-            z.close()
+        self._reader.close()
 
 
 # What reading one zip member can raise: an encrypted member (RuntimeError), an unknown
