@@ -76,6 +76,16 @@ def where_text(r: OutputResult) -> str:
     return text
 
 
+def divergence_sentence(head: str, step: int, instance: str, output: str, diff, *,
+                        token: int | None = None, writer: str = "") -> str:
+    """The one wording of a first divergence (``firscope diff``, the profile's report, the
+    UI's Diff tab): ``HEAD: step S[ (token T)], INSTANCE, output B, element I[WRITER]:
+    REASON (relative L2 X)``."""
+    at = f"step {step}" + ("" if token is None else f" (token {token})")
+    return (f"{head}: {at}, {instance}, output {output}, element {diff.index}{writer}: "
+            f"{diff.reason} (relative L2 {diff.rel_l2:.3g})")
+
+
 def first_divergence_line(report: DiffReport) -> str:
     f = report.first_divergence
     head = "first node wrong on its own" if report.isolated else "first divergence"
@@ -83,15 +93,14 @@ def first_divergence_line(report: DiffReport) -> str:
         if report.failure:
             return f"{head}: none before the run failed ({report.failure})"
         return f"{head}: none"
-    d = f.diff
     shown = f.buffer if f.display == f.buffer else f"{f.buffer} ({f.display})"
-    text = (f"{head}: step {f.step} (token {report.tokens[f.step]}), {f.instance}, "
-            f"output {shown}, element {d.index}")
+    writer = ""
     if f.writer is not None:
-        text += f", written by lane {f.writer.lane} at line {f.writer.line}"
+        writer = f", written by lane {f.writer.lane} at line {f.writer.line}"
     elif f.lane_looked_up:
-        text += ", which this dispatch did not write (an earlier value)"
-    return f"{text}: {d.reason} (relative L2 {d.rel_l2:.3g})"
+        writer = ", which this dispatch did not write (an earlier value)"
+    return divergence_sentence(head, f.step, f.instance, shown, f.diff,
+                               token=report.tokens[f.step], writer=writer)
 
 
 def format_text(report: DiffReport, *, per_step: bool = False) -> str:

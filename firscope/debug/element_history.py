@@ -20,6 +20,7 @@ import numpy as np
 from ..compare.lanes import program_regions, relocate, scratch_arena
 from ..vm.interp import Dispatch, StoreObserver
 from .history import RecordKind
+from .info import fmt_scalar
 from ..runtime import NodeKind
 
 MAX_WRITES_PER_NODE = 64  # writes listed from one dispatch (a reduction can write many times)
@@ -40,7 +41,7 @@ class Write:
         where = f"token {self.step}  {self.node}"
         if self.line is not None:
             where += f" (line {self.line}: {self.text}, lane {self.lane})"
-        return f"{where}   {self.old:.9g} -> {self.new:.9g}"
+        return f"{where}   {fmt_scalar(float(self.old))} -> {fmt_scalar(float(self.new))}"
 
 
 def element_history(session, address: int) -> tuple[list[Write], bool]:

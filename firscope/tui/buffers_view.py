@@ -20,6 +20,7 @@ from textual.message import Message
 from textual.reactive import var
 from textual.widgets import Input, Static
 
+from ..debug.info import fmt_scalar
 from .messages import ElementMessage
 from .state import BufferPeek, StopView
 from .stats import Q4Error
@@ -243,5 +244,5 @@ class BuffersView(Vertical):
         peek = self.peek
         if peek is None or not peek.arrays:
             return
-        value = f"{float(peek.arrays[0].reshape(-1)[self.cursor]):.9g}"
+        value = fmt_scalar(float(peek.arrays[0].reshape(-1)[self.cursor]))
         self.post_message(kind(f"{peek.names[0]}[{self.cursor}]", value))

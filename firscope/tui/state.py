@@ -19,6 +19,7 @@ from typing import Mapping
 import numpy as np
 from rich.text import Text
 
+from ..compare.report import divergence_sentence
 from ..debug.breakpoints import LineBreakpoint, NodeBreakpoint, SanitizerCatchpoint
 from ..debug.snapshot import Snapshot, token_of, token_range
 from ..errors import FirError
@@ -274,9 +275,8 @@ def peek_diff(session) -> DiffPeek | None:
                    if e.node in results)
     first = ref.first_divergence(own=ref.view_own)
     head = "first node wrong on its own" if ref.view_own else "first divergence"
-    first_text = None if first is None else (
-        f"{head}: step {first.step}, {first.instance}, output {first.buffer}, "
-        f"element {first.diff.index} (relative L2 {first.diff.rel_l2:.3g})")
+    first_text = None if first is None else divergence_sentence(
+        head, first.step, first.instance, first.buffer, first.diff)
     buffer = None
     last = ref.last
     # the reference side is the arena as the node left it: only right after that node
