@@ -10,6 +10,16 @@ from firscope.vm.assembler import bind, check_kernel
 from firscope.vm.interp import Dispatch
 
 
+# Two lanes, lane i loading in0[i + 5]: out of bounds for an input of fewer than 7 elements.
+FAULTING = """
+kernel k in=1 out=1 threads=2 tg=2 tgbytes=0
+  rtou 1 0
+  uaddk 1 1 5
+  uloadf32 2 1 @in0
+endkernel
+"""
+
+
 def kernel_program(src: str, operands: dict[str, int], symbols=None, buffers=None):
     """Assemble the first kernel in ``src``; operands maps in0/out0.. to sizes.
 

@@ -12,15 +12,7 @@ import pytest
 
 from firscope.errors import BudgetExceeded, FirFault
 from firscope.vm.interp import Dispatch, Ended, Observer
-from kernel_util import kernel_program
-
-FAULTING = """
-kernel k in=1 out=1 threads=2 tg=2 tgbytes=0
-  rtou 1 0
-  uaddk 1 1 5
-  uloadf32 2 1 @in0
-endkernel
-"""
+from kernel_util import FAULTING, kernel_program
 
 LOOP = """
 kernel k in=1 out=1 threads=3 tg=3 tgbytes=0

@@ -15,7 +15,7 @@ from firscope.errors import FirError
 from firscope.runtime import load_model
 from firscope.errors import FirFault
 from firscope.vm.interp import Dispatch, Ended, Observer, compose
-from kernel_util import kernel_program
+from kernel_util import FAULTING as OUT_OF_BOUNDS, kernel_program
 
 
 @pytest.fixture(scope="module")
@@ -125,14 +125,6 @@ def test_next_token_stops_at_the_next_token_start(model):
 
 
 # -- observers ---------------------------------------------------------------------------------
-OUT_OF_BOUNDS = """
-kernel k in=1 out=1 threads=2 tg=2 tgbytes=0
-  rtou 1 0
-  uaddk 1 1 5
-  uloadf32 2 1 @in0
-endkernel
-"""
-
 STORES = """
 kernel k in=1 out=1 threads=3 tg=3 tgbytes=0
   loadconstf32 1 4
