@@ -215,17 +215,20 @@ def activation_error(quant: dict, nodes: list[dict]) -> bytes | None:
     ax1.legend(_patches((_layer_label(lay), "gray" if lay is None else TAB10[lay % 10])
                         for lay in shown[:MAX_LABELS]),
                size=6, ncol=1 if len(shown) <= 14 else 2, where="outside")
-    per_layer = acts.get("per_layer") or []
-    if per_layer:
-        ax2.line([r["layer"] for r in per_layer],
-                 [r["sqnr_db"] if r["sqnr_db"] is not None else np.nan for r in per_layer],
-                 TAB10[0], marker=3)
-        ax2.set_ticks("x", *_integer_ticks([r["layer"] for r in per_layer]))
-        ax2.set(xlabel="layer", ylabel="SQNR (dB)", title="Residual stream after each layer")
-    else:
-        ax2.frame = False
-        ax2.show_ticks = {"x": False, "y": False}
+    _residual_panel(ax2, acts.get("per_layer") or [])
     return fig.svg()
+
+
+def _residual_panel(ax, per_layer: list[dict]) -> None:
+    if not per_layer:
+        ax.frame = False
+        ax.show_ticks = {"x": False, "y": False}
+        return
+    ax.line([r["layer"] for r in per_layer],
+            [r["sqnr_db"] if r["sqnr_db"] is not None else np.nan for r in per_layer],
+            TAB10[0], marker=3)
+    ax.set_ticks("x", *_integer_ticks([r["layer"] for r in per_layer]))
+    ax.set(xlabel="layer", ylabel="SQNR (dB)", title="Residual stream after each layer")
 
 
 WORST_LABELLED = 6  # with too many bars for a label each: the worst ones are named
