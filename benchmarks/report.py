@@ -63,7 +63,11 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         pkl = Path(tmp) / "profile.pkl"
-        profile_once(args.model, args.n, pkl)
+        try:
+            profile_once(args.model, args.n, pkl)
+        except Exception as e:  # noqa: BLE001 (a model that cannot be opened: say why)
+            print(f"report.py: cannot profile {args.model or 'the sample'}: {e}", file=sys.stderr)
+            return 2
         load0 = os.getloadavg()
         totals, imports = [], []
         for i in range(args.runs):
