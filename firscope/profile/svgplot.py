@@ -391,6 +391,9 @@ def _mark(mp: _Map, mark: tuple) -> str:
     kind = mark[0]
     if kind == "rect":
         _, x0, x1, y0, y1, color = mark
+        # a bar's base at 0 on a log axis starts at the axis' lower limit
+        x0 = mp.ax.limits("x")[0] if x0 == 0 and mp.ax.scale["x"] == "log" else x0
+        y0 = mp.ax.limits("y")[0] if y0 == 0 and mp.ax.scale["y"] == "log" else y0
         if not (mp.ok(x0, y0) and mp.ok(x1, y1)):
             return ""
         return _rect_path([(mp.px(x0), mp.px(x1), mp.py(y0), mp.py(y1))], color, "mark")
