@@ -56,6 +56,9 @@ def test_node_error_chart_with_few_nodes_names_every_bar():
     root = parsed(F.activation_error(quant_of(nodes), nodes))
     assert texts(root, "xtick") == [n["full_name"] for n in nodes]
     assert texts(root, "legend-label") == ["outside", "layer 0", "layer 1"]
+    bars = sum(p.get("d").count("z") for p in root.iter(f"{NS}path")
+               if p.get("class") == "mark")
+    assert bars == len(nodes)  # every bar drawn, from the foot of the log axis
 
 
 def timing_of(nodes):
