@@ -129,3 +129,19 @@ def test_token_pictures_fall_back_to_characters_every_font_has():
     text = _token_text(report, [100, 32, 10])
     assert "<code>d·↵</code>" in text and "␠" not in text and "⏎" not in text
     assert _piece(report, 32) == "32 <code>·</code>"
+
+
+def test_tick_labels_stay_inside_the_figure():
+    # the y labels of a bar chart by name once had room for 18 px only: "attention" read
+    # "ation" (the margin rule treated unrotated y labels as rotated ones)
+    from firscope.profile.svgplot import text_width
+    rows = [{"name": n, "kind": "micro", "total_us": 10.0 * (i + 1), "share": 0.1}
+            for i, n in enumerate(("attention_residual", "ln1", "a_rather_long_node_name"))]
+    root = parsed(F.time_by_name({"by_name": rows, "by_layer": []}))
+    width = float(root.get("width"))
+    ticks = [t for t in root.iter(f"{NS}text") if t.get("class") == "ytick"]
+    assert [t.text for t in ticks] == ["attention_residual", "ln1", "a_rather_long_node_name"]
+    for t in ticks:  # anchored at their end: the start is x minus the (estimated) width
+        size = float(t.get("font-size"))
+        assert float(t.get("x")) - text_width(t.text, size) >= 0, t.text
+        assert float(t.get("x")) <= width

@@ -310,8 +310,8 @@ def _margins(ax: Axes) -> dict[str, float]:
         labels = ax.tick_list(axis)[1]
         longest = max((text_width(s, size) for s in labels), default=0)
         across = size * 1.2
-        if (axis == "x") == (rot == 0):
-            m[side] += 6 + across if axis == "x" else 6 + longest
+        if rot == 0:  # x labels stand one line high; y labels run their length leftwards
+            m[side] += 6 + (across if axis == "x" else longest)
         else:  # rotated: a label's length runs across the axis
             m[side] += 6 + longest * abs(math.sin(math.radians(rot))) + across
     if ax.label["x"]:
