@@ -353,7 +353,7 @@ def test_html_is_self_contained_and_escaped(cli_report):
     srcs = re.findall(r"""\bsrc\s*=\s*["']?([^"' >]*)""", html, re.I)
     hrefs = re.findall(r"""\bhref\s*=\s*["']?([^"' >]*)""", html, re.I)
     # 9 figures, and with --device the roofline and the predicted split by kernel
-    assert len(srcs) == 11 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert len(srcs) == 11 and all(s.startswith("data:image/svg+xml;base64,") for s in srcs)
     assert all(h.startswith("#") for h in hrefs)
     assert "<script" not in html.lower() and "<link" not in html.lower() and "url(" not in html
     assert "@import" not in html

@@ -1,13 +1,13 @@
 """Profiling, quantization error and report export.
 
-Collect (no matplotlib needed):
+Collect:
   Profiler(model).attach(machine) ... .data() -> ProfileData   (collect)
   run_instrumented(model, tokens) -> InstructionProfile          (collect)
   data.timing_stats(by="node"|"name") -> TimingStats             (data: min/median/p90/max,
                                                                    ranked by median x calls)
   weight_stats(model) -> [WeightStats]                           (quant)
   compare_run(model, tokens) -> QuantComparison                  (quant)
-Report (imports matplotlib, Agg, on first use):
+Report (figures as SVG, no plotting library):
   profile_model(model, prompt, n, ...) -> ProfileData            (report)
   complete_profile(data, model, tokens=...) -> ProfileData       (report)
   write_report(data, out_dir) -> {file name: Path}               (report)
@@ -27,7 +27,7 @@ __all__ = ["Profiler", "find_attention_sites", "preserved_state", "run_instrumen
            "logit_stats", "weight_stats", *_REPORT]
 
 
-def __getattr__(name):  # the report half pulls in matplotlib: load it only when asked
+def __getattr__(name):  # the report half: load it only when asked
     if name in _REPORT:
         from . import report
         return getattr(report, name)

@@ -1,51 +1,37 @@
 """The report's figures, drawn from the sections of :func:`export.report_dict` only.
 
 Drawing from the same dictionary that becomes ``report.json`` keeps the
-JSON the data behind every figure. Figures use matplotlib's object API on
-the Agg canvas (no pyplot state), so a report can be written from a worker
-thread of the TUI. Each function returns PNG bytes, or None when its data
-is missing.
+JSON the data behind every figure. Figures are SVG written by
+:mod:`.svgplot` (no plotting library, no global state: a report can be
+written from a worker thread of the TUI, and the same data gives the same
+bytes). Each function returns SVG bytes, or None when its data is missing.
 """
 from __future__ import annotations
 
-import io
+import numpy as np
 
-import matplotlib
+from .svgplot import TAB10, TAB20, Figure, png_rgb, viridis
 
-matplotlib.use("Agg")
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.collections import PolyCollection  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-DPI = 90
+PX = 90  # pixels per inch of the sizes below (the figures were 90 dpi PNGs)
 KIND_COLORS = {"ext": "#4c72b0", "micro": "#dd8452"}
 MAX_TIMELINE_STEPS = 12
 MAX_LABELS = 40
 
 
-def _new(w: float, h: float) -> Figure:
-    fig = Figure(figsize=(w, h), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-    return buf.getvalue()
+def _new(w: float, h: float, title: str = "") -> Figure:
+    return Figure(w * PX, h * PX, title)
 
 
 def _layer_label(layer) -> str:
     return "outside" if layer is None else f"layer {layer}"
 
 
-def _name_colors(names: list[str]) -> dict[str, tuple]:
-    cmap = matplotlib.colormaps["tab20"]
-    return {n: cmap(i % 20) for i, n in enumerate(names)}
+def _name_colors(names: list[str]) -> dict[str, str]:
+    return {n: TAB20[i % 20] for i, n in enumerate(names)}
+
+
+def _patches(items) -> list[tuple[str, str, str]]:
+    return [(label, color, "patch") for label, color in items]
 
 
 # -- time ----------------------------------------------------------------------------------
@@ -54,16 +40,17 @@ def time_by_name(timing: dict | None) -> bytes | None:
         return None
     rows = sorted(timing["by_name"], key=lambda r: r["total_us"])
     fig = _new(9, 0.28 * len(rows) + 1.2)
-    ax = fig.add_subplot()
-    ax.barh([r["name"] for r in rows], [r["total_us"] / 1000 for r in rows],
-            color=[KIND_COLORS.get(r["kind"], "gray") for r in rows])
-    ax.set_xlabel("total time over all steps and layers (ms)")
-    ax.set_title("Time per node name (blue: ext, orange: micro)")
+    (ax,) = fig.subplots()
+    vals = [r["total_us"] / 1000 for r in rows]
+    ax.barh(vals, [KIND_COLORS.get(r["kind"], "gray") for r in rows])
+    ax.set_ticks("y", range(len(rows)), [r["name"] for r in rows])
+    ax.set(xlabel="total time over all steps and layers (ms)",
+           title="Time per node name (blue: ext, orange: micro)")
+    ax.margin["x"] = 0.12
     for i, r in enumerate(rows):
         if r["share"] is not None:
-            ax.text(r["total_us"] / 1000, i, f" {100 * r['share']:.1f}%", va="center", fontsize=8)
-    ax.margins(x=0.12)
-    return _png(fig)
+            ax.text(vals[i], i, f" {100 * r['share']:.1f}%", size=8)
+    return fig.svg()
 
 
 def time_by_layer(timing: dict | None) -> bytes | None:
@@ -71,14 +58,13 @@ def time_by_layer(timing: dict | None) -> bytes | None:
         return None
     rows = timing["by_layer"]
     fig = _new(9, 3)
-    ax = fig.add_subplot()
-    ax.bar([_layer_label(r["layer"]) for r in rows], [r["total_us"] / 1000 for r in rows],
-           color="#55a868")
-    ax.set_ylabel("ms")
-    ax.set_title("Time per layer (all steps)")
-    if len(rows) > 16:
-        ax.tick_params(axis="x", labelrotation=90, labelsize=7)
-    return _png(fig)
+    (ax,) = fig.subplots()
+    ax.bar(range(len(rows)), [r["total_us"] / 1000 for r in rows], ["#55a868"] * len(rows))
+    many = len(rows) > 16
+    ax.set_ticks("x", range(len(rows)), [_layer_label(r["layer"]) for r in rows],
+                 size=7 if many else 10, rotate=90 if many else 0)
+    ax.set(ylabel="ms", title="Time per layer (all steps)")
+    return fig.svg()
 
 
 def time_per_step(timing: dict | None) -> bytes | None:
@@ -86,16 +72,14 @@ def time_per_step(timing: dict | None) -> bytes | None:
         return None
     steps = timing["steps"]
     fig = _new(9, 2.8)
-    ax = fig.add_subplot()
+    (ax,) = fig.subplots()
     x = [s["step"] for s in steps]
-    ax.plot(x, [s["span_us"] / 1000 for s in steps], marker="o", ms=3, label="span")
-    ax.plot(x, [s["compute_us"] / 1000 for s in steps], marker=".", ms=3,
+    ax.line(x, [s["span_us"] / 1000 for s in steps], TAB10[0], marker=2.5, label="span")
+    ax.line(x, [s["compute_us"] / 1000 for s in steps], TAB10[1], marker=1.5,
             label="inside nodes")
-    ax.set_xlabel("step (position)")
-    ax.set_ylabel("ms")
-    ax.set_title("Time per decode step")
-    ax.legend(fontsize=8)
-    return _png(fig)
+    ax.set(xlabel="step (position)", ylabel="ms", title="Time per decode step")
+    ax.legend(ax.legend_items)
+    return fig.svg()
 
 
 def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
@@ -109,8 +93,8 @@ def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
     members = {k: list(dict.fromkeys(n["name"] for n in nodes if _kind_of(n) == k))
                for k in kinds}
     fig = _new(9.5, max(0.35 * len(steps) + 1.2, 0.3 * len(kinds) + 0.6))
-    ax = fig.add_subplot()
-    verts, faces = [], []
+    (ax,) = fig.subplots()
+    rects, faces = [], []
     right = 0.0
     for row, s in enumerate(steps):
         starts = timing["node_start_us"][s["step"]]
@@ -120,30 +104,26 @@ def timeline(timing: dict | None, nodes: list[dict]) -> bytes | None:
             if d is None:
                 continue
             x0, x1 = (st - t0) / 1000, (st - t0 + d) / 1000
-            verts.append([(x0, row - 0.4), (x1, row - 0.4), (x1, row + 0.4), (x0, row + 0.4)])
+            rects.append((x0, x1, row - 0.4, row + 0.4))
             faces.append(colors[_kind_of(n)])
             right = max(right, x1)
-    ax.add_collection(PolyCollection(verts, facecolors=faces, linewidths=0))
-    ax.set_xlim(0, right * 1.01 or 1)
-    ax.set_ylim(-0.6, len(steps) - 0.4)
-    ax.set_yticks(range(len(steps)), [f"step {s['step']}" for s in steps], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms from the start of the step")
-    ax.set_title("Timeline: nodes within each step"
-                 + (f" (first {len(steps)} steps)" if len(timing["steps"]) > len(steps) else ""))
-    handles = [Patch(color=colors[k], label=_kind_label(k, members[k])) for k in kinds]
-    ax.legend(handles=handles, fontsize=7, ncol=1 if len(handles) <= 24 else 2,
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
-              title="node kind: nodes", title_fontsize=7, alignment="left")
-    return _png(fig)
+    ax.rects(rects, faces)
+    ax.inverted_y = True
+    ax.set(xlim=(0, right * 1.01 or 1), ylim=(-0.6, len(steps) - 0.4),
+           xlabel="ms from the start of the step",
+           title="Timeline: nodes within each step"
+           + (f" (first {len(steps)} steps)" if len(timing["steps"]) > len(steps) else ""))
+    ax.set_ticks("y", range(len(steps)), [f"step {s['step']}" for s in steps], size=8)
+    ax.legend(_patches((_kind_label(k, members[k]), colors[k]) for k in kinds), where="outside",
+              size=7, ncol=1 if len(kinds) <= 24 else 2, title="node kind: nodes")
+    return fig.svg()
 
 
-def _kind_colors(kinds: list[str]) -> dict[str, tuple]:
+def _kind_colors(kinds: list[str]) -> dict[str, str]:
     """tab10 while it suffices (tab20 pairs a colour with its own lighter shade)."""
     if len(kinds) > 10:
         return _name_colors(kinds)
-    cmap = matplotlib.colormaps["tab10"]
-    return {k: cmap(i) for i, k in enumerate(kinds)}
+    return {k: TAB10[i] for i, k in enumerate(kinds)}
 
 
 def _kind_of(node: dict) -> str:
@@ -163,17 +143,16 @@ def instructions(instr: dict | None) -> bytes | None:
     if not instr or not instr["kernels"]:
         return None
     ks = instr["kernels"]
-    fig = _new(9, 0.35 * len(ks) + 1.6)
-    ax1, ax2 = fig.subplots(1, 2, sharey=True)
-    labels = [k["kernel"] for k in ks]
-    ax1.barh(labels, [k["steps"] for k in ks], color="#8172b3")
-    ax1.set_xscale("log")
-    ax1.set_xlabel("instructions executed")
-    ax2.barh(labels, [100 * (k["simd_efficiency"] or 0) for k in ks], color="#64b5cd")
-    ax2.set_xlim(0, 100)
-    ax2.set_xlabel(f"SIMD efficiency (%, warps of {ks[0].get('simd_width', 32)})")
-    fig.suptitle(f"Kernels over {len(instr['tokens'])} instrumented step(s)")
-    return _png(fig)
+    fig = _new(9, 0.35 * len(ks) + 1.6,
+               title=f"Kernels over {len(instr['tokens'])} instrumented step(s)")
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.barh([k["steps"] for k in ks], ["#8172b3"] * len(ks))
+    ax1.set_ticks("y", range(len(ks)), [k["kernel"] for k in ks])
+    ax1.set(xscale="log", xlabel="instructions executed")
+    ax2.barh([100 * (k["simd_efficiency"] or 0) for k in ks], ["#64b5cd"] * len(ks))
+    ax2.set_ticks("y", range(len(ks)), [""] * len(ks))  # shared with the left
+    ax2.set(xlim=(0, 100), xlabel=f"SIMD efficiency (%, warps of {ks[0].get('simd_width', 32)})")
+    return fig.svg()
 
 
 # -- quantization ---------------------------------------------------------------------------
@@ -184,25 +163,32 @@ def weight_error(quant: dict) -> bytes | None:
     decls = list(dict.fromkeys(w["decl"] for w in ws))
     fig = _new(9, 3.4)
     ax1, ax2 = fig.subplots(1, 2)
-    for d in decls:
+    for i, d in enumerate(decls):
         rows = [w for w in ws if w["decl"] == d]
         x = [w["layer"] if w["layer"] is not None else -1 for w in rows]
-        ax1.plot(x, [w["rmse"] for w in rows], marker="o", ms=3, label=d)
-    ax1.set_xlabel("layer (-1: not in a layer)" if any(w["layer"] is None for w in ws)
-                   else "layer")
-    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax1.set_ylabel("rmse")
-    ax1.set_title("Weight rmse per layer")
-    ax1.legend(fontsize=7)
-    for bd in quant.get("weights_by_decl") or []:
+        ax1.line(x, [w["rmse"] for w in rows], TAB10[i % 10], marker=2.5, label=d)
+    xs = sorted({w["layer"] if w["layer"] is not None else -1 for w in ws})
+    ax1.set_ticks("x", *_integer_ticks(xs))
+    ax1.set(xlabel="layer (-1: not in a layer)" if any(w["layer"] is None for w in ws)
+            else "layer", ylabel="rmse", title="Weight rmse per layer")
+    ax1.legend(ax1.legend_items, size=7)
+    for i, bd in enumerate(quant.get("weights_by_decl") or []):
         hist = np.asarray(bd["hist"], dtype=float)
         edges = np.linspace(0, bd["hist_range"], len(hist) + 1)
-        ax2.stairs(hist / max(hist.sum(), 1), edges, label=bd["decl"])
-    ax2.set_yscale("log")
-    ax2.set_xlabel("|error| (last bucket: everything above)")
-    ax2.set_title("|error| histogram (fraction)")
-    ax2.legend(fontsize=7)
-    return _png(fig)
+        frac = hist / max(hist.sum(), 1)
+        ax2.line(edges.tolist(), frac.tolist(), TAB10[i % 10], label=bd["decl"], step=True)
+    ax2.set(yscale="log", xlabel="|error| (last bucket: everything above)",
+            title="|error| histogram (fraction)")
+    ax2.legend(ax2.legend_items, size=7)
+    return fig.svg()
+
+
+def _integer_ticks(values: list[int], most: int = 13) -> tuple[list[int], list[str]]:
+    """Integer ticks over ``values`` (every one while they fit, else every k-th)."""
+    lo, hi = min(values), max(values)
+    step = max(1, -(-(hi - lo) // (most - 1)))
+    pos = list(range(lo, hi + 1, step))
+    return pos, [str(p) for p in pos]
 
 
 def activation_error(quant: dict, nodes: list[dict]) -> bytes | None:
@@ -215,34 +201,34 @@ def activation_error(quant: dict, nodes: list[dict]) -> bytes | None:
     layer_of = {n["index"]: n["layer"] for n in nodes}
     fig = _new(9, 4.2)
     ax1, ax2 = fig.subplots(2, 1, height_ratios=[3, 2])
-    x = np.arange(len(prim))
     y = [r["rel_l2_mean"] if r["rel_l2_mean"] is not None else np.nan for r in prim]
     layers = [layer_of.get(r["node"]) for r in prim]
-    cmap = matplotlib.colormaps["tab10"]
-    cols = ["gray" if lay is None else cmap(lay % 10) for lay in layers]
-    ax1.bar(x, [v if v and v > 0 else np.nan for v in y], color=cols)
-    if any(v and v > 0 for v in y):
-        ax1.set_yscale("log")
-    ax1.set_ylabel("relative L2")
-    ax1.set_title("Node output error, q4 vs f32 (mean over steps; colour = layer)")
+    cols = ["gray" if lay is None else TAB10[lay % 10] for lay in layers]
+    positive = any(v and v > 0 for v in y)
+    ax1.bar(range(len(prim)), [v if v and v > 0 else np.nan for v in y], cols)
+    if positive:
+        ax1.set(yscale="log")
+    ax1.set(ylabel="relative L2",
+            title="Node output error, q4 vs f32 (mean over steps; colour = layer)")
     _label_nodes(ax1, prim, y, layers)
     shown = list(dict.fromkeys(layers))
-    ax1.legend(handles=[Patch(color="gray" if lay is None else cmap(lay % 10),
-                              label=_layer_label(lay)) for lay in shown][:MAX_LABELS],
-               fontsize=6, ncol=1 if len(shown) <= 14 else 2, loc="upper left",
-               bbox_to_anchor=(1.0, 1.0), frameon=False)
-    per_layer = acts.get("per_layer") or []
-    if per_layer:
-        ax2.plot([r["layer"] for r in per_layer],
-                 [r["sqnr_db"] if r["sqnr_db"] is not None else np.nan for r in per_layer],
-                 marker="o")
-        ax2.set_xlabel("layer")
-        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax2.set_ylabel("SQNR (dB)")
-        ax2.set_title("Residual stream after each layer")
-    else:
-        ax2.set_axis_off()
-    return _png(fig)
+    ax1.legend(_patches((_layer_label(lay), "gray" if lay is None else TAB10[lay % 10])
+                        for lay in shown[:MAX_LABELS]),
+               size=6, ncol=1 if len(shown) <= 14 else 2, where="outside")
+    _residual_panel(ax2, acts.get("per_layer") or [])
+    return fig.svg()
+
+
+def _residual_panel(ax, per_layer: list[dict]) -> None:
+    if not per_layer:
+        ax.frame = False
+        ax.show_ticks = {"x": False, "y": False}
+        return
+    ax.line([r["layer"] for r in per_layer],
+            [r["sqnr_db"] if r["sqnr_db"] is not None else np.nan for r in per_layer],
+            TAB10[0], marker=3)
+    ax.set_ticks("x", *_integer_ticks([r["layer"] for r in per_layer]))
+    ax.set(xlabel="layer", ylabel="SQNR (dB)", title="Residual stream after each layer")
 
 
 WORST_LABELLED = 6  # with too many bars for a label each: the worst ones are named
@@ -251,24 +237,22 @@ WORST_LABELLED = 6  # with too many bars for a label each: the worst ones are na
 def _label_nodes(ax, prim: list[dict], y: list, layers: list) -> None:
     """A name under every bar when they fit; else the layer under its run of bars and the
     worst nodes named above theirs."""
-    x = np.arange(len(prim))
     if len(prim) <= MAX_LABELS:
-        ax.set_xticks(x, [r["full_name"] for r in prim], rotation=90, fontsize=6)
+        ax.set_ticks("x", range(len(prim)), [r["full_name"] for r in prim], size=6, rotate=90)
         return
     starts = [i for i in range(len(layers)) if i == 0 or layers[i] != layers[i - 1]]
     ends = starts[1:] + [len(layers)]
-    ax.set_xticks([(a + b - 1) / 2 for a, b in zip(starts, ends)],
-                  ["-" if layers[a] is None else f"L{layers[a]}" for a in starts], fontsize=6)
+    ax.set_ticks("x", [(a + b - 1) / 2 for a, b in zip(starts, ends)],
+                 ["-" if layers[a] is None else f"L{layers[a]}" for a in starts], size=6)
     for a in starts[1:]:
-        ax.axvline(a - 0.5, color="#ccc", linewidth=0.5)
-    ax.set_xlabel("node (plan order), by layer")
+        ax.vline(a - 0.5)
+    ax.set(xlabel="node (plan order), by layer")
     finite = [(v, i) for i, v in enumerate(y) if v is not None and np.isfinite(v) and v > 0]
     for v, i in sorted(finite, reverse=True)[:WORST_LABELLED]:
-        ax.annotate(prim[i]["full_name"], (i, v), textcoords="offset points", xytext=(0, 2),
-                    ha="left", va="bottom", fontsize=6, rotation=45)
+        ax.text(i, v, prim[i]["full_name"], size=6, dy=3, rotate=45)
     if finite:  # room above the tallest bar for its name (log scale: a factor)
-        low, high = ax.get_ylim()
-        ax.set_ylim(low, max(high, max(finite)[0] * 6))
+        low, high = ax.limits("y")
+        ax.set(ylim=(low, max(high, max(finite)[0] * 6)))
 
 
 def logits(quant: dict) -> bytes | None:
@@ -280,16 +264,13 @@ def logits(quant: dict) -> bytes | None:
     ax1, ax2 = fig.subplots(1, 2)
     x = [r["step"] for r in rows]
     ax1.bar(x, [r["kl"] or 0 for r in rows],
-            color=["#55a868" if r["same_top"] else "#c44e52" for r in rows])
-    ax1.set_xlabel("step")
-    ax1.set_ylabel("KL(P_f32 || P_q4), nats")
-    ax1.set_title("KL per step (red: top-1 differs)")
-    ax2.bar(x, [r["delta_p"] or 0 for r in rows], color="#4c72b0")
-    ax2.axhline(0, color="black", lw=0.5)
-    ax2.set_xlabel("step")
-    ax2.set_ylabel("Δp of the f32 top token")
-    ax2.set_title("P_q4 − P_f32 (f32 top token)")
-    return _png(fig)
+            ["#55a868" if r["same_top"] else "#c44e52" for r in rows])
+    ax1.set(xlabel="step", ylabel="KL(P_f32 || P_q4), nats",
+            title="KL per step (red: top-1 differs)")
+    ax2.bar(x, [r["delta_p"] or 0 for r in rows], ["#4c72b0"] * len(rows))
+    ax2.hline(0)
+    ax2.set(xlabel="step", ylabel="Δp of the f32 top token", title="P_q4 − P_f32 (f32 top token)")
+    return fig.svg()
 
 
 # -- attention -------------------------------------------------------------------------------
@@ -297,7 +278,7 @@ def attention(sites: list[dict]) -> bytes | None:
     """Every layer and head in one mosaic: a row of cells per attention node, a column per head.
 
     Each cell has queries down and keys across; blank cells are masked (a key
-    after its query). One image in one axes keeps this fast for 12x12 heads.
+    after its query). The mosaic is one PNG inside the SVG, a pixel per probability.
     """
     sites = [s for s in sites if s["positions"]]
     if not sites:
@@ -313,21 +294,20 @@ def attention(sites: list[dict]) -> bytes | None:
             for i, row in enumerate(s["probs"][h]):
                 mosaic[r * ch + i, h * cw: h * cw + len(row)] = row
     cell = min(1.3, 10.0 / n_head)
-    fig = _new(min(12.0, 1.8 + cell * n_head), 0.9 + cell * len(sites) * rows_q / keys)
-    ax = fig.add_subplot()
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
-    im = ax.imshow(mosaic, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
-    ax.set_xticks([h * cw + (keys - 1) / 2 for h in range(n_head)],
-                  [f"head {h}" for h in range(n_head)], fontsize=7)
-    ax.set_yticks([r * ch + (rows_q - 1) / 2 for r in range(len(sites))],
-                  [s["full_name"] for s in sites], fontsize=7)
-    ax.tick_params(length=0)
-    for side in ax.spines.values():
-        side.set_visible(False)
-    fig.colorbar(im, ax=ax, shrink=0.8, label="probability")
-    ax.set_title(f"softmax of '{sites[0]['buffer']}' per layer and head (in a cell: rows = query "
-                 "position, columns = key position)", fontsize=8)
-    return _png(fig)
+    labels = [s["full_name"] for s in sites]
+    left = max(len(t) for t in labels) * 7 * 0.6 / PX + 0.3  # the row names
+    fig = _new(min(12.0, 1.8 + cell * n_head) + left,
+               0.9 + cell * len(sites) * rows_q / keys)
+    (ax,) = fig.subplots()
+    ax.image(png_rgb(viridis(mosaic)), mosaic.shape)
+    ax.frame = False
+    ax.set_ticks("x", [h * cw + (keys - 1) / 2 for h in range(n_head)],
+                 [f"head {h}" for h in range(n_head)], size=7)
+    ax.set_ticks("y", [r * ch + (rows_q - 1) / 2 for r in range(len(sites))], labels, size=7)
+    ax.add_colorbar("probability")
+    ax.set(title=f"softmax of '{sites[0]['buffer']}' per layer and head (in a cell: rows = "
+           "query position, columns = key position)", title_size=8)
+    return fig.svg()
 
 
 # -- GPU speed of light (profile --device) ---------------------------------------------------
@@ -343,24 +323,22 @@ def roofline(gpu: dict | None) -> bytes | None:
            for k in gpu["kernels"]
            if k.get("dram_bytes") and k.get("flops") and k.get("predicted_us")]
     fig = _new(7.5, 4.6)
-    ax = fig.subplots()
+    (ax,) = fig.subplots()
     lo = min([p[1] for p in pts] + [peak / bw]) / 10
     hi = max([p[1] for p in pts] + [peak / bw]) * 10
     x = np.geomspace(lo, hi, 200)
-    ax.plot(x, np.minimum(x * bw, peak), color="#333", lw=1.5)
-    ax.text(lo * 1.3, lo * 1.3 * bw * 1.25, f"DRAM {dev['dram_bandwidth_gbs']:g} GB/s",
-            fontsize=8, rotation=0)
-    ax.text(hi / 1.3, peak * 1.12, f"f32 peak {dev['f32_tflops']:g} TFLOP/s", fontsize=8,
-            ha="right")
-    for name, ai, rate in pts:
-        ax.scatter([ai], [rate], s=30, zorder=3)
-        ax.annotate(name, (ai, rate), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (flop / DRAM byte)")
-    ax.set_ylabel("FLOP/s (predicted, launch included)")
-    ax.set_title(f"Roofline: {dev['name']} (predicted, not measured)", fontsize=10)
-    return _png(fig)
+    ax.line(x.tolist(), np.minimum(x * bw, peak).tolist(), "#333333")
+    ax.text(lo * 1.3, lo * 1.3 * bw * 1.25, f"DRAM {dev['dram_bandwidth_gbs']:g} GB/s", size=8)
+    ax.text(hi / 1.3, peak * 1.12, f"f32 peak {dev['f32_tflops']:g} TFLOP/s", size=8,
+            anchor="end")
+    for i, (name, ai, rate) in enumerate(pts):
+        ax.line([ai], [rate], TAB10[i % 10], marker=3.5, width=0)
+        ax.text(ai, rate, name, size=8, dx=4, dy=4)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi),
+           xlabel="arithmetic intensity (flop / DRAM byte)",
+           ylabel="FLOP/s (predicted, launch included)",
+           title=f"Roofline: {dev['name']} (predicted, not measured)", title_size=10)
+    return fig.svg()
 
 
 def gpu_split(gpu: dict | None) -> bytes | None:
@@ -369,14 +347,12 @@ def gpu_split(gpu: dict | None) -> bytes | None:
         return None
     colors = {"memory": "#4c72b0", "compute": "#c44e52", "latency": "#dd8452",
               "launch": "#8c8c8c"}
-    ks = gpu["kernels"]
+    ks = gpu["kernels"][::-1]
     fig = _new(7.5, 0.32 * len(ks) + 1.4)
-    ax = fig.subplots()
-    labels = [k["kernel"] for k in ks][::-1]
-    vals = [k["predicted_us"] for k in ks][::-1]
-    ax.barh(labels, vals, color=[colors.get(k["bound"], "#999") for k in ks][::-1])
-    ax.set_xlabel(f"predicted us per token ({gpu['predicted_us_per_token']:.1f} us in all)")
-    ax.legend(handles=[Patch(color=c, label=b) for b, c in colors.items()], fontsize=7,
-              loc="lower right")
-    ax.set_title(f"Predicted time per token on {gpu['device']['name']}", fontsize=10)
-    return _png(fig)
+    (ax,) = fig.subplots()
+    ax.barh([k["predicted_us"] for k in ks], [colors.get(k["bound"], "#999999") for k in ks])
+    ax.set_ticks("y", range(len(ks)), [k["kernel"] for k in ks])
+    ax.set(xlabel=f"predicted us per token ({gpu['predicted_us_per_token']:.1f} us in all)",
+           title=f"Predicted time per token on {gpu['device']['name']}", title_size=10)
+    ax.legend(_patches(colors.items()), size=7, where="lower right")
+    return fig.svg()

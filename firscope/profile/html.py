@@ -1,4 +1,4 @@
-"""report.html: one self-contained page (inline CSS, PNGs as data: URIs, no script).
+"""report.html: one self-contained page (inline CSS, figures as data: URIs, no script).
 
 Every piece of text that can come from the model (paths, names in the
 model file and config, token text) goes through :func:`esc`; the only
@@ -50,11 +50,14 @@ def pct(v) -> str:
     return "—" if v is None else f"{100 * v:.1f}%"
 
 
-def img(png: bytes | None, alt: str) -> str:
-    if not png:
+def img(picture: bytes | None, alt: str) -> str:
+    """A figure (SVG or PNG bytes) as a data: URI image: a picture in an img element runs no
+    script and fetches nothing."""
+    if not picture:
         return ""
-    b64 = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">'
+    kind = "svg+xml" if picture.startswith(b"<svg") else "png"
+    b64 = base64.b64encode(picture).decode("ascii")
+    return f'<img alt="{esc(alt)}" src="data:image/{kind};base64,{b64}">'
 
 
 def table(header: list[str], rows: list[list[str]], left: set[int] = frozenset()) -> str:
