@@ -334,9 +334,13 @@ def breakdown_child(args) -> int:
     reads: list[tuple[str, int]] = []
     current = [0]
 
+    per_node: dict[str, list[float]] = defaultdict(list)  # micro target -> each dispatch's s
+
     def hook(m, node, dt):
         key = node.target if node.kind == "micro" else f"{node.target} ({node.args[1].name})"
         acc[key][current[0]] += dt
+        if node.kind == "micro":
+            per_node[node.target].append(dt)
         nb = linear_bytes(node)
         if nb is not None:
             lin[node.name][current[0]] += dt
@@ -352,6 +356,7 @@ def breakdown_child(args) -> int:
         for name, nb in reads:  # the same reads, in the same order, from memory
             streamed[name][i] += streamer.read(nb)
     machine.hooks.after_node.remove(hook)
+    dispatch = dispatch_costs(machine, per_node)
     per = {k: statistics.median(v) * 1e3 for k, v in acc.items()}
     micro = sum(v for k, v in per.items() if not k.startswith("fir."))
     nbytes = defaultdict(int)
@@ -360,9 +365,40 @@ def breakdown_child(args) -> int:
     linears = {k: {"bytes": nbytes[k], "calls": sum(1 for n, _ in reads if n == k),
                    "ms": statistics.median(v) * 1e3, "best_ms": min(v) * 1e3,
                    "stream_ms": min(streamed[k]) * 1e3} for k, v in lin.items()}
+    stream_gbs = sum(nbytes.values()) / sum(min(v) for v in streamed.values()) / 1e9
+    cfg = json.loads((folder / "config.json").read_text())
+    e, n = cfg["n_embd"], len(tokens)
+    kv_bytes = statistics.mean(2 * (p + 1) * e * 4 for p in range(n))  # K and V rows read
     print(json.dumps({"per_target_ms": per, "micro_ms": micro, "linears": linears,
+                      "dispatch": dispatch, "stream_gbs": stream_gbs, "kv_bytes": kv_bytes,
                       "threads": machine_threads(), "loadavg": os.getloadavg()[0]}))
     return 0
+
+
+def dispatch_costs(machine, per_node: dict[str, list[float]]) -> dict[str, dict]:
+    """Per micro-kernel: the median time of its dispatches in the decode (node hook around
+    Machine._execute, the plain loop's calls), and, for kernels on the plain driver, the
+    same call run hot in a loop with all its lanes and with none (an empty-work dispatch:
+    what a dispatch costs beyond its lanes' work)."""
+    import time
+    out = {}
+    calls = {c[0].target: c for c in machine._calls() if c[3]}
+    for target, v in per_node.items():
+        row = {"calls": len(v), "us": statistics.median(v) * 1e6}
+        c = calls.get(target)
+        if c is not None:
+            _, fn, args, _ = c
+            row["lanes"] = args[5]
+            for name, a in (("hot_us", args), ("empty_us", args[:4] + (0, 0))):
+                best = []
+                for _ in range(7):
+                    t = time.perf_counter()
+                    for _ in range(200):
+                        fn(*a)
+                    best.append((time.perf_counter() - t) / 200 * 1e6)
+                row[name] = min(best)
+        out[target] = row
+    return out
 
 
 def machine_threads() -> int:
@@ -375,6 +411,27 @@ def print_breakdown(b: dict) -> None:
           f"micro-kernels together {b['micro_ms']:.2f} ms:")
     for k, v in sorted(b["per_target_ms"].items(), key=lambda kv: -kv[1]):
         print(f"  {k:<28} {v:7.3f}")
+    print("\nper-dispatch cost of each micro-kernel (us): in decode = median of its dispatches "
+          "in the steps above (node hook around Machine._execute); work = the same call run "
+          "hot with all its lanes minus with none; empty = the call with no lanes (an "
+          "empty-work dispatch); overhead = in decode - work (goal <= 3 us)")
+    print(f"  {'kernel':<16} {'calls':>6} {'lanes':>6} {'in decode':>10} {'work':>7} "
+          f"{'empty':>7} {'overhead':>9}")
+    for k, v in sorted(b["dispatch"].items()):
+        if "hot_us" in v:
+            work = v["hot_us"] - v["empty_us"]
+            print(f"  {k:<16} {v['calls']:>6} {v['lanes']:>6} {v['us']:>10.2f} {work:>7.2f} "
+                  f"{v['empty_us']:>7.2f} {v['us'] - work:>9.2f}")
+        else:
+            print(f"  {k:<16} {v['calls']:>6} {'':>6} {v['us']:>10.2f}   (checked driver: "
+                  "no plain call to time alone)")
+    if "g2.attn_decode" in b["dispatch"]:
+        floor = b["kv_bytes"] / (b["stream_gbs"] * 1e9) * 1e6
+        us = b["dispatch"]["g2.attn_decode"]["us"]
+        print(f"  attn_decode: {us:.1f} us per dispatch against its KV-cache-read floor "
+              f"{floor:.2f} us (mean {b['kv_bytes'] / 1e3:.0f} kB of K and V rows per dispatch "
+              f"over these positions at the linears' streamed {b['stream_gbs']:.1f} GB/s): "
+              f"{us / floor:.0f}x")
     print(f"\nfirscope q4 linears against the machine's streaming bandwidth, {b['threads']} "
           "threads (each linear's weights read once per call, the same bytes streamed right "
           "after each step, read for read):")

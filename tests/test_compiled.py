@@ -627,3 +627,62 @@ def test_a_lane_stride_beyond_64_bits_runs_on_the_interpreter(tmp_path):
     hv, x = model.regions["hv"], model.regions["x"]
     assert same_bits(b[hv.base: hv.base + 4], b[x.base: x.base + 4])
     assert "64-bit" in runner.fallbacks["huge"]
+
+
+def test_hand_off_to_workers_is_not_taken_for_work(random_model, monkeypatch):
+    """The split rule rests on the lanes' own time, never on waking workers: a split
+    dispatch whose hand-off took a (fake) second but whose ranges took no time goes back
+    to one thread; one whose ranges took long stays split. Under the old rule (elapsed
+    x ranges) the first case stayed split for good: attention@0, split once while cold,
+    cost 3x the other layers' attention with two threads (issue 27)."""
+    import firscope.vm.compiled as C
+    model = load_model(random_model)
+    runner = CompiledRunner(model, parallel=True)
+    attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    arena = model.arena.copy()
+    now = [0.0]
+    tick = [0.0]  # what one clock read advances the fake time by
+
+    def clock():
+        now[0] += tick[0]
+        return now[0]
+    runner.clock = clock
+    real_split = C.run_split
+
+    def slow_hand_off(calls):
+        now[0] += 1.0  # waking the workers, outside every range's own call
+        return real_split(calls)
+    monkeypatch.setattr(C, "run_split", slow_hand_off)
+    monkeypatch.setattr(C, "matvec_threads", lambda: 2)
+    plan = runner.plan(attn)
+    plan.work = 1.0  # the previous dispatch was long: this one is split
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 1
+    assert plan.work == 0.0  # the ranges' own calls; the hand-off second is not in it
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 1  # back on one thread
+    tick[0] = 1.0  # now every range's call takes (fake) time: the work is real
+    plan.work = 1.0
+    runner.run(attn, arena, None)
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 3
+    assert plan.work >= C.PARALLEL_MIN_SECONDS
+
+
+def test_plain_loop_takes_direct_calls_and_the_same_bits(random_model):
+    """Machine.step with no hooks runs small micro nodes through precomputed plain calls
+    (CompiledRunner.plain_call); the bits equal the hooked path's and the interpreter's,
+    and a stop request still stops before a node."""
+    from firscope.errors import Interrupted
+    model_a, model_b = load_model(random_model), load_model(random_model)
+    plain, hooked = Machine(model_a, engine="compiled"), Machine(model_b, engine="compiled")
+    hooked.hooks.after_node.append(lambda m, node, dt: None)
+    for tok in (3, 1, 4):
+        assert same_bits(plain.step(tok).logits, hooked.step(tok).logits)
+    calls = plain._calls()
+    direct = {c[0].target for c in calls if c[3]}
+    assert {"g2.add", "g2.layernorm", "g2.gelu_new"} <= direct
+    assert "g2.attn_decode" not in direct  # checked driver: it may stop early or split
+    plain.stop_flag.set()
+    with pytest.raises(Interrupted, match="before node"):
+        plain.step(5)

@@ -10,6 +10,14 @@ step node by node and instruction by instruction on the same arena.
 Hooks: a debugger or profiler appends callables to the lists of
 :class:`Hooks`. With every list empty the step runs the plain loop, so an
 unobserved run pays nothing for them.
+
+The plain loop runs a list made once per (arena, budget, kernel runner): per
+node the function and argument tuple that run it (an ext op's implementation,
+or for a compiled micro node that always takes the plain driver, the driver's
+machine-code entry with its arguments bound: vm/compiled
+``CompiledRunner.plain_call``), so a small dispatch costs a call and the stop
+flag's check, not a pass through the runner's planning. Nodes timed through
+:meth:`Machine.run_node` (a profiler's hooks) take the same calls.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import FirError
+from ..errors import FirError, Interrupted
 from ..fir.syntax import NodeKind
 from ..model.numerics import exp64_numpy
 from ..model.threads import adapt as adapt_threads
@@ -107,6 +115,8 @@ class Machine:
             # model/threads.adapt leaves this thread.
             self.kernel_runner = CompiledRunner(model, parallel=True)
         self._buffer_slices = [(r.base, r.base + r.size) for r in model.buffer_regions()]
+        # (arena, budget, kernel runner, per node (node, fn, args, plain micro?)): _calls()
+        self._plain: tuple | None = None
 
     # -- state ---------------------------------------------------------------
     def reset(self) -> None:
@@ -180,10 +190,65 @@ class Machine:
                 h(self, node, d)
             d.run(self.budget, observer=_HookObserver(hooks))
             return
-        if self.kernel_runner is not None:
-            self.kernel_runner.run(node, self.arena, self.budget, stop=self.stop_flag)
+        runner = self.kernel_runner
+        if runner is not None:
+            calls = self._calls()
+            i = node.index
+            if 0 <= i < len(calls) and calls[i][0] is node and calls[i][3]:
+                self._plain_call(calls[i])
+                return
+            runner.run(node, self.arena, self.budget, stop=self.stop_flag)
             return
         Dispatch(node.program, self.arena).run(self.budget, stop=self.stop_flag)
+
+    def _calls(self) -> list[tuple]:
+        """Per node of the plan (node, fn, args, plain): ``fn(*args)`` runs an ext node
+        (plain False) or a compiled micro node on its plain driver (plain True, the call
+        returns the driver's status); fn None: the node goes through :meth:`_execute`'s
+        general path. Made again when the arena, budget or kernel runner changes."""
+        cached = self._plain
+        runner = self.kernel_runner
+        if (cached is not None and cached[0] is self.arena and cached[1] == self.budget
+                and cached[2] is runner):
+            return cached[3]
+        plain_call = getattr(runner, "plain_call", None)  # a sanitizer's wrapper has none
+        calls = []
+        for node in self.model.nodes:
+            if node.kind == NodeKind.EXT:
+                calls.append((node, EXT_IMPLS[node.target], (self.arena, node), False))
+                continue
+            call = plain_call(node, self.arena, self.budget) if plain_call else None
+            calls.append((node, *call, True) if call else (node, None, None, False))
+        self._plain = (self.arena, self.budget, runner, calls)
+        return calls
+
+    def _plain_call(self, call: tuple) -> None:
+        node, fn, args, _ = call
+        if self.stop_flag.is_set():
+            raise Interrupted(f"stopped by the user before node {node.full_name}", node.loc)
+        if fn(*args) < 0:
+            self._plain = None
+            self.kernel_runner.plain_broke(node)
+
+    def _run_plain(self) -> None:
+        """Every node of the plan, with no hook to call: the plain loop."""
+        stop = self.stop_flag
+        runner = self.kernel_runner
+        # One errstate for the step: the ext ops' (NaN/Inf propagate as on a GPU); nothing
+        # else in the loop computes with NumPy.
+        with np.errstate(all="ignore"):
+            for node, fn, args, plain in self._calls():
+                if plain:
+                    if stop.is_set():
+                        raise Interrupted(f"stopped by the user before node {node.full_name}",
+                                          node.loc)
+                    if fn(*args) < 0:
+                        self._plain = None
+                        runner.plain_broke(node)
+                elif fn is not None:
+                    fn(*args)
+                else:
+                    self._execute(node)
 
     def finish_token(self) -> StepResult:
         out = self.model.outputs["logits"]
@@ -209,8 +274,12 @@ class Machine:
 
     def step(self, token: int) -> StepResult:
         self.begin_token(token)
-        for node in self.model.nodes:
-            self.run_node(node)
+        hooks = self.hooks
+        if hooks.per_node or hooks.per_instruction:
+            for node in self.model.nodes:
+                self.run_node(node)
+        else:
+            self._run_plain()
         return self.finish_token()
 
     # -- generation ------------------------------------------------------------------

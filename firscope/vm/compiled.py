@@ -173,6 +173,18 @@ def compiled_driver(gen: Generated, name: str) -> Callable:
     return fn
 
 
+def direct_entry(fn) -> Callable:
+    """The machine code's own Python entry point of a numba dispatcher compiled for one
+    signature: called with arguments of exactly that signature it skips the dispatcher's
+    matching of argument types to signatures (a fifth of a micro node's dispatch on the
+    plain path). The dispatcher itself when numba does not expose one."""
+    sigs = getattr(fn, "signatures", ())
+    if len(sigs) != 1:
+        return fn
+    entry = getattr(getattr(fn, "overloads", {}).get(sigs[0]), "entry_point", None)
+    return entry if callable(entry) else fn
+
+
 # --- the runner -------------------------------------------------------------------------
 # A kernel's store journal starts with room for one store per store instruction and lane
 # (at least JOURNAL_START entries) and grows by JOURNAL_GROWTH when a dispatch fills it;
@@ -183,8 +195,12 @@ JOURNAL_START = 4096
 JOURNAL_GROWTH = 8
 COPY_WRITTEN = -1  # _Plan.journal: copy the written regions instead of journaling
 # Lanes are spread over threads only for kernels with loops (vm/codegen: Generated.parallel)
-# whose previous dispatch took at least this long on one thread: handing a range of lanes
-# to a worker costs tens of microseconds.
+# whose previous dispatch's lanes took at least this long together (on one thread, or the
+# sum of each range's own call when split): handing a range of lanes to a worker costs
+# tens of microseconds. The time a split dispatch spends waking workers and waiting for
+# them is not counted: counted (elapsed x ranges), a dispatch split once (its first run,
+# cold, after the head) stayed split for good, its hand-off alone keeping it above the
+# threshold -- attention@0 at 3x the other layers' attention with two threads.
 PARALLEL_MIN_SECONDS = 100e-6
 
 
@@ -203,7 +219,7 @@ class _Plan:
     infallible: int | None = None
     saved: np.ndarray | None = field(default=None, repr=False)  # the copy, in COPY_WRITTEN
     drivers: dict = field(default_factory=dict, repr=False)  # name -> compiled driver
-    work: float = 0.0  # seconds the last dispatch took, times the threads it ran on
+    work: float = 0.0  # seconds the last dispatch's lanes took together (see _ranges)
     one_range: list = field(default_factory=list, repr=False)  # [(0, threads)]
 
     @property
@@ -285,6 +301,8 @@ class CompiledRunner:
         self._jn: list[tuple[int, int]] = []  # (first entry, end) of each range's segment
         self._usable_arena: np.ndarray | None = None
         self.split_dispatches = 0  # dispatches whose lanes ran on more than one thread
+        self.clock: Callable[[], float] = time.perf_counter  # tests inject a fake one
+        self._range_seconds: list[float] = []  # each range's own call, in a split dispatch
 
     # -- planning and compiling ---------------------------------------------------------
     def plan(self, node) -> _Plan:
@@ -356,14 +374,32 @@ class CompiledRunner:
             Dispatch(plan.program, arena).run(budget, stop=stop)
             return
         limit = UNLIMITED if budget is None else max(int(budget), 0)
-        t = time.perf_counter()
+        t = self.clock()
         if plan.infallible is not None and plan.infallible <= min(limit, POLL):
             ranges = self._run_plain(plan, arena)
         else:
             ranges = self._dispatch(plan, node, arena, limit, budget, stop)
             while ranges is None:  # the journal was full: undone, the journal has grown
                 ranges = self._dispatch(plan, node, arena, limit, budget, stop)
-        plan.work = (time.perf_counter() - t) * ranges
+        # The lanes' work: on one thread the dispatch; split, the sum of the ranges' own
+        # calls, without the hand-off to the workers (PARALLEL_MIN_SECONDS says why).
+        plan.work = self.clock() - t if ranges == 1 else sum(self._range_seconds)
+
+    def _split(self, calls: list[tuple[Callable, tuple]]) -> list:
+        """run_split of the ranges' calls, each timed on the thread that runs it
+        (self._range_seconds), so that waking a worker is not taken for work."""
+        seconds = [0.0] * len(calls)
+        clock = self.clock
+
+        def timed(k: int, fn: Callable, args: tuple):
+            t = clock()
+            try:
+                return fn(*args)
+            finally:
+                seconds[k] = clock() - t
+        out = run_split([(timed, (k, fn, args)) for k, (fn, args) in enumerate(calls)])
+        self._range_seconds = seconds
+        return out
 
     def _usable(self, arena: np.ndarray, plan: _Plan) -> bool:
         """Whether the compiled code can run on ``arena`` (1-D contiguous writable f32,
@@ -395,6 +431,38 @@ class CompiledRunner:
         self.split_dispatches += 1
         return [(n * k // threads, n * (k + 1) // threads) for k in range(threads)]
 
+    def plain_call(self, node, arena: np.ndarray, budget: int | None) -> tuple[Callable, tuple] | None:
+        """(function, arguments) that run ``node`` on ``arena`` exactly as :meth:`run` does,
+        for a node every dispatch of which takes the plain driver on one range of lanes
+        (it cannot stop early under ``budget``, and its lanes are never split): a caller that
+        runs the same node again and again (runtime.Machine's plain loop) calls it directly,
+        past the per-dispatch planning. The call returns a negative status if the lane
+        analysis was wrong; pass the node to :meth:`plain_broke` then. None for any other
+        node (run it with :meth:`run`). Still the caller's: the stop flag before the call."""
+        plan = self._plans.get(node.index) or self.plan(node)
+        if plan.gen is None or not self._usable(arena, plan):
+            return None
+        limit = UNLIMITED if budget is None else max(int(budget), 0)
+        if plan.infallible is None or plan.infallible > min(limit, POLL):
+            return None
+        if self.parallel and plan.gen.parallel and plan.program.threads >= 2:
+            return None  # may be split, by its last dispatch's time (_ranges)
+        g = plan.gen
+        return (direct_entry(plan.driver("run_plain")),
+                (arena, plan.bases, g.kf, g.ki, 0, plan.program.threads))
+
+    def plain_broke(self, node) -> None:
+        """A plain call of ``node`` returned a negative status: never trust the analysis
+        again, and raise."""
+        self._plain_broke(self._plans[node.index])
+
+    def _plain_broke(self, plan: _Plan) -> None:
+        plan.infallible = None
+        program = plan.program
+        raise FirError(f"internal error: kernel '{program.name}' at node {program.node} "
+                       "stopped early although no lane could; the arena may hold part "
+                       "of its stores (please report)")
+
     def _run_plain(self, plan: _Plan, arena: np.ndarray) -> int:
         """A node that cannot stop early: the plain driver, nothing to undo. Returns how
         many ranges of lanes ran at once."""
@@ -404,14 +472,10 @@ class CompiledRunner:
         if len(ranges) == 1:
             status = fn(arena, plan.bases, g.kf, g.ki, 0, plan.program.threads)
         else:
-            status = min(run_split([(fn, (arena, plan.bases, g.kf, g.ki, a, b))
-                                    for a, b in ranges]))
+            status = min(self._split([(fn, (arena, plan.bases, g.kf, g.ki, a, b))
+                                      for a, b in ranges]))
         if status < 0:  # the analysis was wrong: never trust it again
-            plan.infallible = None
-            program = plan.program
-            raise FirError(f"internal error: kernel '{program.name}' at node {program.node} "
-                           "stopped early although no lane could; the arena may hold part "
-                           "of its stores (please report)")
+            self._plain_broke(plan)
         return len(ranges)
 
     def _dispatch(self, plan: _Plan, node, arena, limit: int, budget, stop) -> int | None:
@@ -438,7 +502,7 @@ class CompiledRunner:
         calls = [(fn, (arena, plan.bases, g.kf, g.ki, a, b, limit, ctl, self._rec, self._frec,
                        cell, self._jaddr, self._jval, start, start + seg if seg >= 0 else -1))
                  for (a, b), start in zip(ranges, starts)]
-        ends = [fn(*calls[0][1])] if len(calls) == 1 else run_split(calls)
+        ends = [fn(*calls[0][1])] if len(calls) == 1 else self._split(calls)
         self._jn = list(zip(starts, ends))
         if not (ctl[C_FAULTED] or ctl[C_ABORT]):
             return len(ranges)
