@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 
-from ..errors import Interrupted
+from ..vm.faults import stopped_before
 
 __all__ = ["ctrl_c_stops", "stop_between_nodes"]
 
@@ -17,8 +17,7 @@ def stop_between_nodes(machine) -> None:
     but short kernels and ext ops never do, so a run of them would not stop."""
     def check(m, node):
         if m.stop_flag.is_set():
-            raise Interrupted(f"stopped by the user before node {node.full_name} "
-                              f"(line {node.loc.line})", node.loc)
+            raise stopped_before(node)
     machine.hooks.before_node.append(check)
 
 

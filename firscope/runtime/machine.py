@@ -29,10 +29,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import FirError, Interrupted
+from ..errors import FirError
 from ..fir.syntax import NodeKind
 from ..model.numerics import exp64_numpy
 from ..model.threads import adapt as adapt_threads
+from ..vm.faults import stopped_before
 from ..vm.interp import Dispatch, Observer
 from .extops import EXT_IMPLS
 from .load import Model
@@ -225,7 +226,7 @@ class Machine:
     def _plain_call(self, call: tuple) -> None:
         node, fn, args, _ = call
         if self.stop_flag.is_set():
-            raise Interrupted(f"stopped by the user before node {node.full_name}", node.loc)
+            raise stopped_before(node)
         if fn(*args) < 0:
             self._plain = None
             self.kernel_runner.plain_broke(node)
@@ -240,8 +241,7 @@ class Machine:
             for node, fn, args, plain in self._calls():
                 if plain:
                     if stop.is_set():
-                        raise Interrupted(f"stopped by the user before node {node.full_name}",
-                                          node.loc)
+                        raise stopped_before(node)
                     if fn(*args) < 0:
                         self._plain = None
                         runner.plain_broke(node)

@@ -82,13 +82,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import FirError, Interrupted
+from ..errors import FirError
 from ..fir.syntax import NodeKind
 from ..jitcache import cache_dir, prepare_numba
 from ..model.threads import matvec_threads, run_split
 from .assembler import Address, Program
 from .codegen import Generated, fault_message, generate
-from .faults import budget_error, fault_error, interrupted_error
+from .faults import budget_error, fault_error, interrupted_error, stopped_before
 from .interp import Dispatch
 from .isa import FrameKind
 from .kernel_abi import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
@@ -369,7 +369,7 @@ class CompiledRunner:
         plan = self._plans.get(node.index) or self.plan(node)
         stop = stop if stop is not None else self.stop
         if stop is not None and stop.is_set():
-            raise Interrupted(f"stopped by the user before node {node.full_name}", node.loc)
+            raise stopped_before(node)
         if plan.gen is None or not self._usable(arena, plan):
             Dispatch(plan.program, arena).run(budget, stop=stop)
             return

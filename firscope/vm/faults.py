@@ -51,3 +51,9 @@ def rtou_message(src: int, value, lane: int) -> str:
 
 def loop_count_message(reg: int, value, lane: int) -> str:
     return f"loop count R{reg} = {float(value)!r} in lane {lane} is not finite"
+
+
+def stopped_before(node) -> Interrupted:
+    """The user stopped a run between nodes, before ``node`` started."""
+    return Interrupted(f"stopped by the user before node {node.full_name} (line {node.loc.line})",
+                       node.loc)
