@@ -233,18 +233,13 @@ class Machine:
 
     def _run_plain(self) -> None:
         """Every node of the plan, with no hook to call: the plain loop."""
-        stop = self.stop_flag
-        runner = self.kernel_runner
         # One errstate for the step: the ext ops' (NaN/Inf propagate as on a GPU); nothing
         # else in the loop computes with NumPy.
         with np.errstate(all="ignore"):
-            for node, fn, args, plain in self._calls():
+            for call in self._calls():
+                node, fn, args, plain = call
                 if plain:
-                    if stop.is_set():
-                        raise stopped_before(node)
-                    if fn(*args) < 0:
-                        self._plain = None
-                        runner.plain_broke(node)
+                    self._plain_call(call)
                 elif fn is not None:
                     fn(*args)
                 else:

@@ -185,6 +185,12 @@ def direct_entry(fn) -> Callable:
     return entry if callable(entry) else fn
 
 
+def _takes_plain(plan, limit: int) -> bool:
+    """Whether every dispatch of ``plan`` under ``limit`` instructions takes the plain driver:
+    no lane can fault or run past the budget or the stop poll."""
+    return plan.infallible is not None and plan.infallible <= min(limit, POLL)
+
+
 # --- the runner -------------------------------------------------------------------------
 # A kernel's store journal starts with room for one store per store instruction and lane
 # (at least JOURNAL_START entries) and grows by JOURNAL_GROWTH when a dispatch fills it;
@@ -375,7 +381,7 @@ class CompiledRunner:
             return
         limit = UNLIMITED if budget is None else max(int(budget), 0)
         t = self.clock()
-        if plan.infallible is not None and plan.infallible <= min(limit, POLL):
+        if _takes_plain(plan, limit):
             ranges = self._run_plain(plan, arena)
         else:
             ranges = self._dispatch(plan, node, arena, limit, budget, stop)
@@ -442,8 +448,7 @@ class CompiledRunner:
         plan = self._plans.get(node.index) or self.plan(node)
         if plan.gen is None or not self._usable(arena, plan):
             return None
-        limit = UNLIMITED if budget is None else max(int(budget), 0)
-        if plan.infallible is None or plan.infallible > min(limit, POLL):
+        if not _takes_plain(plan, UNLIMITED if budget is None else max(int(budget), 0)):
             return None
         if self.parallel and plan.gen.parallel and plan.program.threads >= 2:
             return None  # may be split, by its last dispatch's time (_ranges)
