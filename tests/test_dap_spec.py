@@ -4,6 +4,7 @@ lines and file:// URIs, log points, breakpoint events, progress, and a quiet SIG
 the session is over."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -255,3 +256,22 @@ def test_a_register_from_the_variables_view_is_a_data_breakpoint():
         assert top["body"]["stackFrames"][0]["line"] == load + 1  # after the write
     finally:
         c.close()
+
+
+def test_input_closed_tells_a_closed_peer_from_a_quiet_or_busy_one():
+    """The SIGINT handler's second question (the reader thread may not have seen EOF yet)."""
+    from firscope.dap.server import input_closed
+    r, w = os.pipe()
+    try:
+        assert not input_closed(r)  # open, nothing sent: the client is still there
+        os.write(w, b"Content-Length: 2\r\n\r\n{}")
+        assert not input_closed(r)  # bytes waiting: still talking
+        os.read(r, 100)
+        os.close(w)
+        w = -1
+        assert input_closed(r)  # the other end is gone and nothing is left
+        assert os.read(r, 1) == b""  # asking read nothing
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)

@@ -41,7 +41,7 @@ def serve_stdio() -> int:
     sys.stdout = sys.stderr
     out = os.fdopen(protocol_fd, "wb", buffering=0)
     inp = os.fdopen(os.dup(0), "rb", buffering=0)
-    closing, quiet = _quiet_interrupt_when_closing()
+    closing, quiet = _quiet_interrupt_when_closing(inp.fileno())
     try:
         run_session(inp, out, closing)
     finally:
@@ -54,10 +54,13 @@ def serve_stdio() -> int:
     return 0
 
 
-def _quiet_interrupt_when_closing():
+def _quiet_interrupt_when_closing(inp_fd: int):
     """nvim-dap ends a session by closing stdin and sending SIGINT: once the client said
     disconnect or terminate, or stdin is closed, SIGINT ends the adapter with 0 and says
-    nothing (not "exited with 130"); before that it interrupts as usual."""
+    nothing (not "exited with 130"); before that it interrupts as usual.
+
+    The signal can land before the reader thread has seen the end of stdin (the client
+    closes and signals at once), so the handler also asks the descriptor itself."""
     import signal
     import threading
     closing = threading.Event()
@@ -65,12 +68,29 @@ def _quiet_interrupt_when_closing():
         return closing, False
 
     def interrupt(signum, frame):
-        if closing.is_set():
+        if closing.is_set() or input_closed(inp_fd):
             sys.stderr.flush()
             os._exit(0)
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, interrupt)
     return closing, True
+
+
+def input_closed(fd: int) -> bool:
+    """True when the other end of ``fd`` (a pipe, socket or tty) is closed and nothing is
+    left to read: readable now, with no byte waiting. Reads nothing. False when it cannot
+    tell (no FIONREAD on this system, a descriptor that is gone)."""
+    try:
+        import fcntl
+        import struct
+        import termios
+        readable, _, _ = select.select([fd], [], [], 0)
+        if not readable:
+            return False
+        waiting = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (ImportError, OSError, ValueError):
+        return False
+    return waiting == 0
 
 
 def run_session(inp, out, closing=None) -> None:
