@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -223,7 +224,7 @@ def test_a_failed_analysis_keeps_the_measurement(gpu, tmp_path, monkeypatch, cap
     assert data["gpu_ms_per_token"] > 0
 
 
-def test_the_benchmark_sets_the_rounds_median_beside_the_prediction(sample, capsys):
+def test_the_benchmark_sets_the_rounds_median_beside_the_prediction(sample, capsys, monkeypatch):
     """benchmarks/gpu.py's table from what its children report, as on an H200 (a hardware
     adapter that is the device predicted for): nothing of lavapipe is assumed."""
     import importlib.util
@@ -231,6 +232,9 @@ def test_the_benchmark_sets_the_rounds_median_beside_the_prediction(sample, caps
     from conftest import REPO
     spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "benchmarks" / "gpu.py")
     bench = importlib.util.module_from_spec(spec)
+    # The script puts benchmarks/ first on sys.path for its own imports; left there, its
+    # modules shadow installed packages of the same name in every later test.
+    monkeypatch.setattr(sys, "path", list(sys.path))
     spec.loader.exec_module(bench)
     model, report = sample
     h200 = find_device("h200")

@@ -1,6 +1,6 @@
 """Time of the compiled micro-kernels per decoded token: this tree against a git revision.
 
-    python benchmarks/kernels.py --against 1f1778e [--rounds 5] [--steps 48]
+    python benchmarks/micro_kernels.py --against 1f1778e [--rounds 5] [--steps 48]
 
 What a change to the code generator or the compiled runner costs on the normal
 path (e.g. the store journal that makes a dispatch all or nothing). Writes a
