@@ -241,3 +241,48 @@ def test_f32_matvec_equals_blas_within_reordering(shape):
         buf = x.copy()
         gemv.f32_matvec(w, buf, buf)  # in place
         assert np.array_equal(buf, y)
+
+
+def _dot_q4_with(dequant):
+    """A jitted caller of the no-tail q4 dot product that dequantizes one way."""
+    from numba import njit
+
+    from firscope.model.numeric_kernels import DOT_Q4_BY_DEQUANT
+    from firscope.model.q4_kernels import split_x
+    dot = DOT_Q4_BY_DEQUANT[dequant]
+
+    @njit
+    def run(packed, scale, minimum, x, y):
+        xe, xo = split_x(x, packed.shape[1])
+        for r in range(packed.shape[0]):
+            dot(y, packed, scale, minimum, xe, xo, r, x.shape[0] // 32)
+    return run
+
+
+def test_both_ways_of_dequantizing_give_the_same_bits():
+    """The q4 dot product looks each weight up in a table of fma(k, scale, min) where the
+    CPU has AVX-512 and fuses fma(q, scale, min) itself elsewhere: the same bits for every
+    code, with scales and mins chosen to break it (signed zeros, subnormals, huge, Inf,
+    NaN) as well as real ones, and both equal to the matvec the model runs."""
+    from firscope.model.numeric_kernels import Q4_DEQUANT
+    assert Q4_DEQUANT in ("table", "convert")
+    rng = np.random.default_rng(11)
+    q = quantize(rng.standard_normal((48, 256)).astype(np.float32), 32)
+    packed = q.packed.copy()
+    packed[:16] = rng.integers(0, 256, packed[:16].shape, dtype=np.uint8)  # every code
+    scale, minimum = q.scale.copy(), q.minimum.copy()
+    odd = np.array([0.0, -0.0, 1e-45, -3e-39, 3e38, -3e38, np.inf, -np.inf, np.nan, 1.0],
+                   dtype=np.float32)
+    scale[16:32] = rng.choice(odd, scale[16:32].shape)
+    minimum[24:40] = rng.choice(odd, minimum[24:40].shape)
+    x = rng.standard_normal(256).astype(np.float32)
+    x[::7] *= 1e-30
+    got = {}
+    for how in ("convert", "table"):
+        y = np.full(48, 7.0, dtype=np.float32)
+        _dot_q4_with(how)(packed, scale, minimum, x, y)
+        got[how] = y.view(np.uint32)
+    assert np.array_equal(got["convert"], got["table"])
+    assert np.isnan(got["table"].view(np.float32)).any()  # the odd values reached the sums
+    q.packed[...], q.scale[...], q.minimum[...] = packed, scale, minimum
+    assert np.array_equal(q.matvec(x, parallel=False).view(np.uint32), got["convert"])
