@@ -655,6 +655,7 @@ def test_hand_off_to_workers_is_not_taken_for_work(random_model, monkeypatch):
     monkeypatch.setattr(C, "run_split", slow_hand_off)
     monkeypatch.setattr(C, "matvec_threads", lambda: 2)
     plan = runner.plan(attn)
+    plan.dispatched = True  # past the first dispatch, which loads the driver
     plan.work = 1.0  # the previous dispatch was long: this one is split
     runner.run(attn, arena, None)
     assert runner.split_dispatches == 1
@@ -663,10 +664,55 @@ def test_hand_off_to_workers_is_not_taken_for_work(random_model, monkeypatch):
     assert runner.split_dispatches == 1  # back on one thread
     tick[0] = 1.0  # now every range's call takes (fake) time: the work is real
     plan.work = 1.0
+    plan.alone = 100.0  # and one thread took far longer than the split will
     runner.run(attn, arena, None)
     runner.run(attn, arena, None)
     assert runner.split_dispatches == 3
     assert plan.work >= C.PARALLEL_MIN_SECONDS
+
+
+def test_a_split_that_does_not_pay_goes_back_to_one_thread(random_model, monkeypatch):
+    """A split dispatch that takes as long as the last one on one thread (its ranges waited
+    on memory, on each other or on the hand-off) is not repeated until one thread's work
+    has doubled: attention@0, split while cold after the head, stayed split at 2-3x the
+    other layers' attention with two threads (issue 27). One that pays stays split."""
+    import firscope.vm.compiled as C
+    model = load_model(random_model)
+    runner = CompiledRunner(model, parallel=True)
+    attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    arena = model.arena.copy()
+    now = [0.0]
+    runner.clock = lambda: now[0]
+    took = {"ranges": [0.0, 0.0], "elapsed": 0.0}  # what the next split will take
+    real = runner._split
+
+    def fake_split(calls):
+        out = real(calls)
+        runner._range_seconds = list(took["ranges"])
+        now[0] += took["elapsed"]
+        return out
+    monkeypatch.setattr(runner, "_split", fake_split)
+    monkeypatch.setattr(C, "matvec_threads", lambda: 2)
+    plan = runner.plan(attn)
+    now[0], runner.clock = 0.0, lambda: now.__setitem__(0, now[0] + 5.0) or now[0]
+    runner.run(attn, arena, None)  # the first dispatch (it loads the driver): 5 s
+    assert plan.dispatched and plan.work == 0.0  # ... not taken for the lanes' work
+    runner.run(attn, arena, None)
+    assert plan.work == plan.alone == 5.0 and runner.split_dispatches == 0
+    runner.clock = lambda: now[0]
+    plan.work = plan.alone = 1.0  # one thread took a second: split
+    took.update(ranges=[0.6, 0.6], elapsed=1.3)  # ... and the split took longer
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 1
+    assert plan.work == pytest.approx(1.2) and plan.retry_split_at == pytest.approx(2.0)
+    runner.run(attn, arena, None)  # 1.2 s of work, under twice the split that did not pay
+    assert runner.split_dispatches == 1
+    assert plan.alone == 0.0  # that dispatch ran alone (on the fake clock: no time)
+    plan.work = plan.alone = 2.5  # the work has doubled since: try again
+    took.update(ranges=[1.2, 1.2], elapsed=1.3)  # now it pays
+    runner.run(attn, arena, None)
+    runner.run(attn, arena, None)
+    assert runner.split_dispatches == 3
 
 
 def test_plain_loop_takes_direct_calls_and_the_same_bits(random_model):

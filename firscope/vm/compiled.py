@@ -226,6 +226,11 @@ class _Plan:
     saved: np.ndarray | None = field(default=None, repr=False)  # the copy, in COPY_WRITTEN
     drivers: dict = field(default_factory=dict, repr=False)  # name -> compiled driver
     work: float = 0.0  # seconds the last dispatch's lanes took together (see _ranges)
+    # One thread's work below which no split is tried again: twice the work of the last
+    # split that did not pay for itself (see CompiledRunner.run).
+    retry_split_at: float = 0.0
+    alone: float = 0.0  # seconds the last dispatch on one thread took
+    dispatched: bool = False  # whether the compiled code has run once (see run)
     one_range: list = field(default_factory=list, repr=False)  # [(0, threads)]
 
     @property
@@ -389,7 +394,25 @@ class CompiledRunner:
                 ranges = self._dispatch(plan, node, arena, limit, budget, stop)
         # The lanes' work: on one thread the dispatch; split, the sum of the ranges' own
         # calls, without the hand-off to the workers (PARALLEL_MIN_SECONDS says why).
-        plan.work = self.clock() - t if ranges == 1 else sum(self._range_seconds)
+        elapsed = self.clock() - t
+        if not plan.dispatched:
+            # The first dispatch loads the driver (milliseconds from numba's cache): not
+            # the lanes' work. Counted, the next dispatch was split and paid for starting
+            # the thread pool: 2.8 ms for attention@0 in profile's first timed step.
+            plan.dispatched = True
+            return
+        if ranges == 1:
+            plan.work = plan.alone = elapsed
+            return
+        plan.work = sum(self._range_seconds)
+        alone = plan.alone or plan.work
+        if elapsed >= alone:
+            # The split took as long as the last dispatch on one thread: the ranges
+            # waited on each other (memory, a core other processes took) or on the
+            # hand-off. Back to one thread until its work has doubled -- attention@0, the
+            # first dispatch after the head's 154 MB stream, crossed the threshold cold
+            # and then ran split at 2-3x the other layers' attention (issue 27).
+            plan.retry_split_at = 2 * alone
 
     def _split(self, calls: list[tuple[Callable, tuple]]) -> list:
         """run_split of the ranges' calls, each timed on the thread that runs it
@@ -422,12 +445,13 @@ class CompiledRunner:
         """Lane ranges [l0, l1), one per thread the dispatch runs on. Only kernels with
         loops run on more than one; with ``parallel=True`` only those whose previous
         dispatch took long enough to pay for handing ranges to other threads
-        (PARALLEL_MIN_SECONDS of one thread's work), on numba's current thread count."""
+        (PARALLEL_MIN_SECONDS of one thread's work, and twice the work of a split that
+        did not pay), on numba's current thread count."""
         n = plan.program.threads
         if not (self.parallel and plan.gen.parallel and n >= 2):
             return plan.one_range
         if self.parallel is True:
-            if plan.work < PARALLEL_MIN_SECONDS:
+            if plan.work < max(PARALLEL_MIN_SECONDS, plan.retry_split_at):
                 return plan.one_range
             threads = min(matvec_threads(), n)
         else:
