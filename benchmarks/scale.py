@@ -36,7 +36,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from decode import SEED_FIR, cpu_snapshot, load_firscope, others_cpu, rss_bytes  # noqa: E402
+from decode import (SEED_FIR, cpu_snapshot, load_firscope, others_cpu, rss_bytes,  # noqa: E402
+                    token_reads)
 
 SHAPES = {  # GPT-2's published shapes; vocab 50257, 1024 positions
     "small": dict(n_layer=12, n_embd=768, n_head=12),
@@ -183,7 +184,7 @@ def prepare(name: str, cache: Path) -> Path | str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="medium,large,xl")
+    ap.add_argument("--models", default="small,medium,large,xl")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "firscope-bench"))
@@ -231,7 +232,33 @@ def main() -> int:
     print("(RSS load: VmRSS right after load; peak load: peak RSS during load; peak: over the "
           "whole run (decode and the debugger's token included); "
           "undo log/token: Session.history.nbytes after next_token with an unbounded history)")
+    print_scaling(rows)
     return 0
+
+
+def token_bytes(name: str) -> int:
+    """Bytes of weights one decode step of the seed's layout reads (q4 linears + f32 head)."""
+    cfg = dict(SHAPES[name], vocab_size=VOCAB)
+    return sum(b for _, b in token_reads(cfg))
+
+
+def print_scaling(rows: dict) -> None:
+    """Each model's time per token against small's, over its bytes per token against
+    small's (issue 27's goal for XL: at most 1.1): decode should grow with what it reads."""
+    small = rows.get("small")
+    if not small or "error" in small:
+        print("(no scaling ratios: small was not measured in this run; add it to --models)")
+        return
+    print("\nscaling against small, measured in this run (time ratio / bytes ratio; 1.0: "
+          "time grows exactly with the bytes read per token):")
+    b0 = token_bytes("small")
+    for name, r in rows.items():
+        if name == "small" or "error" in r:
+            continue
+        br = token_bytes(name) / b0
+        tr = r["ms"] / small["ms"]
+        print(f"  {name:<7} {token_bytes(name) / 1e6:7.1f} MB/token = {br:5.2f}x small's; "
+              f"{r['ms']:6.1f} ms/token = {tr:5.2f}x small's; ratio {tr / br:4.2f}")
 
 
 if __name__ == "__main__":
