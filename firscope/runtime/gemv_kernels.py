@@ -42,7 +42,8 @@ def f32_rows(w, x, y, r0, r1):  # pragma: no cover - compiled
     r = r0
     if blocks * LANES == w.shape[1]:  # no tail: the tree in registers, straight into y
         # One row at a time: a decode's weights stream from memory, and one row's
-        # sequential read ran at 0.84-0.93 of the machine's streaming bandwidth where four
+        # sequential read ran at 0.84-0.93 of benchmarks/bandwidth.py's read (a read that
+        # touched one line in two before 2026-12-05, so the fraction is overstated) where four
         # rows' interleaved reads ran at 0.70-0.86 (2-core AMD EPYC, AVX2; the f32 head,
         # 1 and 2 threads). Four rows are faster only on a matrix in cache.
         while r < r1:
