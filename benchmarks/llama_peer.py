@@ -22,7 +22,7 @@ fine; build the same llama.cpp for this CPU and point the wheel at it
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
         -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF
-    cmake --build build --target llama -j 2     # about 15 minutes on 2 cores
+    cmake --build build --target llama -j 2     # 5-15 minutes on 2 cores
     python benchmarks/decode.py --llama-lib build/bin
 
 Never a dependency of firscope or its tests; nothing here is imported by them.
