@@ -13,7 +13,7 @@ involved (the one whose access met the other's).
 Race: only kernels the lane analysis cannot prove race-free are interpreted;
 a stop happens once per (dispatch, line pair). Init: the shadow must know
 everything written since the model was loaded. The tracker follows the
-session node by node (``node_observers``); when the session is somewhere it
+session node by node (``Session.observe_nodes``); when the session is somewhere it
 did not follow it to (the catchpoint set mid-run, a jump back, ``goto``), it
 replays the run up to there on a copy of the arena (the unpatched run: ``set``
 patches are not replayed). A node the session is stopped inside when that
@@ -126,7 +126,7 @@ class UninitTracker(_Tracker):
     def sync(self, session) -> None:
         if self._session is not session:
             self._session = session
-            session.node_observers.append(self._node_done)
+            session.observe_nodes(self._node_done)
             self._expected = None
         if self._expected != session.cursor:
             self.rebuild(session)

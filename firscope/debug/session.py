@@ -111,8 +111,8 @@ class Session:
         self._write_cache: dict[int, list[tuple[int, int]]] = {}
         self._shared_names: dict[int, str] | None = None
         # Called as f(session, node) after every node completes, however it ran
-        # (the UI records attention maps this way).
-        self.node_observers: list = []
+        # (observe_nodes).
+        self._node_observers: list[Callable] = []
         # Log points (dprintf): f(breakpoint, text) as each is hit, or, without a sink, the
         # lines wait here for the command interpreter to print before the stop.
         self.log_sink: Callable | None = None
@@ -209,6 +209,12 @@ class Session:
     def _interrupted(self, detail: str = "") -> Stop:
         return self.here(StopReason.INTERRUPTED, "interrupted by the user"
                          + (f" ({detail})" if detail else ""))
+
+    def observe_nodes(self, fn: Callable) -> None:
+        """Call ``fn(session, node)`` after every node completes, however it ran (a run, a
+        step, a reverse replay), for the rest of the session: the UI records attention maps
+        and node times this way, the sanitizer follows the session."""
+        self._node_observers.append(fn)
 
     def attach_reference(self, reference) -> None:
         """Compare every node run from now on with ``reference`` (an
@@ -619,7 +625,7 @@ class Session:
             ref.compare(self.step, node, token)
             if ref.isolate:  # break diverge --isolate: each node judged on its own too
                 ref.judge(self.step, node, token, self.machine)
-        for f in self.node_observers:
+        for f in self._node_observers:
             f(self, node)
 
     def _region_names(self) -> dict[int, str]:

@@ -21,7 +21,7 @@ class AttentionRecorder:
     def __init__(self, session: Session):
         self.sites = {s.node: s for s in find_attention_sites(session.model)}
         self.maps: dict[tuple[int, int | None], np.ndarray] = {}
-        session.node_observers.append(self)
+        session.observe_nodes(self)
 
     def __call__(self, session: Session, node) -> None:
         site = self.sites.get(node.index)

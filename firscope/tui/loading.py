@@ -74,7 +74,7 @@ def open_session(path: Path, options: UiOptions, carried, probe, wants,
     tok = ci.tok
     recorder = AttentionRecorder(session)
     notes = restore(ci, carried) if carried is not None else []
-    session.node_observers.append(probe)
+    session.observe_nodes(probe)
     progress("ready", 1.0)
     view = build_view(session, ci, tok, recorder, wants)
     return dict(session=session, ci=ci, tok=tok, recorder=recorder, view=view, notes=notes,
