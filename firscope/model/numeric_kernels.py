@@ -203,14 +203,15 @@ def _prefetch(builder, data, offset):
 
 
 def _lookup(builder, table, index):
-    """The vector of ``table[index[j]]`` (``index`` i32 lanes): where AVX-512 is the target,
-    its 16-lane permute, which reads each index's low 4 bits; elsewhere (only the tests
-    use it there) lane by lane, each index < 16."""
-    if Q4_DEQUANT == "table" and table.type.count == 16:
+    """The vector of ``table[index[j] % 16]`` (``table`` 16 lanes, ``index`` i32 lanes: only
+    their low 4 bits count). Where AVX-512 is the target, its 16-lane permute, which reads
+    just those bits; elsewhere (only the tests use it there) masked, then lane by lane."""
+    if Q4_DEQUANT == "table":
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(table.type, [table.type, index.type]),
             "llvm.x86.avx512.permvar.sf.512")
         return builder.call(fn, [table, index])
+    index = builder.and_(index, ir.Constant(index.type, [15] * index.type.count))
     out = ir.Constant(table.type, ir.Undefined)
     for j in range(index.type.count):
         lane = ir.Constant(ir.IntType(32), j)
@@ -258,16 +259,13 @@ def _lanes_q4(rows: int, fold: bool = False, dequant: str = "convert"):
                     # the codes as 32-bit integers (0..255), their nibbles converted exactly
                     codes = builder.zext(_vector_at(builder, pk[k], off, vec8), vec32)
                     hi_i = builder.lshr(codes, ir.Constant(vec32, [4] * half))
-                    if dequant == "table" and Q4_DEQUANT == "table":
-                        lo_i = codes  # vpermd reads an index's low 4 bits: the low nibble
-                    else:
-                        lo_i = builder.and_(codes, ir.Constant(vec32, [15] * half))
                     s = _splat(builder, builder.load(builder.gep(psc[k], [g])), half)
                     m = _splat(builder, builder.load(builder.gep(pmn[k], [g])), half)
-                    if dequant == "table":
+                    if dequant == "table":  # the lookup reads the low nibble of the codes
                         table = _fma(builder, iota, s, m)  # fma(k, scale, min), k = 0..15
-                        we, wo = _lookup(builder, table, lo_i), _lookup(builder, table, hi_i)
+                        we, wo = _lookup(builder, table, codes), _lookup(builder, table, hi_i)
                     else:
+                        lo_i = builder.and_(codes, ir.Constant(vec32, [15] * half))
                         lo, hi = builder.sitofp(lo_i, vec), builder.sitofp(hi_i, vec)
                         we, wo = _fma(builder, lo, s, m), _fma(builder, hi, s, m)
                     builder.store(_fma(builder, we, xev, builder.load(acce[k])), acce[k])

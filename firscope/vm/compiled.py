@@ -397,8 +397,8 @@ class CompiledRunner:
         elapsed = self.clock() - t
         if not plan.dispatched:
             # The first dispatch loads the driver (milliseconds from numba's cache): not
-            # the lanes' work. Counted, the next dispatch was split and paid for starting
-            # the thread pool: 2.8 ms for attention@0 in profile's first timed step.
+            # the lanes' work. Counted, it made the next dispatch split, paying for the
+            # thread pool's start (attention@0: 783 us in profile's first timed step).
             plan.dispatched = True
             return
         if ranges == 1:
