@@ -193,6 +193,9 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(Path(args.child), args.steps)))
         return 0
+    unknown = [m for m in args.models.split(",") if m not in SHAPES]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(SHAPES)})")
     cache = Path(args.cache)
     print(f"{args.steps} compiled decode steps per model, {args.threads} threads, "
           f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
