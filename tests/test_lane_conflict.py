@@ -345,3 +345,78 @@ def test_a_wrong_proof_is_reported_not_hidden(tmp_path):
     with pytest.raises(FirFault):
         runner.run(node, arena, None)
     assert same_bits(arena, model.arena)
+
+
+# --- kernels proved per dispatch, from the values they read -----------------------------------
+def test_attention_is_proved_for_the_position_it_reads():
+    """attn_decode's loop counts come from the position buffer: no proof for every dispatch,
+    but one for the positions that keep every index in bounds and in its lane's slice
+    (0..n_positions-1: position p stores row p of the caches and reads p + 1 scores)."""
+    model = load_model(SEED_FIR)
+    node = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    runner = C.CompiledRunner(model)
+    plan = runner.plan(node)
+    assert plan.infallible is None and plan.proofs is not None
+    assert plan.reads == (model.inputs["position"].base,)
+    n_pos = model.regions["scores"].size // node.program.threads
+    proofs = plan.proofs
+    few, last = proofs.steps((3.0,)), proofs.steps((float(n_pos - 1),))
+    assert few is not None and last is not None and few < last
+    assert proofs.steps((float(n_pos),)) is None  # stores past the caches' last row
+    for bad in (-1.0, float("nan"), float("inf"), 1e30):
+        assert proofs.steps((bad,)) is None
+    assert proofs.steps((2.5,)) == proofs.steps((2.0,))  # truncated, as rtou does
+    # one proof for every layer's node (the same instructions, numbers and aliasing)
+    others = [runner.plan(n).proofs for n in model.nodes if n.target == "g2.attn_decode"]
+    assert all(p is proofs for p in others)
+
+
+def test_attention_takes_the_plain_driver_with_the_interpreters_bits():
+    model = load_model(SEED_FIR)
+    node = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    pos = model.inputs["position"].base
+    runner = C.CompiledRunner(model)
+    n_pos = model.regions["scores"].size // node.program.threads
+    rng = np.random.default_rng(1)
+    for p in (0, 5, n_pos - 1):
+        arena = model.arena.copy()
+        arena[:] = rng.standard_normal(arena.size).astype(np.float32)
+        arena[pos] = p
+        ref = arena.copy()
+        Dispatch(node.program, ref).run()
+        before = runner.plain_dispatches
+        runner.run(node, arena, None)
+        assert runner.plain_dispatches == before + 1
+        assert same_bits(arena, ref)
+    arena = model.arena.copy()
+    arena[pos] = n_pos  # past the end: the checked driver, the interpreter's fault
+    before = arena.copy()
+    with pytest.raises(FirFault, match="store to @in2"):
+        runner.run(node, arena, None)
+    assert same_bits(arena, before)
+    assert runner.plain_dispatches == 3
+
+
+def test_a_range_proof_does_not_let_lanes_stray(stray_model):
+    """t.stray reads its loop count from the position: lane l writes x[3l .. 3l + position
+    + 1], inside its three elements for positions 0 and 1 only. A proof made for a range
+    of positions must hold for all of it (the induction variable's range widens with the
+    count: a wider range than 0..1 would let lane 0 into lane 1's elements)."""
+    model = load_model(stray_model)
+    node = next(n for n in model.nodes if n.target == "t.stray")
+    runner = C.CompiledRunner(model)
+    proofs = runner.plan(node).proofs
+    assert proofs.steps((0.0,)) is not None and proofs.steps((1.0,)) is not None
+    assert proofs.steps((2.0,)) is None and proofs.steps((3.0,)) is None
+    assert all(hi < 2 for box, _ in proofs.boxes for _, hi in box)
+    x = model.regions["x"]
+    for p, plain in ((1, True), (2, False)):
+        arena = model.arena.copy()
+        arena[model.inputs["position"].base] = p
+        arena[x.base: x.base + x.size] = np.linspace(-1, 1, x.size, dtype=np.float32)
+        ref = arena.copy()
+        Dispatch(node.program, ref).run()
+        before = runner.plain_dispatches
+        runner.run(node, arena, None)
+        assert (runner.plain_dispatches > before) == plain
+        assert same_bits(arena, ref)

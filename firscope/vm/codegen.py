@@ -29,10 +29,11 @@ corrected by one step, exact for every index an arena can hold.
 Two drivers run a range of lanes: ``run_lanes`` (every check, the budget, the
 stop flag and the store journal) and ``run_plain`` (the same arithmetic with
 only the checks that keep memory safe: bounds, rtou and loop counts), which
-the runner uses only for a node the lane analysis proved unable to stop early
-(vm/lanes.infallible_steps) under a budget that covers it: there every index
-is a constant offset of the lane id inside the lane's slice, so no check can
-fire; if one ever did (a wrong proof), run_plain returns -1 and the runner
+the runner uses only for a dispatch the lane analysis proved unable to stop
+early (vm/lanes.infallible_steps, or infallible_for with the values the kernel
+reads at run time) under a budget that covers it: there every index is proved
+in bounds and inside the lane's slice, so no check can fire; if one ever did
+(a wrong proof), run_plain returns -1 and the runner
 says so. The two bodies are two passes, :class:`_Checked` and :class:`_Plain`,
 which differ only in the hooks that write the checks. Each driver's arguments
 and their numba types are :data:`DRIVERS`; numba compiles each driver on first

@@ -35,11 +35,18 @@ journal aborts the dispatch at once; the runner undoes it and runs the node
 again with a larger one (tests/test_lane_conflict.py). Journaling costs a
 compare, a load and two stores per store, so the runner avoids it where it
 can: a kernel the lane analysis proves unable to stop early (every index in
-bounds in every lane, constant loop counts: vm/lanes.infallible_steps) runs
-on the plain driver (no budget, journal or slice checks) when the budget
-covers its longest lane (the seed's adds, gelu and layernorm), and a kernel
-that stores into every element it can write has those regions copied
-instead (benchmarks/kernels.py measures the rest).
+bounds and in its lane's slice in every lane, finite loop counts:
+vm/lanes.infallible_steps) runs on the plain driver (no budget, journal or
+slice checks; 2-3x faster for attention's loops) when the budget covers its
+longest lane and all its lanes together run at most PLAIN_MAX_WORK
+instructions (the seed's adds, gelu and layernorm). A kernel whose loop
+counts or indices come from a value it reads at one constant address of a
+region it does not write (attention: the position) is proved per dispatch:
+the runner reads that value first and looks for a proof made for a range of
+values holding it (:class:`PlainProofs`, vm/lanes.infallible_for), so
+attention takes the plain driver at every position but past the last. A
+kernel that stores into every element it can write has those regions copied
+instead of journaled (benchmarks/micro_kernels.py measures the rest).
 
 Limits, on purpose:
 
@@ -63,7 +70,8 @@ Limits, on purpose:
   the same pc with the same message; with divergent lanes the interpreter
   can stop earlier, since lockstep steps are at least every lane's own count.
 * Stopping: pass a :class:`StopFlag` (a threading.Event) and the kernel sees
-  it within about 16k instructions per lane (Interrupted names kernel, node,
+  it within about 16k instructions per lane on the checked driver, and after
+  the dispatch on the plain one (Interrupted names kernel, node,
   lane, pc and line); a plain threading.Event is only looked at before a
   dispatch.
 * A dispatch with zero lanes executes nothing (the interpreter still steps
@@ -92,8 +100,8 @@ from .faults import budget_error, fault_error, interrupted_error, stopped_before
 from .interp import Dispatch
 from .isa import FrameKind
 from .kernel_abi import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
-                         F_RTOU, F_STOP, F_STORE, POLL, REC_FIXED, driver_signature)
-from .lanes import analyse, infallible_steps, lane_partition
+                         F_RTOU, F_STOP, F_STORE, REC_FIXED, driver_signature)
+from .lanes import analyse, infallible_for, infallible_steps, lane_partition, uniform_reads
 
 UNLIMITED = 1 << 62
 # numba's compile time grows faster than linearly with straight-line code (250 ops ~1 s,
@@ -185,10 +193,82 @@ def direct_entry(fn) -> Callable:
     return entry if callable(entry) else fn
 
 
+# The most instructions (all lanes together) a dispatch may run on the plain driver, which
+# does not look at the stop flag: tens of milliseconds, which a stop request then waits.
+PLAIN_MAX_WORK = 1 << 26
+
+
+def _plain_within(steps: int | None, limit: int, threads: int) -> bool:
+    """Whether lanes that execute at most ``steps`` instructions each and cannot fault
+    take the plain driver under ``limit`` instructions a lane: none can run past the
+    budget, and the whole dispatch is short enough not to look at the stop flag."""
+    return steps is not None and steps <= limit and steps * max(threads, 1) <= PLAIN_MAX_WORK
+
+
 def _takes_plain(plan, limit: int) -> bool:
     """Whether every dispatch of ``plan`` under ``limit`` instructions takes the plain driver:
-    no lane can fault or run past the budget or the stop poll."""
-    return plan.infallible is not None and plan.infallible <= min(limit, POLL)
+    no lane can fault or run past the budget, and it is short (PLAIN_MAX_WORK)."""
+    return _plain_within(plan.infallible, limit, plan.program.threads)
+
+
+class PlainProofs:
+    """Proofs, per range of the values a kernel's uniform reads load, that no lane can stop
+    early (vm/lanes.infallible_for): g2.attn_decode's loop counts come from the position
+    buffer, so no proof holds for every dispatch, but one for positions 0..1022 does.
+
+    ``steps(values)`` (the values the reads hold now) answers from a range already proved
+    or proves a new one: the values up to the next power of two (from 0), else, with one
+    read, the widest range from 0 up to below that the analysis proves (a bisection:
+    attention's last positions), else the values alone. A few analyses of a millisecond
+    or two per kernel and model; shared by every node with the same instructions, numbers
+    and aliasing (the runner's cache)."""
+
+    def __init__(self, program, gen: Generated, slicing: dict, reads: dict[int, int]):
+        self.program, self.fault_pcs, self.slicing = program, gen.fault_pcs, slicing
+        self.pcs = tuple(sorted(reads))
+        self.boxes: list[tuple[tuple, int]] = []  # ((lo, hi) per read, steps)
+        self.refused: set[tuple] = set()  # values no proof holds for
+
+    def steps(self, values: tuple[float, ...]) -> int | None:
+        for box, steps in self.boxes:
+            if all(lo <= v <= hi for v, (lo, hi) in zip(values, box)):
+                return steps
+        if values in self.refused or not all(np.isfinite(values)):
+            return None
+        wide = tuple((min(v, 0.0), float(1 << max(int(v), 0).bit_length())) for v in values)
+        found = self._prove(wide)
+        if found is None and len(values) == 1:
+            found = self._widest(values[0], wide[0])
+        if found is None:
+            found = self._prove(tuple((v, v) for v in values))
+        if found is None:
+            if len(self.refused) < 4096:
+                self.refused.add(values)
+            return None
+        return found
+
+    def _prove(self, box: tuple) -> int | None:
+        steps = infallible_for(self.program, self.fault_pcs, self.slicing,
+                               dict(zip(self.pcs, box)))
+        if steps is not None:
+            self.boxes.append((box, steps))
+        return steps
+
+    def _widest(self, v: float, box: tuple[float, float]) -> int | None:
+        """The proof for (lo, h) with the largest whole h in v..box's end the analysis
+        proves (v itself must be provable), by bisection."""
+        lo, good, bad = box[0], float(np.floor(v)), box[1]
+        if infallible_for(self.program, self.fault_pcs, self.slicing,
+                          {self.pcs[0]: (lo, max(good, v))}) is None:
+            return None
+        while bad - good > 1:
+            mid = float((good + bad) // 2)
+            if infallible_for(self.program, self.fault_pcs, self.slicing,
+                              {self.pcs[0]: (lo, mid)}) is None:
+                bad = mid
+            else:
+                good = mid
+        return self._prove(((lo, max(good, v)),))
 
 
 # --- the runner -------------------------------------------------------------------------
@@ -223,6 +303,10 @@ class _Plan:
     # Instructions a lane executes at most when no lane can fault (None: one may), so that
     # a dispatch under a budget of at least this many cannot stop early: nothing to undo.
     infallible: int | None = None
+    # For a kernel whose proof depends on values it reads (see PlainProofs): the arena
+    # addresses of those reads, and the proofs.
+    reads: tuple[int, ...] = ()
+    proofs: "PlainProofs | None" = None
     saved: np.ndarray | None = field(default=None, repr=False)  # the copy, in COPY_WRITTEN
     drivers: dict = field(default_factory=dict, repr=False)  # name -> compiled driver
     work: float = 0.0  # seconds the last dispatch's lanes took together (see _ranges)
@@ -292,6 +376,7 @@ class CompiledRunner:
         # Lanes over threads only on request (see Machine for the default).
         self.parallel = parallel
         self._plans: dict[int, _Plan] = {}
+        self._proof_cache: dict[tuple, PlainProofs] = {}
         self.fallbacks: dict[str, str] = {}  # kernel@node -> why it is interpreted
         self._ctl = np.zeros(4, dtype=np.int64)
         self._epoch = 0
@@ -312,6 +397,7 @@ class CompiledRunner:
         self._jn: list[tuple[int, int]] = []  # (first entry, end) of each range's segment
         self._usable_arena: np.ndarray | None = None
         self.split_dispatches = 0  # dispatches whose lanes ran on more than one thread
+        self.plain_dispatches = 0  # dispatches run() gave the plain driver
         self.clock: Callable[[], float] = time.perf_counter  # tests inject a fake one
         self._range_seconds: list[float] = []  # each range's own call, in a split dispatch
 
@@ -340,11 +426,32 @@ class CompiledRunner:
             bases = np.array([addrs[s].base for s in gen.slots] or [0], dtype=np.int64)
             need = max((a.base + a.extent for a in addrs.values()), default=0)
             written, journal = _journal_plan(program)
+            infallible = infallible_steps(an, gen.fault_pcs)
+            reads = uniform_reads(an) if infallible is None else {}
             plan = _Plan(program, gen, "", bases, slicing=slicing, need=need, written=written,
-                         journal=journal, infallible=infallible_steps(an, gen.fault_pcs),
+                         journal=journal, infallible=infallible,
+                         reads=tuple(reads[pc] for pc in sorted(reads)),
+                         proofs=self._proofs_for(program, gen, slicing, reads) if reads else None,
                          one_range=[(0, program.threads)])
         self._plans[node.index] = plan
         return plan
+
+    def _proofs_for(self, program, gen: Generated, slicing: dict,
+                    reads: dict[int, int]) -> PlainProofs:
+        """The PlainProofs of every node with the same generated code, numbers (ki, kf: the
+        extents, offsets, strides and constants) and aliasing of regions as ``program``."""
+        alias: dict[int, int] = {}
+        for op in program.ops:
+            for a in op.args:
+                if isinstance(a, Address):
+                    alias.setdefault(a.base, len(alias))
+        shape = tuple(alias[a.base] for op in program.ops for a in op.args
+                      if isinstance(a, Address))
+        key = (gen.sha, gen.ki.tobytes(), gen.kf.tobytes(), shape, tuple(sorted(reads)))
+        proofs = self._proof_cache.get(key)
+        if proofs is None:
+            proofs = self._proof_cache[key] = PlainProofs(program, gen, slicing, reads)
+        return proofs
 
     def kernels(self) -> list[_Plan]:
         """One plan per distinct generated kernel of the model (what warmup compiles)."""
@@ -364,9 +471,13 @@ class CompiledRunner:
         for node in self.model.nodes:
             if node.kind == NodeKind.MICRO:
                 p = self.plan(node)
-                if p.gen is not None:
-                    name = "run_plain" if p.infallible is not None else "run_lanes"
-                    todo.setdefault((p.gen.sha, name), p)
+                if p.gen is None:
+                    continue
+                # a kernel proved per dispatch (p.proofs) may take either driver
+                if p.infallible is not None or p.proofs is not None:
+                    todo.setdefault((p.gen.sha, "run_plain"), p)
+                if p.infallible is None:
+                    todo.setdefault((p.gen.sha, "run_lanes"), p)
         for i, ((_, name), p) in enumerate(todo.items()):
             if progress:
                 progress(f"compiling {p.program.name}", i / max(len(todo), 1))
@@ -386,7 +497,7 @@ class CompiledRunner:
             return
         limit = UNLIMITED if budget is None else max(int(budget), 0)
         t = self.clock()
-        if _takes_plain(plan, limit):
+        if _takes_plain(plan, limit) or self._plain_now(plan, arena, limit):
             ranges = self._run_plain(plan, arena)
         else:
             ranges = self._dispatch(plan, node, arena, limit, budget, stop)
@@ -487,14 +598,24 @@ class CompiledRunner:
 
     def _plain_broke(self, plan: _Plan) -> None:
         plan.infallible = None
+        plan.proofs = None
         program = plan.program
         raise FirError(f"internal error: kernel '{program.name}' at node {program.node} "
                        "stopped early although no lane could; the arena may hold part "
                        "of its stores (please report)")
 
+    def _plain_now(self, plan: _Plan, arena: np.ndarray, limit: int) -> bool:
+        """Whether this dispatch of a kernel proved per dispatch (PlainProofs) takes the
+        plain driver: a proof holds for the values its uniform reads hold now."""
+        if plan.proofs is None:
+            return False
+        steps = plan.proofs.steps(tuple(float(arena[a]) for a in plan.reads))
+        return _plain_within(steps, limit, plan.program.threads)
+
     def _run_plain(self, plan: _Plan, arena: np.ndarray) -> int:
         """A node that cannot stop early: the plain driver, nothing to undo. Returns how
         many ranges of lanes ran at once."""
+        self.plain_dispatches += 1
         fn = plan.driver("run_plain")
         g = plan.gen
         ranges = self._ranges(plan)

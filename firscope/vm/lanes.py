@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .isa import MAX_TRIPS, NREGS, FrameKind
 
 
@@ -96,18 +98,35 @@ def _subst(f: Aff, env: dict) -> Aff | None:
 @dataclass
 class LaneState:
     U: dict  # reg -> Aff | None
-    R: dict  # reg -> "lane" | ("const", float) | None
+    # reg -> "lane" | ("const", float) | ("range", lo, hi) (a value in lo..hi, both finite f32,
+    # the same in every lane) | None
+    R: dict
 
     def copy(self) -> "LaneState":
         return LaneState(dict(self.U), dict(self.R))
 
 
 class Analysis:
-    """Abstract execution of a program over affine U-register values."""
+    """Abstract execution of a program over affine U-register values.
 
-    def __init__(self, program):
+    ``params``: pc of a uniform read (see :attr:`uniform`) -> (lo, hi): assume the value it
+    loads lies in lo..hi (the runner reads it before the dispatch and picks a proof made
+    for a range holding it: :class:`PlainProofs`). Integers derived from such a value are
+    symbols with a known range (:attr:`ranges`), so accesses indexed by them can be proved
+    in bounds, and loops counted by it have a bounded number of trips."""
+
+    def __init__(self, program, params: dict[int, tuple[float, float]] | None = None,
+                 slicing: dict[int, "Slicing"] | None = None):
         self.p = program
         self.ops = program.ops
+        self.params = params or {}
+        self.slicing = slicing or {}  # with params: see infallible_for
+        self.ranges: dict[str, tuple[int, int]] = {}  # symbol -> the integers it can be
+        # pc of a load whose index is one constant in every lane and on every path, from a
+        # region no store of the kernel touches -> the arena address it reads (None: it
+        # does not qualify): its value is the same in every lane for the whole dispatch
+        self.uniform: dict[int, int | None] = {}
+        self.written = [(r.base, r.base + r.size) for r in program.written_regions()]
         # (region, Aff | None of the index plus offset, is a store, the address offset)
         self.sites: list[tuple] = []
         self._fresh = 0
@@ -148,15 +167,15 @@ class Analysis:
         trip (unchanged, an induction variable, set from entry values, or unknown); the
         body is then walked once more from the header state to record its accesses."""
         c = s0.R[op.args[0]]
-        trips = None  # unknown at analysis time
-        if isinstance(c, tuple) and math.isfinite(c[1]):
-            trips = int(min(max(math.floor(c[1]), 0), MAX_TRIPS))
-        if record:  # a constant count is finite: the loop cannot fault on it
-            self.prove(op, trips is not None)
-            seen = self.trips.setdefault(op.pc, trips)
-            if seen != trips:
+        span = _trip_span(c)  # (fewest, most) trips, None: unknown at analysis time
+        trips = span[0] if span is not None and span[0] == span[1] else None
+        if record:  # a count known to be finite: the loop cannot fault on it
+            self.prove(op, span is not None)
+            most = None if span is None else span[1]
+            seen = self.trips.setdefault(op.pc, most)
+            if seen != most:
                 self.trips[op.pc] = None
-        if trips == 0:
+        if span is not None and span[1] == 0:
             return s0
         body = (op.pc + 1, op.match)
         # One symbolic trip: every U register starts as its own entry symbol.
@@ -182,7 +201,7 @@ class Analysis:
             d = f.without(v)
             if f.coef(v) == 1 and not any(s.startswith("v") for s, _ in d.syms) and d.lane == 0:
                 kinds[r] = "ind"
-                header.U[r], exit_.U[r] = self.induction(s0.U[r], d, trips)
+                header.U[r], exit_.U[r] = self.induction(s0.U[r], d, span)
                 entry[v] = header.U[r]
             elif f.coef(v) == 0:
                 kinds[r] = "set"
@@ -193,26 +212,36 @@ class Analysis:
             if k == "set":
                 val = _subst(end.U[r], entry)
                 header.U[r] = _join(s0.U[r], val)
-                exit_.U[r] = val if trips is not None else header.U[r]
+                exit_.U[r] = val if span is not None and span[0] >= 1 else header.U[r]
         self.seq(*body, header.copy(), record)  # the accesses of every trip
         return exit_
 
-    def induction(self, base: Aff | None, d: Aff, trips: int | None):
+    def induction(self, base: Aff | None, d: Aff, span: tuple[int, int] | None):
         """(value at the loop header, value after the loop) of a register that each trip
-        adds ``d`` to, starting from ``base``."""
+        adds ``d`` to, starting from ``base``; ``span``: the fewest and most trips."""
         if base is None:
             return None, None
         if d == ZERO_AFF:
             return base, base
-        if not d.syms and d.lo == d.hi and trips is not None:
-            step = d.lo
-            return (base.plus(Aff(0, (), min(0, step * (trips - 1)), max(0, step * (trips - 1)))),
-                    base.shift(step * trips))
+        if not d.syms and d.lo == d.hi and span is not None:
+            step, (few, most) = d.lo, span
+            reach = step * (most - 1)
+            after = sorted((step * few, step * most))
+            return (base.plus(Aff(0, (), min(0, reach), max(0, reach))),
+                    base.plus(Aff(0, (), after[0], after[1])))
         if d.lo == d.hi:
             g = math.gcd(d.lo, *[k for _, k in d.syms])
             header = base.plus(Aff(0, ((self.fresh("t"), g),), 0, 0))
             return header, base.plus(Aff(0, ((self.fresh("t"), g),), 0, 0))
         return None, None
+
+
+def _trip_span(c) -> tuple[int, int] | None:
+    """(fewest, most) trips of a loop counted by R value ``c``, or None (not known finite)."""
+    if isinstance(c, tuple) and all(math.isfinite(v) for v in c[1:]):
+        # vm/codegen.for_header's count (monotone in the value, so the ends' are the ends)
+        return tuple(max(math.floor(v), 0) if v < 4.0e18 else MAX_TRIPS for v in (c[1], c[-1]))
+    return None
 
 
 # --- transfer functions (the ``lanes`` fields of the opcode table) -----------------------
@@ -230,13 +259,18 @@ def unknown_results(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
 def rtou(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
     dst, s = op.args
     src = st.R[s]
-    known = isinstance(src, tuple) and math.isfinite(src[1]) and 0 <= src[1] < 2 ** 32
+    # a constant or a range of values, all in 0..2^32 (truncated toward zero: floor)
+    known = isinstance(src, tuple) and 0 <= src[1] and src[-1] < 2 ** 32
     if record:
         an.prove(op, src == "lane" or known)
     if src == "lane":
         st.U[dst] = Aff(1, (), 0, 0)
-    elif known:
+    elif known and math.floor(src[1]) == math.floor(src[-1]):
         st.U[dst] = _const(int(src[1]))
+    elif known:
+        name = an.fresh("p")
+        an.ranges[name] = (math.floor(src[1]), math.floor(src[-1]))
+        st.U[dst] = Aff(0, ((name, 1),), 0, 0)
     else:
         st.U[dst] = Aff(0, ((an.fresh(), 1),), 0, 0)
     return st
@@ -270,25 +304,85 @@ def r_const(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
     return st
 
 
+def r_const_arith(fn):
+    """``R[d] = R[a] <fn> c`` (addconst, mulconst): a constant stays one, and a range of
+    values maps to the range between its ends' images (f32 rounding is monotone, and so
+    are adding and multiplying by a constant); anything else is unknown."""
+    def transfer(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
+        d, a, c = op.args
+        x = st.R[a]
+        st.R[d] = None
+        if isinstance(x, tuple):
+            with np.errstate(all="ignore"):
+                ends = sorted(float(fn(np.float32(v), np.float32(c))) for v in x[1:])
+            if all(math.isfinite(v) for v in ends):
+                st.R[d] = ("const", ends[0]) if x[0] == "const" else ("range", *ends)
+        return st
+    return transfer
+
+
 def access(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
     """A load or store (the row's ``mem``): record where it goes, then its result is unknown."""
     mem = op.spec.mem
+    addr = op.args[mem.address]
     if record:
-        addr = op.args[mem.address]
         v = st.U[op.args[mem.index]]
         an.sites.append((addr.region, None if v is None else v.shift(addr.offset), mem.stores,
                          addr.offset))
-        an.prove(op, _inside(v, addr.offset, addr.extent, an.p.threads))
-    return unknown_results(an, op, st, record)
+        an.prove(op, _inside(v, addr.offset, addr.extent, an.p.threads, an.ranges)
+                 and _in_slice(v, addr, an))
+        if not mem.stores:
+            an.uniform[op.pc] = _uniform_address(an, op, v, addr)
+    st = unknown_results(an, op, st, record)
+    if op.pc in an.params:
+        st.R[op.args[mem.value]] = ("range", *an.params[op.pc])
+    return st
 
 
-def _inside(v: Aff | None, offset: int, extent: int, threads: int) -> bool:
-    """Whether index register value ``v`` plus ``offset`` is in 0..extent-1 in every lane.
+def _in_slice(v: Aff, addr, an: Analysis) -> bool:
+    """For an index into a written region without a modulus, in an analysis with ranges:
+    whether it lies in ``lane * stride + 0..stride-1`` for every value of its symbols (see
+    infallible_for; ranges widen even a part without symbols, e.g. the induction variable
+    of a loop counted by a range). Anything else needs no proof here."""
+    sl = an.slicing.get(addr.region.base)
+    if v is None or sl is None or sl.modulus:
+        return True
+    lo, hi = _span(v.shift(addr.offset), an.ranges)
+    return v.lane == sl.stride and lo >= 0 and hi < sl.stride
+
+
+def _span(v: Aff, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """The least and greatest value of ``v`` in lane 0, each symbol anywhere in its range
+    (every symbol must have one)."""
+    lo, hi = v.lo, v.hi
+    for name, k in v.syms:
+        ends = (k * ranges[name][0], k * ranges[name][1])
+        lo, hi = lo + min(ends), hi + max(ends)
+    return lo, hi
+
+
+def _uniform_address(an: Analysis, op, v: Aff | None, addr) -> int | None:
+    """The arena address a load reads in every lane, when it is one constant in bounds of
+    a region no store of the kernel touches (and was the same wherever the walk reached
+    the load before), else None."""
+    if v is None or v.lane or v.syms or v.lo != v.hi or not 0 <= v.lo + addr.offset < addr.extent:
+        return None
+    a = addr.base + v.lo + addr.offset
+    if any(lo <= a < hi for lo, hi in an.written):
+        return None
+    return a if an.uniform.get(op.pc, a) == a else None
+
+
+def _inside(v: Aff | None, offset: int, extent: int, threads: int,
+            ranges: dict[str, tuple[int, int]]) -> bool:
+    """Whether index register value ``v`` plus ``offset`` is in 0..extent-1 in every lane,
+    with each symbol of ``v`` anywhere in its range (a symbol without one: unknown, no).
     The U register itself must stay in 0..2^32-1 too: Aff does not wrap, the machine does."""
-    if v is None or v.syms or v.lane < 0:
+    if v is None or v.lane < 0 or any(name not in ranges for name, _ in v.syms):
         return False
-    top = v.hi + v.lane * max(threads - 1, 0)
-    return v.lo >= 0 and top < 1 << 32 and v.lo + offset >= 0 and top + offset < extent
+    lo, hi = _span(v, ranges)
+    top = hi + v.lane * max(threads - 1, 0)
+    return lo >= 0 and top < 1 << 32 and lo + offset >= 0 and top + offset < extent
 
 
 def if_block(an: Analysis, op, st: LaneState, record: bool) -> LaneState:
@@ -424,6 +518,31 @@ def infallible_steps(an: Analysis, fault_pcs) -> int | None:
         if pc in an.reached and not an.proved.get(pc, False):
             return None
     return _steps(an.ops, 0, len(an.ops), an.trips)
+
+
+def uniform_reads(an: Analysis) -> dict[int, int]:
+    """pc -> arena address of every load whose value is the same in every lane for the
+    whole dispatch (a constant index into a region the kernel does not write): the
+    values a proof for one dispatch may assume (:func:`infallible_for`)."""
+    return {pc: a for pc, a in an.uniform.items() if a is not None}
+
+
+def infallible_for(program, fault_pcs, slicing: dict[int, "Slicing"],
+                   params: dict[int, tuple[float, float]]) -> int | None:
+    """:func:`infallible_steps` for the dispatches in which each uniform read ``pc`` of
+    ``params`` loads a value in its range (lo, hi): the most instructions a lane can
+    execute then, or None when the analysis cannot prove that no lane can stop early.
+
+    ``slicing`` is :func:`lane_partition`'s, from the analysis without ranges. An index
+    with a ranged symbol must be proved in its lane's slice too (without ranges, an index
+    with a symbol is never proved in bounds): for a region sliced into rows (a modulus) the
+    analysis without ranges proved ``index mod M`` in the slice for every value of the
+    symbols, which holds for the machine's index when it does not wrap around 2^32, and
+    this analysis proves it in bounds, so below 2^32; for a region without a modulus it
+    proves the index in ``lane * stride + 0..stride-1`` (:func:`_in_slice`)."""
+    an = Analysis(program, params, slicing)
+    an.run()
+    return infallible_steps(an, fault_pcs)
 
 
 def _steps(ops, a: int, b: int, trips: dict) -> int | None:
