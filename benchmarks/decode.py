@@ -379,13 +379,31 @@ def dispatch_costs(machine, per_node: dict[str, list[float]]) -> dict[str, dict]
     """Per micro-kernel: the median time of its dispatches in the decode (node hook around
     Machine._execute, the plain loop's calls), and, for kernels on the plain driver, the
     same call run hot in a loop with all its lanes and with none (an empty-work dispatch:
-    what a dispatch costs beyond its lanes' work)."""
+    what a dispatch costs beyond its lanes' work). A kernel proved per dispatch
+    (attention: its position) has no such call: its first node is run hot through the
+    runner instead, on a copy of the arena as the decode left it, at the decode's median
+    position."""
     import time
     out = {}
     calls = {c[0].target: c for c in machine._calls() if c[3]}
     for target, v in per_node.items():
         row = {"calls": len(v), "us": statistics.median(v) * 1e6}
         c = calls.get(target)
+        if c is None and machine.kernel_runner is not None:
+            nodes = [n for n in machine.model.nodes if n.target == target]
+            node = nodes[0]
+            arena = machine.arena.copy()
+            # at the decode's median position (attention's work grows with it)
+            steps = len(v) // len(nodes)
+            arena[machine.model.inputs["position"].base] = steps // 2
+            row["position"] = steps // 2
+            best = []
+            for _ in range(7):
+                t = time.perf_counter()
+                for _ in range(50):
+                    machine.kernel_runner.run(node, arena, None)
+                best.append((time.perf_counter() - t) / 50 * 1e6)
+            row["alone_us"] = min(best)
         if c is not None:
             _, fn, args, _ = c
             row["lanes"] = args[5]
@@ -422,9 +440,10 @@ def print_breakdown(b: dict) -> None:
             work = v["hot_us"] - v["empty_us"]
             print(f"  {k:<16} {v['calls']:>6} {v['lanes']:>6} {v['us']:>10.2f} {work:>7.2f} "
                   f"{v['empty_us']:>7.2f} {v['us'] - work:>9.2f}")
-        else:
-            print(f"  {k:<16} {v['calls']:>6} {'':>6} {v['us']:>10.2f}   (checked driver: "
-                  "no plain call to time alone)")
+        elif "alone_us" in v:
+            print(f"  {k:<16} {v['calls']:>6} {'':>6} {v['us']:>10.2f}   (proved per dispatch: "
+                  f"hot alone through the runner at position {v['position']}: "
+                  f"{v['alone_us']:.2f} us)")
     if "g2.attn_decode" in b["dispatch"]:
         floor = b["kv_bytes"] / (b["stream_gbs"] * 1e9) * 1e6
         us = b["dispatch"]["g2.attn_decode"]["us"]
@@ -432,6 +451,13 @@ def print_breakdown(b: dict) -> None:
               f"{floor:.2f} us (mean {b['kv_bytes'] / 1e3:.0f} kB of K and V rows per dispatch "
               f"over these positions at the linears' streamed {b['stream_gbs']:.1f} GB/s): "
               f"{us / floor:.0f}x")
+        alone = b["dispatch"]["g2.attn_decode"].get("alone_us")
+        if alone:
+            print(f"  attn_decode hot alone (K and V in cache) at the median position: "
+                  f"{alone:.1f} us, {alone / floor:.0f}x the floor: each lane (head) sums its "
+                  "dot products one add after the other (the kernel's order), so a lane's "
+                  "time is its chains' latency; the rest of a dispatch in the decode is "
+                  "reading K and V back after the linears' streams")
     print(f"\nfirscope q4 linears against the machine's streaming bandwidth, {b['threads']} "
           "threads (each linear's weights read once per call, the same bytes streamed right "
           "after each step, read for read):")
