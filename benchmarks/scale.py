@@ -258,9 +258,10 @@ def print_scaling(rows: dict) -> None:
     for name, r in rows.items():
         if name == "small" or "error" in r:
             continue
-        br = token_bytes(name) / b0
+        nbytes = token_bytes(name)
+        br = nbytes / b0
         tr = r["ms"] / small["ms"]
-        print(f"  {name:<7} {token_bytes(name) / 1e6:7.1f} MB/token = {br:5.2f}x small's; "
+        print(f"  {name:<7} {nbytes / 1e6:7.1f} MB/token = {br:5.2f}x small's; "
               f"{r['ms']:6.1f} ms/token = {tr:5.2f}x small's; ratio {tr / br:4.2f}")
 
 

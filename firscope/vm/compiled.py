@@ -237,16 +237,16 @@ class PlainProofs:
     def _ladder(self) -> None:
         """Prove 0..1, 0..2, 0..4, ... up to the first range that fails (or whose lanes
         would run longer than the plain driver may), then the widest range below it."""
-        hi = 1.0
+        hi, last = 1.0, None
         while hi <= 2.0 ** 40:
             steps = self._prove(((0.0, hi),))
             if steps is None:
-                if hi > 1:
-                    self._widest(hi / 2, (0.0, hi))
+                if last is not None:
+                    self._bisect(0.0, hi / 2, last, hi, hi / 2)
                 return
             if steps * max(self.program.threads, 1) > PLAIN_MAX_WORK:
                 return
-            hi *= 2
+            hi, last = hi * 2, steps
 
     def steps(self, values: tuple[float, ...]) -> int | None:
         for box, steps in self.boxes:
@@ -266,9 +266,13 @@ class PlainProofs:
             return None
         return found
 
+    def _check(self, box: tuple) -> int | None:
+        """infallible_for with the reads' values in ``box`` ((lo, hi) per read)."""
+        return infallible_for(self.program, self.fault_pcs, self.slicing,
+                              dict(zip(self.pcs, box)))
+
     def _prove(self, box: tuple) -> int | None:
-        steps = infallible_for(self.program, self.fault_pcs, self.slicing,
-                               dict(zip(self.pcs, box)))
+        steps = self._check(box)
         if steps is not None:
             self.boxes.append((box, steps))
         return steps
@@ -276,18 +280,22 @@ class PlainProofs:
     def _widest(self, v: float, box: tuple[float, float]) -> int | None:
         """The proof for (lo, h) with the largest whole h in v..box's end the analysis
         proves (v itself must be provable), by bisection."""
-        lo, good, bad = box[0], float(np.floor(v)), box[1]
-        if infallible_for(self.program, self.fault_pcs, self.slicing,
-                          {self.pcs[0]: (lo, max(good, v))}) is None:
-            return None
+        lo, good = box[0], float(np.floor(v))
+        steps = self._check(((lo, max(good, v)),))
+        return None if steps is None else self._bisect(lo, good, steps, box[1], v)
+
+    def _bisect(self, lo: float, good: float, steps: int, bad: float, v: float) -> int:
+        """Keep the proof for (lo, max(good, v)), which holds with ``steps``, after moving
+        ``good`` up towards ``bad`` (which fails) while the analysis proves (lo, good)."""
         while bad - good > 1:
             mid = float((good + bad) // 2)
-            if infallible_for(self.program, self.fault_pcs, self.slicing,
-                              {self.pcs[0]: (lo, mid)}) is None:
+            found = self._check(((lo, mid),))
+            if found is None:
                 bad = mid
             else:
-                good = mid
-        return self._prove(((lo, max(good, v)),))
+                good, steps = mid, found
+        self.boxes.append((((lo, max(good, v)),), steps))
+        return steps
 
 
 # --- the runner -------------------------------------------------------------------------
@@ -459,13 +467,9 @@ class CompiledRunner:
                     reads: dict[int, int]) -> PlainProofs:
         """The PlainProofs of every node with the same generated code, numbers (ki, kf: the
         extents, offsets, strides and constants) and aliasing of regions as ``program``."""
-        alias: dict[int, int] = {}
-        for op in program.ops:
-            for a in op.args:
-                if isinstance(a, Address):
-                    alias.setdefault(a.base, len(alias))
-        shape = tuple(alias[a.base] for op in program.ops for a in op.args
-                      if isinstance(a, Address))
+        alias: dict[int, int] = {}  # region base -> its number, in order of first use
+        shape = tuple(alias.setdefault(a.base, len(alias)) for op in program.ops
+                      for a in op.args if isinstance(a, Address))
         key = (gen.sha, gen.ki.tobytes(), gen.kf.tobytes(), shape, tuple(sorted(reads)))
         proofs = self._proof_cache.get(key)
         if proofs is None:
