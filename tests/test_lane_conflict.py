@@ -17,6 +17,7 @@ import pytest
 
 from conftest import REPO, SEED_FIR, write_random_gpt2
 from firscope.errors import BudgetExceeded, FirError, FirFault
+from firscope.model.numerics import sigmoid_f32_numpy
 from firscope.runtime import load_model
 from firscope.runtime import Machine
 from firscope.vm import compiled as C
@@ -338,13 +339,58 @@ def test_a_wrong_proof_is_reported_not_hidden(tmp_path):
     node = next(n for n in model.nodes if n.full_name == "over")
     runner = C.CompiledRunner(model)
     runner.plan(node).infallible = 2  # a deliberately wrong proof
+    arena = model.arena.copy()
     with pytest.raises(FirError, match="internal error.*stopped early although no lane could"):
-        runner.run(node, model.arena.copy(), None)
+        runner.run(node, arena, None)
+    # A straight kernel's plain driver checks every lane before the first store.
+    assert "bad = False" in runner.plan(node).gen.source
+    assert same_bits(arena, model.arena)
     assert runner.plan(node).infallible is None
     arena = model.arena.copy()
     with pytest.raises(FirFault):
         runner.run(node, arena, None)
     assert same_bits(arena, model.arena)
+
+
+def test_straight_kernels_run_vectorized_with_the_interpreters_bits():
+    """g2.add and g2.gelu_new (no loop, indices from the lane alone) get run_plain's
+    vector loops (checks, then the lanes without an exit); layernorm and attention do not.
+    gelu over NaN, infinities, signed zeros, subnormals and the edges of sigmoid's clamp
+    gives the interpreter's bits."""
+    model = load_model(SEED_FIR)
+    runner = C.CompiledRunner(model)
+    kinds = {}
+    for n in model.nodes:
+        if n.kind == "micro":
+            kinds[n.target] = "bad = False" in runner.plan(n).gen.source
+    assert kinds == {"g2.add": True, "g2.gelu_new": True, "g2.layernorm": False,
+                     "g2.attn_decode": False}
+    node = next(n for n in model.nodes if n.target == "g2.gelu_new")
+    src = dict(node.program.operands)["in0"]
+    edge = np.float32(104.0) / np.float32(2 * np.sqrt(2 / np.pi))
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3e38,
+                        -3e38, 9.0, -9.0, 9.5, -9.5], dtype=np.float32)
+    special = np.concatenate([special, np.nextafter(edge, np.float32([0, 100, -100])),
+                              -np.nextafter(edge, np.float32([0, 100, -100]))])
+    rng = np.random.default_rng(3)
+    for scale in (1.0, 8.0, 40.0):
+        arena = model.arena.copy()
+        vals = (rng.standard_normal(src.size) * scale).astype(np.float32)
+        vals[:special.size] = special
+        arena[src.base: src.base + src.size] = vals
+        ref = arena.copy()
+        Dispatch(node.program, ref).run()
+        before = runner.plain_dispatches
+        runner.run(node, arena, None)
+        assert runner.plain_dispatches == before + 1
+        assert same_bits(arena, ref)
+        # and the NumPy statement of the reference, op for op (kf: 0.044715, 2 sqrt(2/pi))
+        c0, c1 = runner.plan(node).gen.kf
+        with np.errstate(all="ignore"):
+            t = (((vals * vals) * vals) * c0 + vals) * c1
+            want = vals * sigmoid_f32_numpy(t)
+        dst = dict(node.program.operands)["out0"]
+        assert same_bits(arena[dst.base: dst.base + dst.size], want)
 
 
 # --- kernels proved per dispatch, from the values they read -----------------------------------

@@ -355,26 +355,29 @@ def exp64(t):  # pragma: no cover - compiled
 
 @njit(**_INLINE)
 def exp_f32(x):  # pragma: no cover - compiled
-    """f32 exp, as numerics.exp_f32_numpy defines it."""
-    if x != x:
-        return x
-    if x > EXP_MAX:
-        return F32_INF
-    if x < EXP_MIN:
-        return F32_ZERO
-    return np.float32(exp64(np.float64(x)))
+    """f32 exp, as numerics.exp_f32_numpy defines it. Selects, not branches: exp64 runs
+    on the clamped argument (a NaN clamps to EXP_MIN) whatever x is, and the special
+    cases replace its result, so that a loop over lanes that calls it vectorizes."""
+    t = np.float64(x)
+    t = t if t > EXP_MIN else EXP_MIN
+    t = t if t < EXP_MAX else EXP_MAX
+    v = np.float32(exp64(t))
+    v = F32_INF if x > EXP_MAX else v
+    v = F32_ZERO if x < EXP_MIN else v
+    return x if x != x else v
 
 
 @njit(**_INLINE)
 def sigmoid_f32(x):  # pragma: no cover - compiled
-    """f32 1 / (1 + exp(-x)), as numerics.sigmoid_f32_numpy defines it."""
-    if x != x:
-        return x
-    if x < EXP_MIN:
-        return F32_ZERO
-    if x > -EXP_MIN:
-        return F32_ONE
-    return np.float32(1.0 / (1.0 + exp64(-np.float64(x))))
+    """f32 1 / (1 + exp(-x)), as numerics.sigmoid_f32_numpy defines it; selects, as
+    exp_f32."""
+    t = -np.float64(x)
+    t = t if t > EXP_MIN else EXP_MIN
+    t = t if t < -EXP_MIN else -EXP_MIN
+    v = np.float32(1.0 / (1.0 + exp64(t)))
+    v = F32_ZERO if x < EXP_MIN else v
+    v = F32_ONE if x > -EXP_MIN else v
+    return x if x != x else v
 
 
 @njit(**_OPTS)
