@@ -393,6 +393,77 @@ def test_straight_kernels_run_vectorized_with_the_interpreters_bits():
         assert same_bits(arena[dst.base: dst.base + dst.size], want)
 
 
+# One lane walks @out0 with a step of ``{step}`` (uint32) from element ``{start}``, ``{count}``
+# trips, storing the trip's count of elements left (with ``first``, it steps before it
+# stores): a loop the plain driver checks once, before its first trip, where the steps do
+# not wrap around 2^32.
+WALK = """kernel t.walk in=1 out=1 threads=1 tg=1 tgbytes=16
+uconst 0 {start}
+loadconstf32 1 {count}
+loadconstf32 2 0
+forbegin 1
+{pre}ustoref32 1 0 @out0
+uloadf32 2 0 @out0
+addconst 1 1 -1
+{post}forend
+endkernel
+"""
+
+
+def walk_model(tmp_path, start: int, count: int, step: int, first: bool = False):
+    move = f"uaddk 0 0 {step}\n"
+    kernel = WALK.format(start=start, count=count, pre=move if first else "",
+                         post="" if first else move)
+    text = stray_fir_text(kernel, "node walk micro t.walk position -> x")
+    return load_model(write_random_gpt2(tmp_path / f"walk{start}_{count}_{step}_{first}",
+                                        n_layer=1,
+                                        n_embd=32, n_head=4, n_positions=16, vocab=64,
+                                        fir_text=text))
+
+
+@pytest.mark.parametrize("start,count,step,first", [(0, 32, 1, False), (31, 32, 4294967295, False),
+                                                    (5, 9, 3, False), (4, 9, 3, True)])
+def test_a_loop_checked_once_gives_the_interpreters_bits(tmp_path, start, count, step, first):
+    """The plain driver checks a loop's accesses once, from its first and last trip: a
+    forward walk (checked once), a backward one (a step of 2^32 - 1: uint32 wrap-around,
+    so the loop with its checks runs) and strided ones (stepping after and before the
+    accesses) give the interpreter's arena."""
+    model = walk_model(tmp_path, start, count, step, first)
+    node = next(n for n in model.nodes if n.target == "t.walk")
+    plan = C.CompiledRunner(model).plan(node)
+    assert "# bounds" in plan.gen.source and " <= 1073741824 and " in plan.gen.source
+    arena = model.arena.copy()
+    ref = arena.copy()
+    Dispatch(node.program, ref).run()
+    g = plan.gen
+    assert plan.driver("run_plain")(arena, plan.bases, g.kf, g.ki, 0, 1) == 0
+    assert same_bits(arena, ref)
+
+
+def test_a_loop_that_leaves_its_region_still_stops_the_plain_driver(tmp_path):
+    """33 trips over a 32-element region: the check before the loop fails, the loop with
+    its checks runs and stops at the last trip (run_plain's -1, which a wrong proof would
+    get: the runner reports it)."""
+    model = walk_model(tmp_path, 0, 33, 1)
+    node = next(n for n in model.nodes if n.target == "t.walk")
+    runner = C.CompiledRunner(model)
+    plan = runner.plan(node)
+    g = plan.gen
+    arena = model.arena.copy()
+    assert plan.driver("run_plain")(arena, plan.bases, g.kf, g.ki, 0, 1) == -1
+    # stepping first, 31 trips from 0 reach element 31 (the last); 32 leave the region
+    for count, status in ((31, 0), (32, -1)):
+        p = C.CompiledRunner(walk_model(tmp_path, 0, count, 1, True))
+        wp = p.plan(next(n for n in p.model.nodes if n.target == "t.walk"))
+        got = wp.driver("run_plain")(p.model.arena.copy(), wp.bases, wp.gen.kf, wp.gen.ki, 0, 1)
+        assert got == status
+    with pytest.raises(FirFault):
+        runner.run(node, model.arena.copy(), None)
+    plan.infallible = 10 ** 6  # a deliberately wrong proof
+    with pytest.raises(FirError, match="internal error.*stopped early although no lane could"):
+        runner.run(node, model.arena.copy(), None)
+
+
 # --- kernels proved per dispatch, from the values they read -----------------------------------
 def test_attention_is_proved_for_the_position_it_reads():
     """attn_decode's loop counts come from the position buffer: no proof for every dispatch,

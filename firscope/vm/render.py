@@ -100,6 +100,11 @@ class Renderer:
                 continue
             out.extend(self.straight(run, stmts))
             run, stmts = [], []
+            whole = self.whole_block(op)
+            if whole is not None:  # the backend rendered the block itself
+                out.extend(whole)
+                pc = op.match + 1
+                continue
             out.extend(self.lines_of(op))
             outer = self.loops
             if op.spec.opens is FrameKind.FOR:
@@ -110,6 +115,11 @@ class Renderer:
             pc = op.match + 1
         out.extend(self.straight(run, stmts))
         return out or self.empty()
+
+    def whole_block(self, opener) -> list[str] | None:
+        """The lines of ``opener``'s whole block (header, body, closer) when the backend
+        renders it itself; None (the default): the walk renders it."""
+        return None
 
     def straight(self, run: list[int], stmts: list[str]) -> list[str]:
         """The lines of a straight run of ops (pcs ``run``, rendered as ``stmts``); the run
