@@ -480,6 +480,7 @@ class _Plain(_Checked):
                 else:
                     varying.add(reg)
         self.loops = outer
+        lines = lines or self.empty()
         for reg in varying:
             steps.pop(reg, None)
         n = f"n{depth}"
@@ -504,7 +505,7 @@ class _Plain(_Checked):
         return [*header[:-1],
                 f"if {n} <= 0 or ({n} <= 1073741824 and {checks}):",
                 f"    {loop}",
-                *indent(_without_bounds(lines), 2),
+                *indent(_without_bounds(lines) or self.empty(), 2),
                 "else:",
                 f"    {loop}",
                 *indent(lines, 2)]
