@@ -38,10 +38,21 @@ says so. The two bodies are two passes, :class:`_Checked` and :class:`_Plain`,
 which differ only in the hooks that write the checks. Each driver's arguments
 and their numba types are :data:`DRIVERS`; numba compiles each driver on first
 use.
+
+run_plain keeps its checks out of the hot loops where it can, without trusting
+the proof: an innermost loop whose indices are affine in its trip number is
+checked once before its first trip (:meth:`_Plain.whole_block`), and a
+straight kernel indexed by the lane alone checks every lane first and then runs
+the lanes in a loop LLVM vectorizes (:class:`_Vector`).
+
+size: the module is the numba backend's three passes (checked, plain, vector)
+and the renderers whose hooks they fill; split, each pass would sit apart from
+the hooks it overrides.
 """
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -467,16 +478,16 @@ class _Plain(_Checked):
         self.loops = outer + (opener.pc,)
         lines, steps, varying = [], {}, set()
         for op in body:
-            first_k = len(self.kvals)
             self.loop_pcs[op.pc] = self.loops
-            lines.extend(self.lines_of(op))
+            rendered = self.lines_of(op)
+            lines.extend(rendered)
             for kind, a in zip(op.spec.operands, op.args):
                 if not (kind.is_written and kind.register_file == "U"):
                     continue
                 reg = f"U{a}"
-                if (op.spec.mnemonic == "uaddk" and op.args[1] == a and reg not in steps
-                        and reg not in varying):
-                    steps[reg] = (f"K{first_k}", op.pc)  # its K operand's slot
+                step = STEP.fullmatch(rendered[0]) if len(rendered) == 1 else None
+                if step and step[1] == reg and reg not in steps and reg not in varying:
+                    steps[reg] = (step[2], op.pc)
                 else:
                     varying.add(reg)
         self.loops = outer
@@ -512,6 +523,7 @@ class _Plain(_Checked):
 
 
 BOUNDS_MARK = "  # bounds"
+STEP = re.compile(r"(U\d+) = \(\1 \+ (K\d+)\) & M32")  # a register stepped by a constant
 
 
 def _without_bounds(lines: list[str]) -> list[str]:
@@ -549,10 +561,11 @@ class _Vector(_Plain):
         if any(op.spec.opens is not None for op in ops):
             return False
         for op in ops:
-            for kind, a in zip(op.spec.operands, op.args):
-                if kind.is_written and kind.register_file == "R" and a == 0:
-                    return False  # R0 is no longer the lane
-            if op.spec.mnemonic == "rtou" and op.args[1] != 0:
+            kinds = list(zip(op.spec.operands, op.args))
+            if any(k.is_written and k.register_file == "R" and a == 0 for k, a in kinds):
+                return False  # R0 is no longer the lane
+            to_u = any(k.is_written and k.register_file == "U" for k, _ in kinds)
+            if to_u and any(k.is_read and k.register_file == "R" and a != 0 for k, a in kinds):
                 return False  # an index from a computed value
         return True
 
