@@ -570,17 +570,25 @@ def test_parallel_lanes_give_the_same_bits(random_model):
     assert mp.kernel_runner.split_dispatches == 3 * model_p.layers
 
 
-def test_parallel_true_spreads_only_long_dispatches(random_model, monkeypatch):
+@pytest.mark.parametrize("driver", ["plain", "checked"])
+def test_parallel_true_spreads_only_long_dispatches(random_model, monkeypatch, driver):
     """parallel=True (a Machine's runner) splits a kernel with loops only once a dispatch
-    of it took PARALLEL_MIN_SECONDS, on numba's current thread count."""
+    of it took PARALLEL_PLAIN_MIN_SECONDS on the plain driver (run_par, numba's threads) or
+    PARALLEL_MIN_SECONDS on the checked one (model/threads' pool), on numba's current
+    thread count."""
     import firscope.vm.compiled as C
     model = load_model(random_model)
     runner = CompiledRunner(model, parallel=True)
     attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    if driver == "checked":
+        runner.plan(attn).proofs = None  # no proof: the checked driver, journaled
     arena = model.arena.copy()
     runner.run(attn, arena, None)
+    runner.run(attn, arena, None)
     assert runner.split_dispatches == 0  # a tiny model: far below the threshold
-    monkeypatch.setattr(C, "PARALLEL_MIN_SECONDS", 0.0)
+    assert runner.plain_dispatches == (2 if driver == "plain" else 0)
+    monkeypatch.setattr(C, "PARALLEL_PLAIN_MIN_SECONDS" if driver == "plain"
+                        else "PARALLEL_MIN_SECONDS", 0.0)
     monkeypatch.setattr(C, "matvec_threads", lambda: 2)
     runner.run(attn, arena, None)
     assert runner.split_dispatches == 1
@@ -639,6 +647,7 @@ def test_hand_off_to_workers_is_not_taken_for_work(random_model, monkeypatch):
     model = load_model(random_model)
     runner = CompiledRunner(model, parallel=True)
     attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    runner.plan(attn).proofs = None  # the checked driver: ranges on model/threads' pool
     arena = model.arena.copy()
     now = [0.0]
     tick = [0.0]  # what one clock read advances the fake time by
@@ -680,6 +689,7 @@ def test_a_split_that_does_not_pay_goes_back_to_one_thread(random_model, monkeyp
     model = load_model(random_model)
     runner = CompiledRunner(model, parallel=True)
     attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    runner.plan(attn).proofs = None  # the checked driver: ranges on model/threads' pool
     arena = model.arena.copy()
     now = [0.0]
     runner.clock = lambda: now[0]
@@ -713,6 +723,48 @@ def test_a_split_that_does_not_pay_goes_back_to_one_thread(random_model, monkeyp
     runner.run(attn, arena, None)
     runner.run(attn, arena, None)
     assert runner.split_dispatches == 3
+
+
+def test_a_plain_split_that_does_not_pay_goes_back_to_one_thread(random_model, monkeypatch):
+    """The same rule on the plain driver (run_par: the ranges run inside one call, so each
+    is taken to have lasted the whole call): a split as slow as one thread goes back to
+    one thread until the work has doubled; one that pays stays split. The bits are the
+    interpreter's either way."""
+    import firscope.vm.compiled as C
+    model = load_model(random_model)
+    runner = CompiledRunner(model, parallel=True)
+    attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    plan = runner.plan(attn)
+    monkeypatch.setattr(C, "matvec_threads", lambda: 2)
+    now = [0.0]
+    step = [0.0]  # fake seconds per clock read
+
+    def clock():
+        now[0] += step[0]
+        return now[0]
+    runner.clock = clock
+    rng = np.random.default_rng(4)
+    arena = model.arena.copy()
+    randomize_buffers(model, rng)
+    arena[:] = model.arena
+    arena[model.inputs["position"].base] = 3
+    ref = arena.copy()
+    Dispatch(attn.program, ref).run()
+    runner.run(attn, arena, None)  # loads the driver
+    plan.work = plan.alone = 1.0  # one thread took a second: split
+    step[0] = 0.5  # the split call takes 1.0 s (two clock reads in run, two in run_par's)
+    out = arena.copy()
+    runner.run(attn, out, None)
+    assert runner.split_dispatches == 1 and same_bits(out, ref)
+    assert plan.retry_split_at == pytest.approx(2.0)
+    step[0] = 0.0
+    runner.run(attn, out, None)
+    assert runner.split_dispatches == 1  # back on one thread
+    plan.work = plan.alone = 10.0  # the work has grown past twice the failed split
+    step[0] = 1.5  # a 1.5 s call: 3 s of work, well under the 10 s alone
+    runner.run(attn, out, None)
+    runner.run(attn, out, None)
+    assert runner.split_dispatches == 3  # split, paid, split again
 
 
 def test_plain_loop_takes_direct_calls_and_the_same_bits(random_model):

@@ -315,6 +315,11 @@ COPY_WRITTEN = -1  # _Plan.journal: copy the written regions instead of journali
 # cold, after the head) stayed split for good, its hand-off alone keeping it above the
 # threshold -- attention@0 at 3x the other layers' attention with two threads.
 PARALLEL_MIN_SECONDS = 100e-6
+# A dispatch on the plain driver spreads its lanes over numba's threads (run_par: OpenMP,
+# whose workers take a range in microseconds) from this much work on: attention at
+# positions 0..65 on two threads, 77 -> 34 us a layer in the decode (its K and V rows,
+# cold after the linears' streams, read by both cores).
+PARALLEL_PLAIN_MIN_SECONDS = 10e-6
 
 
 @dataclass
@@ -488,8 +493,9 @@ class CompiledRunner:
 
     def warmup(self, progress: Callable[[str, float], None] | None = None) -> None:
         """Generate and compile every kernel now (e.g. in a UI worker thread): the driver
-        each node will use (run_plain for nodes that cannot stop early, else run_lanes),
-        loaded from numba's cache when an earlier process compiled it."""
+        each node will use (run_plain for nodes that cannot stop early, and run_par where
+        their lanes may be spread over threads, else run_lanes), loaded from numba's cache
+        when an earlier process compiled it."""
         todo: dict[tuple[str, str], _Plan] = {}
         for node in self.model.nodes:
             if node.kind == NodeKind.MICRO:
@@ -499,6 +505,8 @@ class CompiledRunner:
                 # a kernel proved per dispatch (p.proofs) may take either driver
                 if p.infallible is not None or p.proofs is not None:
                     todo.setdefault((p.gen.sha, "run_plain"), p)
+                    if self._may_split(p):
+                        todo.setdefault((p.gen.sha, "run_par"), p)
                 if p.infallible is None:
                     todo.setdefault((p.gen.sha, "run_lanes"), p)
         for i, ((_, name), p) in enumerate(todo.items()):
@@ -575,17 +583,28 @@ class CompiledRunner:
             self._usable_arena = arena
         return arena.size >= plan.need
 
-    def _ranges(self, plan: _Plan) -> list[tuple[int, int]]:
+    def _may_split(self, plan: _Plan) -> bool:
+        """Whether a dispatch of ``plan`` may ever run on more than one thread."""
+        if not (self.parallel and plan.gen.parallel and plan.program.threads >= 2):
+            return False
+        if self.parallel is not True:
+            return int(self.parallel) > 1
+        from numba import config
+        return config.NUMBA_NUM_THREADS > 1
+
+    def _ranges(self, plan: _Plan, plain: bool = False) -> list[tuple[int, int]]:
         """Lane ranges [l0, l1), one per thread the dispatch runs on. Only kernels with
         loops run on more than one; with ``parallel=True`` only those whose previous
-        dispatch took long enough to pay for handing ranges to other threads
-        (PARALLEL_MIN_SECONDS of one thread's work, and twice the work of a split that
-        did not pay), on numba's current thread count."""
+        dispatch took long enough to pay for handing ranges to other threads (on the
+        ``plain`` driver PARALLEL_PLAIN_MIN_SECONDS of one thread's work, else
+        PARALLEL_MIN_SECONDS, and twice the work of a split that did not pay), on numba's
+        current thread count."""
+        least = PARALLEL_PLAIN_MIN_SECONDS if plain else PARALLEL_MIN_SECONDS
         n = plan.program.threads
         if not (self.parallel and plan.gen.parallel and n >= 2):
             return plan.one_range
         if self.parallel is True:
-            if plan.work < max(PARALLEL_MIN_SECONDS, plan.retry_split_at):
+            if plan.work < max(least, plan.retry_split_at):
                 return plan.one_range
             threads = min(matvec_threads(), n)
         else:
@@ -636,17 +655,21 @@ class CompiledRunner:
         return _plain_within(steps, limit, plan.program.threads)
 
     def _run_plain(self, plan: _Plan, arena: np.ndarray) -> int:
-        """A node that cannot stop early: the plain driver, nothing to undo. Returns how
-        many ranges of lanes ran at once."""
+        """A node that cannot stop early: the plain driver, nothing to undo; its lanes on
+        numba's threads (run_par) when it is worth it. Returns how many ranges of lanes
+        ran at once."""
         self.plain_dispatches += 1
-        fn = plan.driver("run_plain")
         g = plan.gen
-        ranges = self._ranges(plan)
+        ranges = self._ranges(plan, plain=True)
         if len(ranges) == 1:
-            status = fn(arena, plan.bases, g.kf, g.ki, 0, plan.program.threads)
+            status = plan.driver("run_plain")(arena, plan.bases, g.kf, g.ki, 0,
+                                              plan.program.threads)
         else:
-            status = min(self._split([(fn, (arena, plan.bases, g.kf, g.ki, a, b))
-                                      for a, b in ranges]))
+            fn = plan.driver("run_par")
+            t = self.clock()
+            status = fn(arena, plan.bases, g.kf, g.ki, 0, plan.program.threads, len(ranges))
+            # the ranges ran together: each took about the whole call
+            self._range_seconds = [self.clock() - t] * len(ranges)
         if status < 0:  # the analysis was wrong: never trust it again
             self._plain_broke(plan)
         return len(ranges)

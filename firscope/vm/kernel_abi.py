@@ -30,8 +30,11 @@ _LANES_ARGS = (("arena", "float32[::1]"), ("bases", "int64[::1]"), ("kf", "float
                ("ctl", "int64[::1]"), ("rec", "int64[:, ::1]"), ("frec", "float32[::1]"),
                ("stop", "int64[::1]"), ("jaddr", "int64[::1]"), ("jval", "float32[::1]"),
                ("j", "int64"), ("jend", "int64"))
+# run_par (kernels with loops) runs run_plain on ``parts`` ranges of lanes at once.
 DRIVERS: dict[str, tuple[tuple[str, str], ...]] = {"run_lanes": _LANES_ARGS,
-                                                   "run_plain": _LANES_ARGS[:6]}
+                                                   "run_plain": _LANES_ARGS[:6],
+                                                   "run_par": _LANES_ARGS[:6] + (
+                                                       ("parts", "int64"),)}
 
 
 def driver_params(name: str) -> str:
