@@ -528,7 +528,8 @@ class CompiledRunner:
             return
         limit = UNLIMITED if budget is None else max(int(budget), 0)
         t = self.clock()
-        if _takes_plain(plan, limit) or self._plain_now(plan, arena, limit):
+        plain = _takes_plain(plan, limit) or self._plain_now(plan, arena, limit)
+        if plain:
             ranges = self._run_plain(plan, arena)
         else:
             ranges = self._dispatch(plan, node, arena, limit, budget, stop)
@@ -547,6 +548,13 @@ class CompiledRunner:
             plan.work = plan.alone = elapsed
             return
         plan.work = sum(self._range_seconds)
+        if plain:
+            # run_par: numba's workers take a range in microseconds, so a split is not
+            # given up on one dispatch that took as long as the last one alone (layers'
+            # dispatches differ by more than that: attention at positions 0..65 took
+            # 107 us a layer alone and 76 split, forced each way on alternate steps).
+            # Only adapt() choosing one thread (a busy machine) stops splitting.
+            return
         alone = plan.alone or plan.work
         if elapsed >= alone:
             # The split took as long as the last dispatch on one thread: the ranges
