@@ -1,11 +1,14 @@
 """Threads for compiled kernels: how many to use, and a pool that runs ranges of work.
 
 The q4 and f32 matrix-vector products spread rows over numba's threads
-(``prange``); the compiled micro-kernels spread lanes over this module's
+(``prange``), and so do the compiled micro-kernels on their plain driver (a
+generated ``run_par``: a ``prange`` over ranges of lanes, each range one call
+of the kernel's ``run_plain``, so the kernel itself is compiled once; numba's
+OpenMP workers, which spin a while after each region on an idle machine
+(firscope.jitcache.choose_omp_wait), take a range in microseconds). The checked
+driver (budget, stop flag, store journal) spreads lanes over this module's
 pool instead (:func:`run_split`): each range of lanes is one call of the same
-compiled, ``nogil`` function, so running lanes on two threads costs no second
-compile (a ``prange`` version of every generated kernel took longer to
-compile than the kernel itself).
+compiled, ``nogil`` function with its own segment of the journal.
 
 How many: :func:`adapt` (called once per decoded token) uses one thread per
 core that other processes leave free (rounded: a process using more than

@@ -406,22 +406,24 @@ class _Checked(Renderer):
                    *indent(plain, 2),
                    "    return 0",
                    ""]
-        if parallel:
-            # run_plain on ``parts`` ranges of lanes, on numba's threads (OpenMP: workers
-            # that wait spinning take a range in microseconds, where waking a Python
-            # thread took tens); a range that stops early makes the result negative.
-            drivers += ["",
-                        f"@njit(parallel=True, {_JIT.replace(', _nrt=False', '')})",
-                        f"def run_par({driver_params('run_par')}):",
-                        "    bad = 0",
-                        "    for c in prange(parts):",
-                        "        a = l0 + (l1 - l0) * c // parts",
-                        "        b = l0 + (l1 - l0) * (c + 1) // parts",
-                        "        if run_plain(arena, bases, kf, ki, a, b) < 0:",
-                        "            bad += 1",
-                        "    return -bad",
-                        ""]
-        return head + lane_fn + drivers
+        return head + lane_fn + drivers + (self.par_driver() if parallel else [])
+
+    @staticmethod
+    def par_driver() -> list[str]:
+        """run_par: run_plain on ``parts`` ranges of lanes, on numba's threads (OpenMP:
+        its workers take a range in microseconds, where waking a Python thread took
+        tens); a range that stops early makes the result negative."""
+        return ["",
+                f"@njit(parallel=True, {_JIT.replace(', _nrt=False', '')})",
+                f"def run_par({driver_params('run_par')}):",
+                "    bad = 0",
+                "    for c in prange(parts):",
+                "        a = l0 + (l1 - l0) * c // parts",
+                "        b = l0 + (l1 - l0) * (c + 1) // parts",
+                "        if run_plain(arena, bases, kf, ki, a, b) < 0:",
+                "            bad += 1",
+                "    return -bad",
+                ""]
 
 
     @staticmethod
