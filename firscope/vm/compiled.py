@@ -543,6 +543,12 @@ class CompiledRunner:
             # the lanes' work. Counted, it made the next dispatch split, paying for the
             # thread pool's start (attention@0: 783 us in profile's first timed step).
             plan.dispatched = True
+            if plain and self._may_split(plan):
+                # ... and so does the first call of run_par (5.7 ms, a later dispatch of
+                # attention@0 in profile): made here, on no lanes, so that it is not
+                # charged to a dispatch that splits.
+                g = plan.gen
+                plan.driver("run_par")(arena, plan.bases, g.kf, g.ki, 0, 0, 1)
             return
         if ranges == 1:
             plan.work = plan.alone = elapsed
