@@ -64,6 +64,17 @@ def same_bits(a, b) -> bool:
     return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
+def assert_plain_run_is_the_interpreters(runner, node, arena) -> None:
+    """``runner`` runs ``node`` on ``arena`` on its plain driver, with the interpreter's
+    bits (the interpreter runs on a copy)."""
+    ref = arena.copy()
+    Dispatch(node.program, ref).run()
+    before = runner.plain_dispatches
+    runner.run(node, arena, None)
+    assert runner.plain_dispatches == before + 1
+    assert same_bits(arena, ref)
+
+
 def test_the_kernel_really_conflicts_and_order_matters(stray_model):
     """Not vacuous: lanes stray at position 2, and running them one after the other
     (what the compiled engine does) gives other bits than lockstep."""
@@ -378,12 +389,7 @@ def test_straight_kernels_run_vectorized_with_the_interpreters_bits():
         vals = (rng.standard_normal(src.size) * scale).astype(np.float32)
         vals[:special.size] = special
         arena[src.base: src.base + src.size] = vals
-        ref = arena.copy()
-        Dispatch(node.program, ref).run()
-        before = runner.plain_dispatches
-        runner.run(node, arena, None)
-        assert runner.plain_dispatches == before + 1
-        assert same_bits(arena, ref)
+        assert_plain_run_is_the_interpreters(runner, node, arena)
         # and the NumPy statement of the reference, op for op (kf: 0.044715, 2 sqrt(2/pi))
         c0, c1 = runner.plan(node).gen.kf
         with np.errstate(all="ignore"):
@@ -501,12 +507,7 @@ def test_attention_takes_the_plain_driver_with_the_interpreters_bits():
         arena = model.arena.copy()
         arena[:] = rng.standard_normal(arena.size).astype(np.float32)
         arena[pos] = p
-        ref = arena.copy()
-        Dispatch(node.program, ref).run()
-        before = runner.plain_dispatches
-        runner.run(node, arena, None)
-        assert runner.plain_dispatches == before + 1
-        assert same_bits(arena, ref)
+        assert_plain_run_is_the_interpreters(runner, node, arena)
     arena = model.arena.copy()
     arena[pos] = n_pos  # past the end: the checked driver, the interpreter's fault
     before = arena.copy()
