@@ -316,9 +316,10 @@ COPY_WRITTEN = -1  # _Plan.journal: copy the written regions instead of journali
 # threshold -- attention@0 at 3x the other layers' attention with two threads.
 PARALLEL_MIN_SECONDS = 100e-6
 # A dispatch on the plain driver spreads its lanes over numba's threads (run_par: OpenMP,
-# whose workers take a range in microseconds) from this much work on: attention at
-# positions 0..65 on two threads, 77 -> 34 us a layer in the decode (its K and V rows,
-# cold after the linears' streams, read by both cores).
+# whose workers take a range in microseconds) from this much work on: attention in the
+# decode at positions 0..65, forced each way on alternate steps, 65-107 us a layer alone
+# and 45-76 us on two threads (two runs; its K and V rows, cold after the linears'
+# streams, read by both cores).
 PARALLEL_PLAIN_MIN_SECONDS = 10e-6
 
 
@@ -557,8 +558,7 @@ class CompiledRunner:
         if plain:
             # run_par: numba's workers take a range in microseconds, so a split is not
             # given up on one dispatch that took as long as the last one alone (layers'
-            # dispatches differ by more than that: attention at positions 0..65 took
-            # 107 us a layer alone and 76 split, forced each way on alternate steps).
+            # dispatches differ by more than the split gains: PARALLEL_PLAIN_MIN_SECONDS).
             # Only adapt() choosing one thread (a busy machine) stops splitting.
             return
         alone = plan.alone or plan.work
