@@ -597,9 +597,14 @@ class CompiledRunner:
             self._usable_arena = arena
         return arena.size >= plan.need
 
+    def _spreads(self, plan: _Plan) -> bool:
+        """Whether this runner spreads ``plan``'s lanes over threads when it is worth it
+        (asked to, a kernel with loops, two lanes or more)."""
+        return bool(self.parallel and plan.gen.parallel and plan.program.threads >= 2)
+
     def _may_split(self, plan: _Plan) -> bool:
         """Whether a dispatch of ``plan`` may ever run on more than one thread."""
-        if not (self.parallel and plan.gen.parallel and plan.program.threads >= 2):
+        if not self._spreads(plan):
             return False
         if self.parallel is not True:
             return int(self.parallel) > 1
@@ -615,7 +620,7 @@ class CompiledRunner:
         current thread count."""
         least = PARALLEL_PLAIN_MIN_SECONDS if plain else PARALLEL_MIN_SECONDS
         n = plan.program.threads
-        if not (self.parallel and plan.gen.parallel and n >= 2):
+        if not self._spreads(plan):
             return plan.one_range
         if self.parallel is True:
             if plan.work < max(least, plan.retry_split_at):
@@ -641,7 +646,7 @@ class CompiledRunner:
             return None
         if not _takes_plain(plan, UNLIMITED if budget is None else max(int(budget), 0)):
             return None
-        if self.parallel and plan.gen.parallel and plan.program.threads >= 2:
+        if self._spreads(plan):
             return None  # may be split, by its last dispatch's time (_ranges)
         g = plan.gen
         return (direct_entry(plan.driver("run_plain")),
