@@ -499,10 +499,10 @@ class _Plain(_Checked):
             self.loop_pcs[op.pc] = self.loops
             rendered = self.lines_of(op)
             lines.extend(rendered)
-            for kind, a in zip(op.spec.operands, op.args):
-                if not (kind.is_written and kind.register_file == "U"):
+            for file, i in op.spec.writes:
+                if file != "U":
                     continue
-                reg = f"U{a}"
+                reg = f"U{op.args[i]}"
                 step = STEP.fullmatch(rendered[0]) if len(rendered) == 1 else None
                 if step and step[1] == reg and reg not in steps and reg not in varying:
                     steps[reg] = (step[2], op.pc)
@@ -579,11 +579,11 @@ class _Vector(_Plain):
         if any(op.spec.opens is not None for op in ops):
             return False
         for op in ops:
-            kinds = list(zip(op.spec.operands, op.args))
-            if any(k.is_written and k.register_file == "R" and a == 0 for k, a in kinds):
+            writes = [(file, op.args[i]) for file, i in op.spec.writes]
+            if ("R", 0) in writes:
                 return False  # R0 is no longer the lane
-            to_u = any(k.is_written and k.register_file == "U" for k, _ in kinds)
-            if to_u and any(k.is_read and k.register_file == "R" and a != 0 for k, a in kinds):
+            to_u = any(file == "U" for file, _ in writes)
+            if to_u and any(f == "R" and op.args[i] != 0 for f, i in op.spec.reads):
                 return False  # an index from a computed value
         return True
 
@@ -591,9 +591,7 @@ class _Vector(_Plain):
         lines = super().lines_of(op)
         if not self.checking or op.spec.mem is not None:
             return lines
-        writes_u = any(kind.is_written and kind.register_file == "U"
-                       for kind in op.spec.operands)
-        return lines if writes_u else []
+        return lines if any(file == "U" for file, _ in op.spec.writes) else []
 
     def guard(self, clauses: tuple[str, ...], lines: list[str], bounds: bool = False) -> list[str]:
         if not self.checking:
