@@ -357,6 +357,7 @@ def breakdown_child(args) -> int:
             streamed[name][i] += streamer.read(nb)
     machine.hooks.after_node.remove(hook)
     dispatch = dispatch_costs(machine, per_node)
+    hot = hot_linears(machine)
     per = {k: statistics.median(v) * 1e3 for k, v in acc.items()}
     micro = sum(v for k, v in per.items() if not k.startswith("fir."))
     nbytes = defaultdict(int)
@@ -364,7 +365,8 @@ def breakdown_child(args) -> int:
         nbytes[name] += nb
     linears = {k: {"bytes": nbytes[k], "calls": sum(1 for n, _ in reads if n == k),
                    "ms": statistics.median(v) * 1e3, "best_ms": min(v) * 1e3,
-                   "stream_ms": min(streamed[k]) * 1e3} for k, v in lin.items()}
+                   "stream_ms": min(streamed[k]) * 1e3, "hot_ms": hot.get(k)}
+               for k, v in lin.items()}
     stream_gbs = sum(nbytes.values()) / sum(min(v) for v in streamed.values()) / 1e9
     cfg = json.loads((folder / "config.json").read_text())
     e, n = cfg["n_embd"], len(tokens)
@@ -373,6 +375,41 @@ def breakdown_child(args) -> int:
                       "dispatch": dispatch, "stream_gbs": stream_gbs, "kv_bytes": kv_bytes,
                       "threads": machine_threads(), "loadavg": os.getloadavg()[0]}))
     return 0
+
+
+def hot_linears(machine) -> dict[str, float]:
+    """Per linear that fits a quarter of the last-level cache: ms per token of its calls
+    with its matrix in cache (its first layer's node run again and again, the best of 7
+    loops): the kernel's own speed, what it would take if memory cost nothing. A linear
+    whose decode time is near this is bound by its instructions, not by memory."""
+    import time
+
+    from bandwidth import last_level_cache
+
+    from firscope.runtime.extops import EXT_IMPLS
+    room = last_level_cache() // 4
+    calls: dict[str, int] = {}
+    first: dict[str, object] = {}
+    for node in machine.model.nodes:
+        nb = linear_bytes(node)
+        if nb is None:
+            continue
+        calls[node.name] = calls.get(node.name, 0) + 1
+        if nb <= room:
+            first.setdefault(node.name, node)
+    out = {}
+    with np.errstate(all="ignore"):
+        for name, node in first.items():
+            fn = EXT_IMPLS[node.target]
+            fn(machine.arena, node)
+            best = []
+            for _ in range(7):
+                t = time.perf_counter()
+                for _ in range(20):
+                    fn(machine.arena, node)
+                best.append((time.perf_counter() - t) / 20)
+            out[name] = min(best) * calls[name] * 1e3
+    return out
 
 
 def dispatch_costs(machine, per_node: dict[str, list[float]]) -> dict[str, dict]:
@@ -462,24 +499,39 @@ def print_breakdown(b: dict) -> None:
           "threads (each linear's weights read once per call, the same bytes streamed right "
           "after each step, read for read):")
     print(f"  {'linear':<18} {'calls':>5} {'MB/token':>9} {'ms/token':>9} {'GB/s':>7} "
-          f"{'stream GB/s':>12} {'fraction':>9} {'(best step)':>12}")
+          f"{'stream GB/s':>12} {'fraction':>9} {'(best step)':>12} {'in cache':>9} "
+          f"{'ceiling':>8}")
     tot = {"bytes": 0, "ms": 0.0, "best_ms": 0.0, "stream_ms": 0.0}
+    bound = []
     for k, v in sorted(b["linears"].items(), key=lambda kv: kv[0] != "head"):
         for f in tot:
             tot[f] += v[f]
         _breakdown_row(k, v["calls"], v)
+        if v.get("hot_ms") and round(v["stream_ms"] / v["hot_ms"], 2) < 0.8:  # as printed
+            bound.append(k)
     _breakdown_row("all linears", sum(v["calls"] for v in b["linears"].values()), tot)
     print("(GB/s: the linear's bytes / its median time per token; stream GB/s: the same "
           "reads streamed (benchmarks/bandwidth.py), best over the steps; fraction: "
           "GB/s / stream GB/s, the goal >= 0.80; best step: the same with the linear's "
-          "fastest step)")
+          "fastest step; in cache: GB/s of the same calls with the matrix in cache (a "
+          "layer's node run again and again; only a matrix within a quarter of the "
+          "last-level cache), the kernel's own speed; ceiling: in cache / stream GB/s, "
+          "the fraction the kernel could reach if reading memory cost nothing)")
+    if bound:
+        print(f"  bound by their instructions on this CPU, not by memory (ceiling < 0.80): "
+              f"{', '.join(bound)}: with its matrix in cache the kernel is already slower "
+              "than the stream, so no memory layout or prefetch brings it to the goal")
 
 
 def _breakdown_row(name: str, calls: int, v: dict) -> None:
     gbs = v["bytes"] / v["ms"] / 1e6
     sgbs = v["bytes"] / v["stream_ms"] / 1e6
+    hot = v.get("hot_ms")
+    tail = (f"{v['bytes'] / hot / 1e6:>9.2f} {v['stream_ms'] / hot:>8.2f}" if hot
+            else f"{'-':>9} {'-':>8}")
     print(f"  {name:<18} {calls:>5} {v['bytes'] / 1e6:>9.2f} {v['ms']:>9.3f} {gbs:>7.2f} "
-          f"{sgbs:>12.2f} {v['stream_ms'] / v['ms']:>9.2f} {v['stream_ms'] / v['best_ms']:>12.2f}")
+          f"{sgbs:>12.2f} {v['stream_ms'] / v['ms']:>9.2f} {v['stream_ms'] / v['best_ms']:>12.2f} "
+          f"{tail}")
 
 
 # --- the parent: rounds of fresh processes ------------------------------------------------------
