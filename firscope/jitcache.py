@@ -132,3 +132,19 @@ def prepare_numba() -> None:
     numba = sys.modules.get("numba")
     if numba is not None:  # imported before us: its config was read already
         numba.config.CACHE_DIR = folder
+
+
+def entry_for(fn, args: tuple):
+    """The machine code's own Python entry point of numba dispatcher ``fn`` for exactly the
+    types of ``args`` (compiled, or loaded from the cache, now if need be): called with
+    arguments of those types it skips the dispatcher's matching of types to signatures.
+    For a caller that makes the same call again and again (runtime.Machine's plain loop).
+    ``fn`` itself when numba does not expose one."""
+    try:
+        types = tuple(fn.typeof_pyval(a) for a in args)
+        if types not in fn.overloads:
+            fn.compile(types)
+        entry = fn.overloads[types].entry_point
+    except Exception:  # noqa: BLE001 - a numba without these internals: the dispatcher works
+        return fn
+    return entry if callable(entry) else fn

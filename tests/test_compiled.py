@@ -784,6 +784,42 @@ def test_the_first_dispatch_loads_run_par_on_no_lanes(random_model, monkeypatch)
     assert runner.split_dispatches == 1
 
 
+@pytest.mark.parametrize("opts", [{}, {"fir_f32": True}, {"q4_path": "dequant"},
+                                  {"group": 16}])
+def test_the_plain_loop_binds_each_linears_call_once_with_the_same_bits(random_model, opts,
+                                                                          monkeypatch):
+    """Machine's plain loop calls each linear's kernel with its arguments bound once
+    (extops.EXT_CALLS: Q4Matrix.matvec_call, gemv.f32_matvec_call), and a profiler's hooked
+    path the same calls; the bits equal the ext ops' own functions'. Group 16 takes the
+    general q4 kernel, which copies x: no bound call for it, the op's function runs."""
+    from firscope.runtime import extops, gemv, machine
+    tokens = (3, 1, 4, 1)
+    plain = Machine(load_model(random_model, **opts), engine="compiled")
+    hooked = Machine(load_model(random_model, **opts), engine="compiled")
+    hooked.hooks.after_node.append(lambda m, node, dt: None)
+    got = [plain.step(t).logits for t in tokens]
+    assert all(same_bits(a, hooked.step(t).logits) for a, t in zip(got, tokens))
+    linears = [c for c in plain._calls() if c[0].target in ("fir.linear", "fir.linear_t")]
+    impls = set(extops.EXT_IMPLS.values())
+    bound = [c for c in linears if c[1] not in impls]
+    if opts.get("group") == 16:  # only the f32 head
+        assert [c[0].target for c in bound] == ["fir.linear_t"]
+    else:
+        assert len(bound) == len(linears) > 1
+    monkeypatch.setattr(machine, "EXT_CALLS", {})  # every op through its own function
+    unbound = Machine(load_model(random_model, **opts), engine="compiled")
+    assert all(same_bits(a, unbound.step(t).logits) for a, t in zip(got, tokens))
+    assert all(c[1] in impls for c in unbound._calls() if c[0].kind == "ext")
+    monkeypatch.setattr(machine, "EXT_CALLS", extops.EXT_CALLS)
+    calls = plain._calls()
+    assert plain._calls() is calls  # kept while nothing changes
+    plain._threads = plain._threads + 1  # adapt chose another count: bound again
+    assert plain._calls() is not calls
+    monkeypatch.setitem(gemv.BACKEND, "f32", "blas")  # the measuring switch: not bound
+    head = next(c for c in plain._calls() if c[0].target == "fir.linear_t")
+    assert head[1] is extops.EXT_IMPLS["fir.linear_t"]
+
+
 def test_plain_loop_takes_direct_calls_and_the_same_bits(random_model):
     """Machine.step with no hooks runs small micro nodes through precomputed plain calls
     (CompiledRunner.plain_call); the bits equal the hooked path's and the interpreter's,

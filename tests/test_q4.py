@@ -286,3 +286,85 @@ def test_both_ways_of_dequantizing_give_the_same_bits():
     assert np.isnan(got["table"].view(np.float32)).any()  # the odd values reached the sums
     q.packed[...], q.scale[...], q.minimum[...] = packed, scale, minimum
     assert np.array_equal(q.matvec(x, parallel=False).view(np.uint32), got["convert"])
+
+
+# --- calls bound once (the runtime's plain loop) ---------------------------------------------
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(5, 64), (512, 768)])
+def test_a_bound_q4_call_gives_the_matvecs_bits_with_each_new_x(shape, threads):
+    """Q4Matrix.matvec_call binds x and out once; each call reads x as it is then. The
+    512x768 matrix spreads its rows on two threads, the small one never does."""
+    from firscope.model.q4 import PARALLEL_MIN_WEIGHTS
+    rng = np.random.default_rng(7)
+    q = quantize(rng.standard_normal(shape).astype(np.float32), 32)
+    x = np.empty(shape[1], dtype=np.float32)
+    out = np.empty(shape[0], dtype=np.float32)
+    fn, args = q.matvec_call(x, out, threads)
+    assert args[3] is x and args[4] is out
+    par = threads > 1 and shape[0] * shape[1] >= PARALLEL_MIN_WEIGHTS
+    assert len(args) == (6 if par else 7)  # (.., chunk) or (.., r0, r1)
+    for _ in range(3):
+        x[:] = rng.standard_normal(shape[1])
+        fn(*args)
+        assert same_bits(out, q.matvec(x.copy(), parallel=False))
+
+
+def test_a_q4_call_is_not_bound_where_matvec_does_more_than_one_kernel_call():
+    rng = np.random.default_rng(8)
+    q = quantize(rng.standard_normal((4, 64)).astype(np.float32), 32)
+    x, out = np.zeros(64, dtype=np.float32), np.zeros(4, dtype=np.float32)
+    assert q.matvec_call(x, out, 1) is not None
+    assert q.matvec_call(np.zeros(64, dtype=np.float64), out, 1) is None  # converted first
+    assert q.matvec_call(np.zeros(128, dtype=np.float32)[::2], out, 1) is None  # strided
+    assert q.matvec_call(np.zeros(65, dtype=np.float32), out, 1) is None  # wrong size
+    assert q.matvec_call(x, np.zeros(5, dtype=np.float32), 1) is None
+    g16 = quantize(rng.standard_normal((4, 64)).astype(np.float32), 16)
+    assert g16.matvec_call(x, out, 1) is None  # the general kernel copies x
+
+
+def test_a_bound_f32_call_gives_f32_matvecs_bits_and_refuses_an_overlap(monkeypatch):
+    from firscope.runtime import gemv
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((600, 768)).astype(np.float32)
+    x = np.empty(768, dtype=np.float32)
+    out = np.empty(600, dtype=np.float32)
+    for threads in (1, 2):
+        fn, args = gemv.f32_matvec_call(w, x, out, threads)
+        x[:] = rng.standard_normal(768)
+        fn(*args)
+        ref = np.empty(600, dtype=np.float32)
+        gemv.f32_matvec(w, x, ref)
+        assert same_bits(out, ref)
+    sq = rng.standard_normal((8, 8)).astype(np.float32)
+    buf = np.zeros(8, dtype=np.float32)
+    assert gemv.f32_matvec_call(sq, buf, buf, 1) is None  # in place: f32_matvec copies x
+    assert gemv.f32_matvec_call(w.T, out, x, 1) is None  # a transposed view: copied per call
+    monkeypatch.setitem(gemv.BACKEND, "f32", "blas")
+    assert gemv.f32_matvec_call(w, x, out, 1) is None
+
+
+def test_entry_for_is_the_dispatchers_code_for_those_types():
+    from numba import njit
+
+    from firscope.jitcache import entry_for
+
+    @njit
+    def twice(a, k):
+        a *= k
+
+    a = np.ones(3, dtype=np.float32)
+    entry = entry_for(twice, (a, 2))
+    assert entry is not twice  # compiled for (float32[::1], int64) by entry_for itself
+    entry(a, 2)
+    assert a.tolist() == [2.0, 2.0, 2.0]
+    b = np.ones(3, dtype=np.float64)  # another signature: another entry
+    entry_for(twice, (b, 3))(b, 3)
+    assert b.tolist() == [3.0, 3.0, 3.0] and len(twice.overloads) == 2
+
+    def plain(a, k):  # not a dispatcher: itself
+        return a
+    assert entry_for(plain, (a, 1)) is plain
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()

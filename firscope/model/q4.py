@@ -23,9 +23,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from typing import Callable
+
 import numpy as np
 
 from ..defaults import DEFAULT_GROUP
+from ..jitcache import entry_for
 from .threads import matvec_threads
 
 # The group the vectorized matvec is written for (16 bytes of codes per group,
@@ -126,7 +129,7 @@ class Q4Matrix:
             return out
         k = _kernels("matvec")
         if parallel is None:
-            parallel = self.rows * self.cols >= PARALLEL_MIN_WEIGHTS and matvec_threads() > 1
+            parallel = self._parallel(matvec_threads())
         if self.group == FAST_GROUP:  # the kernel splits x into even and odd columns
             if x.dtype != np.float32 or not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x, dtype=np.float32)
@@ -141,6 +144,31 @@ class Q4Matrix:
         else:
             k[fn](*args, 0, self.rows)
         return out
+
+    def _parallel(self, threads: int) -> bool:
+        """Whether a matvec on ``threads`` threads spreads its rows over them."""
+        return self.rows * self.cols >= PARALLEL_MIN_WEIGHTS and threads > 1
+
+    def matvec_call(self, x: np.ndarray, out: np.ndarray,
+                    threads: int) -> tuple[Callable, tuple] | None:
+        """(function, arguments) that compute ``out = dequantize() @ x`` each time they are
+        called, with the values ``x`` holds then: the kernel and arguments :meth:`matvec`
+        uses on ``threads`` threads (numba's count at the call), bound once, for a caller
+        that multiplies the same ``x`` into the same ``out`` again and again (the runtime's
+        plain loop: a matvec's checks and choices cost several microseconds a call). None
+        where matvec does more than call one kernel (a group other than FAST_GROUP, an
+        empty matrix, an ``x`` or ``out`` not f32 C-contiguous of the matrix's sizes)."""
+        if (self.group != FAST_GROUP or not self.rows or not self.cols
+                or x.shape != (self.cols,) or out.shape != (self.rows,)
+                or any(a.dtype != np.float32 or not a.flags.c_contiguous for a in (x, out))):
+            return None
+        k = _kernels("matvec")
+        base = (self.packed, self.scale, self.minimum, x, out)
+        if self._parallel(threads):
+            fn, args = k["q4_par_x32"], base + (MATVEC_CHUNK_ROWS,)
+        else:
+            fn, args = k["q4_x32"], base + (0, self.rows)
+        return entry_for(fn, args), args
 
     def dequantize_numpy(self) -> np.ndarray:
         """The reference formula in NumPy (what the compiled dequantize must equal)."""

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..errors import FirFault
-from .gemv import f32_matvec
+from .gemv import f32_matvec, f32_matvec_call
 from .plan import Operand, PlanNode
 
 
@@ -69,8 +69,33 @@ def linear_t(arena: np.ndarray, node: PlanNode) -> None:
     f32_matvec(linear_matrix(arena, w, transposed_decl=True), _view(arena, x), _view(arena, y))
 
 
+def linear_call(arena: np.ndarray, node: PlanNode, threads: int):
+    """(function, arguments) that run :func:`linear` ``node`` on ``arena`` on ``threads``
+    threads, bound once (Q4Matrix.matvec_call, gemv.f32_matvec_call), or None."""
+    x, w = node.args
+    entry = w.weight
+    xv, yv = _view(arena, x), _view(arena, node.outs[0])
+    if entry.q4 is not None and entry.matrix is None:
+        return entry.q4.matvec_call(xv, yv, threads)
+    return f32_matvec_call(linear_matrix(arena, w, transposed_decl=False), xv, yv, threads)
+
+
+def linear_t_call(arena: np.ndarray, node: PlanNode, threads: int):
+    """The same for :func:`linear_t`."""
+    x, w = node.args
+    return f32_matvec_call(linear_matrix(arena, w, transposed_decl=True), _view(arena, x),
+                           _view(arena, node.outs[0]), threads)
+
+
 EXT_IMPLS = {
     "fir.embedding": embedding,
     "fir.linear": linear,
     "fir.linear_t": linear_t,
+}
+
+# Ops whose call can be bound once per arena and thread count (runtime.Machine's plain
+# loop): (arena, node, threads) -> (function, arguments) or None (then EXT_IMPLS's).
+EXT_CALLS = {
+    "fir.linear": linear_call,
+    "fir.linear_t": linear_t_call,
 }

@@ -13,9 +13,11 @@ for measuring only) depends on the machine and is not the reference.
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import numpy as np
 
+from ..jitcache import entry_for
 from ..model.q4 import MATVEC_CHUNK_ROWS, PARALLEL_MIN_WEIGHTS
 from ..model.threads import matvec_threads
 
@@ -64,3 +66,23 @@ def f32_matvec(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
         k["par"](w, xc, out, MATVEC_CHUNK_ROWS)
     else:
         k["rows"](w, xc, out, 0, w.shape[0])
+
+
+def f32_matvec_call(w: np.ndarray, x: np.ndarray, out: np.ndarray,
+                    threads: int) -> tuple[Callable, tuple] | None:
+    """(function, arguments) that do :func:`f32_matvec` (w, x, out) each time they are
+    called, on ``threads`` threads (numba's count at the call), bound once: see
+    Q4Matrix.matvec_call. None where f32_matvec does more than call one kernel (the BLAS
+    backend, an empty or non-contiguous matrix, ``x`` or ``out`` not f32 C-contiguous of
+    its sizes) or must copy ``x`` first (``out`` may overlap it)."""
+    if (BACKEND["f32"] != "numba" or w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0
+            or any(a.dtype != np.float32 or not a.flags.c_contiguous for a in (w, x, out))
+            or x.shape != (w.shape[1],) or out.shape != (w.shape[0],)
+            or np.may_share_memory(x, out)):
+        return None
+    k = _kernels()
+    if w.size >= PARALLEL_MIN_WEIGHTS and threads > 1:
+        fn, args = k["par"], (w, x, out, MATVEC_CHUNK_ROWS)
+    else:
+        fn, args = k["rows"], (w, x, out, 0, w.shape[0])
+    return entry_for(fn, args), args

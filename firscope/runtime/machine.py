@@ -11,9 +11,12 @@ Hooks: a debugger or profiler appends callables to the lists of
 :class:`Hooks`. With every list empty the step runs the plain loop, so an
 unobserved run pays nothing for them.
 
-The plain loop runs a list made once per (arena, budget, kernel runner): per
-node the function and argument tuple that run it (an ext op's implementation,
-or for a compiled micro node that always takes the plain driver, the driver's
+The plain loop runs a list made once per (arena, budget, kernel runner, thread
+count): per node the function and argument tuple that run it (a linear's
+kernel entry with the arena's views and the matrix bound: runtime/extops
+``EXT_CALLS``, which saved 4.6-6.4 us of checks and choices per q4 linear on the
+2-core Zen 4, a decode step 0.96x; another ext op's implementation; or for a
+compiled micro node that always takes the plain driver, the driver's
 machine-code entry with its arguments bound: vm/compiled
 ``CompiledRunner.plain_call``), so a small dispatch costs a call and the stop
 flag's check, not a pass through the runner's planning. Nodes timed through
@@ -33,9 +36,11 @@ from ..errors import FirError
 from ..fir.syntax import NodeKind
 from ..model.numerics import exp64_numpy
 from ..model.threads import adapt as adapt_threads
+from ..model.threads import matvec_threads
 from ..vm.faults import stopped_before
 from ..vm.interp import Dispatch, Observer
-from .extops import EXT_IMPLS
+from . import gemv
+from .extops import EXT_CALLS, EXT_IMPLS
 from .load import Model
 from .plan import PlanNode
 
@@ -116,8 +121,10 @@ class Machine:
             # model/threads.adapt leaves this thread.
             self.kernel_runner = CompiledRunner(model, parallel=True)
         self._buffer_slices = [(r.base, r.base + r.size) for r in model.buffer_regions()]
-        # (arena, budget, kernel runner, per node (node, fn, args, plain micro?)): _calls()
+        # (arena, kernel runner, (budget, threads, f32 backend), per node (node, fn, args,
+        # plain micro?)): _calls()
         self._plain: tuple | None = None
+        self._threads = 0  # what model/threads.adapt chose at the last begin_token
 
     # -- state ---------------------------------------------------------------
     def reset(self) -> None:
@@ -157,7 +164,8 @@ class Machine:
             del self.history[position:]
         self.check_token(token)
         self.check_room(1)
-        adapt_threads()  # as many threads as the machine can give now (model/threads)
+        # as many threads as the machine can give now (model/threads)
+        self._threads = adapt_threads()
         m = self.model
         self.arena[m.inputs["token"].base] = token
         self.arena[m.inputs["position"].base] = self.position
@@ -181,8 +189,12 @@ class Machine:
 
     def _execute(self, node: PlanNode) -> None:
         if node.kind == NodeKind.EXT:
+            calls = self._calls()  # the plain loop's call, so that a profile times the same
+            i = node.index
+            call = calls[i] if 0 <= i < len(calls) and calls[i][0] is node else None
+            fn, args = (call[1], call[2]) if call else (EXT_IMPLS[node.target], (self.arena, node))
             with np.errstate(all="ignore"):  # NaN/Inf propagate as on a GPU; break nan finds them
-                EXT_IMPLS[node.target](self.arena, node)
+                fn(*args)
             return
         hooks = self.hooks
         if hooks.per_instruction:
@@ -206,21 +218,27 @@ class Machine:
         """Per node of the plan (node, fn, args, plain): ``fn(*args)`` runs an ext node
         (plain False) or a compiled micro node on its plain driver (plain True, the call
         returns the driver's status); fn None: the node goes through :meth:`_execute`'s
-        general path. Made again when the arena, budget or kernel runner changes."""
+        general path. Made again when the arena, budget, kernel runner, thread count (an
+        ext op's call is bound for one) or f32 product backend changes."""
         cached = self._plain
         runner = self.kernel_runner
-        if (cached is not None and cached[0] is self.arena and cached[1] == self.budget
-                and cached[2] is runner):
+        threads = self._threads or matvec_threads()
+        key = (self.budget, threads, gemv.BACKEND["f32"])
+        if (cached is not None and cached[0] is self.arena and cached[1] is runner
+                and cached[2] == key):
             return cached[3]
         plain_call = getattr(runner, "plain_call", None)  # a sanitizer's wrapper has none
         calls = []
         for node in self.model.nodes:
             if node.kind == NodeKind.EXT:
-                calls.append((node, EXT_IMPLS[node.target], (self.arena, node), False))
+                bind = EXT_CALLS.get(node.target)
+                call = bind(self.arena, node, threads) if bind else None
+                calls.append((node, *call, False) if call
+                             else (node, EXT_IMPLS[node.target], (self.arena, node), False))
                 continue
             call = plain_call(node, self.arena, self.budget) if plain_call else None
             calls.append((node, *call, True) if call else (node, None, None, False))
-        self._plain = (self.arena, self.budget, runner, calls)
+        self._plain = (self.arena, runner, key, calls)
         return calls
 
     def _plain_call(self, call: tuple) -> None:
