@@ -784,6 +784,57 @@ def test_the_first_dispatch_loads_run_par_on_no_lanes(random_model, monkeypatch)
     assert runner.split_dispatches == 1
 
 
+def test_a_bound_dispatch_falls_back_to_run_where_run_would_not_take_the_plain_driver(
+        random_model):
+    """Attention's bound call takes the plain driver only where a proof holds for the
+    position read now and the budget covers it; under a budget too small for it, the
+    call is run's: the checked driver, which stops at the budget and leaves the arena as
+    it was."""
+    model = load_model(random_model)
+    runner = CompiledRunner(model, parallel=True)
+    attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    randomize_buffers(model, np.random.default_rng(5))
+    arena = model.arena.copy()
+    arena[model.inputs["position"].base] = 6
+    ref = arena.copy()
+    Dispatch(attn.program, ref).run()
+    fn, args = runner.plain_call(attn, arena, None, None, 1)
+    for _ in range(2):  # the first loads the driver
+        out = arena.copy()
+        fn(*args[:2] + (out,) + args[3:])
+        assert same_bits(out, ref)
+    assert runner.plain_dispatches == 2 and runner.split_dispatches == 0
+    small = runner.plain_call(attn, arena, 50, None, 1)  # 50 instructions a lane
+    fn, args = small
+    out = arena.copy()
+    with pytest.raises(BudgetExceeded):
+        fn(*args[:2] + (out,) + args[3:])
+    assert same_bits(out, arena) and runner.plain_dispatches == 2
+
+
+def test_a_bound_dispatch_spreads_its_lanes_over_the_threads_it_was_bound_for(random_model):
+    """The thread count a plain call is bound for (the Machine's, from adapt) decides
+    whether a long dispatch splits, with the interpreter's bits either way."""
+    model = load_model(random_model)
+    runner = CompiledRunner(model, parallel=True)
+    runner._may_split = lambda plan: True  # a 1-core CI machine too
+    attn = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    plan = runner.plan(attn)
+    randomize_buffers(model, np.random.default_rng(6))
+    arena = model.arena.copy()
+    arena[model.inputs["position"].base] = 4
+    ref = arena.copy()
+    Dispatch(attn.program, ref).run()
+    one = runner.plain_call(attn, arena, None, None, 1)
+    two = runner.plain_call(attn, arena, None, None, 2)
+    for fn, args in (one, one, two):  # the first loads the drivers
+        plan.work = 1.0  # a long dispatch: split where there are threads
+        out = arena.copy()
+        fn(*args[:2] + (out,) + args[3:])
+        assert same_bits(out, ref)
+    assert runner.split_dispatches == 1
+
+
 @pytest.mark.parametrize("opts", [{}, {"fir_f32": True}, {"q4_path": "dequant"},
                                   {"group": 16}])
 def test_the_plain_loop_binds_each_linears_call_once_with_the_same_bits(random_model, opts,
@@ -821,19 +872,30 @@ def test_the_plain_loop_binds_each_linears_call_once_with_the_same_bits(random_m
 
 
 def test_plain_loop_takes_direct_calls_and_the_same_bits(random_model):
-    """Machine.step with no hooks runs small micro nodes through precomputed plain calls
-    (CompiledRunner.plain_call); the bits equal the hooked path's and the interpreter's,
-    and a stop request still stops before a node."""
+    """Machine.step with no hooks runs micro nodes through precomputed plain calls
+    (CompiledRunner.plain_call): small ones straight into the driver's machine code,
+    attention (proved per dispatch, may split) through the runner's bound method; the bits
+    equal the hooked path's and the interpreter's, and a stop request still stops before
+    a node."""
     from firscope.errors import Interrupted
     model_a, model_b = load_model(random_model), load_model(random_model)
     plain, hooked = Machine(model_a, engine="compiled"), Machine(model_b, engine="compiled")
+    interp = Machine(load_model(random_model), engine="interp")
     hooked.hooks.after_node.append(lambda m, node, dt: None)
     for tok in (3, 1, 4):
-        assert same_bits(plain.step(tok).logits, hooked.step(tok).logits)
+        logits = plain.step(tok).logits
+        assert same_bits(logits, hooked.step(tok).logits)
+        assert same_bits(logits, interp.step(tok).logits)
     calls = plain._calls()
-    direct = {c[0].target for c in calls if c[3]}
-    assert {"g2.add", "g2.layernorm", "g2.gelu_new"} <= direct
-    assert "g2.attn_decode" not in direct  # proved per dispatch (its position), may split
+    runner = plain.kernel_runner
+    entry = {c[0].target for c in calls if c[3] and c[1] != runner._plain_bound}
+    assert {"g2.add", "g2.layernorm", "g2.gelu_new"} <= entry
+    bound = [c for c in calls if c[0].target == "g2.attn_decode"]
+    assert bound and all(c[3] and c[1] == runner._plain_bound for c in bound)
+    assert bound[0][2][5] is plain.stop_flag  # a dispatch that falls back to run can stop
+    dispatches = runner.plain_dispatches
+    plain.step(5)
+    assert runner.plain_dispatches - dispatches == len(bound)  # each on the plain driver
     plain.stop_flag.set()
     with pytest.raises(Interrupted, match="before node"):
         plain.step(5)

@@ -236,7 +236,8 @@ class Machine:
                 calls.append((node, *call, False) if call
                              else (node, EXT_IMPLS[node.target], (self.arena, node), False))
                 continue
-            call = plain_call(node, self.arena, self.budget) if plain_call else None
+            call = (plain_call(node, self.arena, self.budget, self.stop_flag, threads)
+                    if plain_call else None)
             calls.append((node, *call, True) if call else (node, None, None, False))
         self._plain = (self.arena, runner, key, calls)
         return calls

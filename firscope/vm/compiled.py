@@ -230,6 +230,7 @@ class PlainProofs:
         self.program, self.fault_pcs, self.slicing = program, gen.fault_pcs, slicing
         self.pcs = tuple(sorted(reads))
         self.boxes: list[tuple[tuple, int]] = []  # ((lo, hi) per read, steps)
+        self._last: tuple[tuple, int] | None = None  # the box the last answer came from
         self.refused: set[tuple] = set()  # values no proof holds for
         if len(self.pcs) == 1:
             self._ladder()
@@ -249,8 +250,12 @@ class PlainProofs:
             hi, last = hi * 2, steps
 
     def steps(self, values: tuple[float, ...]) -> int | None:
+        last = self._last  # first: a decode asks again with the next position
+        if last is not None and all(lo <= v <= hi for v, (lo, hi) in zip(values, last[0])):
+            return last[1]
         for box, steps in self.boxes:
             if all(lo <= v <= hi for v, (lo, hi) in zip(values, box)):
+                self._last = (box, steps)
                 return steps
         if values in self.refused or not all(np.isfinite(values)):
             return None
@@ -528,17 +533,22 @@ class CompiledRunner:
             Dispatch(plan.program, arena).run(budget, stop=stop)
             return
         limit = UNLIMITED if budget is None else max(int(budget), 0)
-        t = self.clock()
         plain = _takes_plain(plan, limit) or self._plain_now(plan, arena, limit)
+        t = self.clock()
         if plain:
             ranges = self._run_plain(plan, arena)
         else:
             ranges = self._dispatch(plan, node, arena, limit, budget, stop)
             while ranges is None:  # the journal was full: undone, the journal has grown
                 ranges = self._dispatch(plan, node, arena, limit, budget, stop)
+        self._account(plan, arena, plain, ranges, self.clock() - t)
+
+    def _account(self, plan: _Plan, arena: np.ndarray, plain: bool, ranges: int,
+                 elapsed: float) -> None:
+        """After a dispatch that took ``elapsed`` seconds on ``ranges`` ranges of lanes: what
+        the next dispatch of ``plan`` decides its ranges from (see _ranges)."""
         # The lanes' work: on one thread the dispatch; split, the sum of the ranges' own
         # calls, without the hand-off to the workers (PARALLEL_MIN_SECONDS says why).
-        elapsed = self.clock() - t
         if not plan.dispatched:
             # The first dispatch loads the driver (milliseconds from numba's cache): not
             # the lanes' work. Counted, it made the next dispatch split, paying for the
@@ -611,13 +621,14 @@ class CompiledRunner:
         from numba import config
         return config.NUMBA_NUM_THREADS > 1
 
-    def _ranges(self, plan: _Plan, plain: bool = False) -> list[tuple[int, int]]:
+    def _ranges(self, plan: _Plan, plain: bool = False,
+                threads: int | None = None) -> list[tuple[int, int]]:
         """Lane ranges [l0, l1), one per thread the dispatch runs on. Only kernels with
         loops run on more than one; with ``parallel=True`` only those whose previous
         dispatch took long enough to pay for handing ranges to other threads (on the
         ``plain`` driver PARALLEL_PLAIN_MIN_SECONDS of one thread's work, else
         PARALLEL_MIN_SECONDS, and twice the work of a split that did not pay), on numba's
-        current thread count."""
+        current thread count (``threads`` when the caller knows it)."""
         least = PARALLEL_PLAIN_MIN_SECONDS if plain else PARALLEL_MIN_SECONDS
         n = plan.program.threads
         if not self._spreads(plan):
@@ -625,7 +636,7 @@ class CompiledRunner:
         if self.parallel is True:
             if plan.work < max(least, plan.retry_split_at):
                 return plan.one_range
-            threads = min(matvec_threads(), n)
+            threads = min(matvec_threads() if threads is None else threads, n)
         else:
             threads = min(int(self.parallel), n)
         if threads <= 1:
@@ -633,24 +644,47 @@ class CompiledRunner:
         self.split_dispatches += 1
         return [(n * k // threads, n * (k + 1) // threads) for k in range(threads)]
 
-    def plain_call(self, node, arena: np.ndarray, budget: int | None) -> tuple[Callable, tuple] | None:
-        """(function, arguments) that run ``node`` on ``arena`` exactly as :meth:`run` does,
-        for a node every dispatch of which takes the plain driver on one range of lanes
-        (it cannot stop early under ``budget``, and its lanes are never split): a caller that
-        runs the same node again and again (runtime.Machine's plain loop) calls it directly,
-        past the per-dispatch planning. The call returns a negative status if the lane
-        analysis was wrong; pass the node to :meth:`plain_broke` then. None for any other
-        node (run it with :meth:`run`). Still the caller's: the stop flag before the call."""
+    def plain_call(self, node, arena: np.ndarray, budget: int | None,
+                   stop: threading.Event | None = None,
+                   threads: int | None = None) -> tuple[Callable, tuple] | None:
+        """(function, arguments) that run ``node`` on ``arena`` exactly as :meth:`run` does
+        (under ``budget``, with ``stop``), for a caller that runs the same node again and
+        again (runtime.Machine's plain loop) past most of the per-dispatch planning, which
+        cost a tenth to a third of a small dispatch in a decode step:
+
+        * a node every dispatch of which takes the plain driver on one range of lanes (it
+          cannot stop early under ``budget``, its lanes are never split): the driver's
+          machine-code entry with its arguments;
+        * a node whose dispatches may take the plain driver and spread its lanes over
+          ``threads`` threads (numba's count when the call is made: None, look each
+          time), or that is proved per dispatch (attention: its position): a bound
+          method that takes the plain driver when run would, else calls run.
+
+        The call returns a negative status if the lane analysis was wrong; pass the node
+        to :meth:`plain_broke` then. None for any other node (run it with :meth:`run`).
+        Still the caller's: the stop flag before the call."""
         plan = self._plans.get(node.index) or self.plan(node)
         if plan.gen is None or not self._usable(arena, plan):
             return None
-        if not _takes_plain(plan, UNLIMITED if budget is None else max(int(budget), 0)):
-            return None
-        if self._spreads(plan):
-            return None  # may be split, by its last dispatch's time (_ranges)
-        g = plan.gen
-        return (direct_entry(plan.driver("run_plain")),
-                (arena, plan.bases, g.kf, g.ki, 0, plan.program.threads))
+        limit = UNLIMITED if budget is None else max(int(budget), 0)
+        if _takes_plain(plan, limit) and not self._spreads(plan):
+            g = plan.gen
+            return (direct_entry(plan.driver("run_plain")),
+                    (arena, plan.bases, g.kf, g.ki, 0, plan.program.threads))
+        if plan.infallible is None and plan.proofs is None:
+            return None  # always the checked driver
+        return self._plain_bound, (plan, node, arena, budget, limit, stop, threads)
+
+    def _plain_bound(self, plan: _Plan, node, arena: np.ndarray, budget: int | None,
+                     limit: int, stop, threads: int | None) -> int:
+        """One dispatch of a node plain_call bound: run's plain path, or run itself."""
+        if not (_takes_plain(plan, limit) or self._plain_now(plan, arena, limit)):
+            self.run(node, arena, budget, stop=stop)
+            return 0
+        t = self.clock()
+        ranges = self._run_plain(plan, arena, threads)
+        self._account(plan, arena, True, ranges, self.clock() - t)
+        return 0
 
     def plain_broke(self, node) -> None:
         """A plain call of ``node`` returned a negative status: never trust the analysis
@@ -670,16 +704,16 @@ class CompiledRunner:
         plain driver: a proof holds for the values its uniform reads hold now."""
         if plan.proofs is None:
             return False
-        steps = plan.proofs.steps(tuple(float(arena[a]) for a in plan.reads))
+        steps = plan.proofs.steps(tuple([float(arena[a]) for a in plan.reads]))
         return _plain_within(steps, limit, plan.program.threads)
 
-    def _run_plain(self, plan: _Plan, arena: np.ndarray) -> int:
+    def _run_plain(self, plan: _Plan, arena: np.ndarray, threads: int | None = None) -> int:
         """A node that cannot stop early: the plain driver, nothing to undo; its lanes on
-        numba's threads (run_par) when it is worth it. Returns how many ranges of lanes
-        ran at once."""
+        numba's threads (run_par) when it is worth it (``threads``: numba's count, None:
+        look). Returns how many ranges of lanes ran at once."""
         self.plain_dispatches += 1
         g = plan.gen
-        ranges = self._ranges(plan, plain=True)
+        ranges = self._ranges(plan, plain=True, threads=threads)
         if len(ranges) == 1:
             status = plan.driver("run_plain")(arena, plan.bases, g.kf, g.ki, 0,
                                               plan.program.threads)
