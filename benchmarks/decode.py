@@ -380,14 +380,12 @@ def breakdown_child(args) -> int:
 def hot_linears(machine) -> dict[str, float]:
     """Per linear that fits a quarter of the last-level cache: ms per token of its calls
     with its matrix in cache (its first layer's node run again and again, the best of 7
-    loops): the kernel's own speed, what it would take if memory cost nothing. A linear
-    whose decode time is near this is bound by its instructions, not by memory."""
-    import time
-
+    loops, each call the plain loop's: Machine._calls): the kernel's own speed, what it
+    would take if memory cost nothing. A linear whose decode time is near this is bound by
+    its instructions, not by memory."""
     from bandwidth import last_level_cache
-
-    from firscope.runtime.extops import EXT_IMPLS
     room = last_level_cache() // 4
+    bound = {c[0].index: (c[1], c[2]) for c in machine._calls()}
     calls: dict[str, int] = {}
     first: dict[str, object] = {}
     for node in machine.model.nodes:
@@ -400,13 +398,13 @@ def hot_linears(machine) -> dict[str, float]:
     out = {}
     with np.errstate(all="ignore"):
         for name, node in first.items():
-            fn = EXT_IMPLS[node.target]
-            fn(machine.arena, node)
+            fn, args = bound[node.index]
+            fn(*args)
             best = []
             for _ in range(7):
                 t = time.perf_counter()
                 for _ in range(20):
-                    fn(machine.arena, node)
+                    fn(*args)
                 best.append((time.perf_counter() - t) / 20)
             out[name] = min(best) * calls[name] * 1e3
     return out
@@ -422,7 +420,9 @@ def dispatch_costs(machine, per_node: dict[str, list[float]]) -> dict[str, dict]
     position."""
     import time
     out = {}
-    calls = {c[0].target: c for c in machine._calls() if c[3]}
+    runner = machine.kernel_runner
+    bound = getattr(runner, "_plain_bound", None)  # attention's: the runner's plain path
+    calls = {c[0].target: c for c in machine._calls() if c[3] and c[1] != bound}
     for target, v in per_node.items():
         row = {"calls": len(v), "us": statistics.median(v) * 1e6}
         c = calls.get(target)
