@@ -35,8 +35,7 @@ import numpy as np
 from ..errors import FirError
 from ..fir.syntax import NodeKind
 from ..model.numerics import exp64_numpy
-from ..model.threads import adapt as adapt_threads
-from ..model.threads import matvec_threads
+from ..model.threads import adapt as adapt_threads, matvec_threads
 from ..vm.faults import stopped_before
 from ..vm.interp import Dispatch, Observer
 from . import gemv
