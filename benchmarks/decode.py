@@ -580,6 +580,8 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
         meds = [statistics.median(r["times"]) * 1e3 for r in ok]
         out[name] = {
             "ms": statistics.median(meds), "round_min": min(meds), "round_max": max(meds),
+            "per_round": [None if "error" in r else statistics.median(r["times"]) * 1e3
+                          for r in runs],
             "rounds": len(ok), "steps": len(ok[0]["times"]),
             "load_s": statistics.median(r["load_s"] for r in ok),
             "rss_load": statistics.median(r["rss_load"] for r in ok),
@@ -617,6 +619,7 @@ def summarize_floor(runs: list[dict]) -> dict | None:
         return None
     floors = [r["floor_s"] * 1e3 for r in ok]
     return {"ms": statistics.median(floors), "min": min(floors), "max": max(floors),
+            "per_round": [None if "error" in r else r["floor_s"] * 1e3 for r in runs],
             "bytes": ok[0]["bytes"], "ms_f32": statistics.median(r["floor_f32_s"] * 1e3 for r in ok),
             "bytes_f32": ok[0]["bytes_f32"], "threads": ok[0]["threads"], "rounds": len(ok),
             "llc": ok[0]["llc"], "loadavg": max(max(r["loadavg"]) for r in ok),
@@ -641,6 +644,19 @@ def print_floor(floor: dict | None, cfg: dict) -> None:
           f"avg up to {floor['loadavg']:.2f}, others CPU {floor['others_cpu']:.2f})")
 
 
+def _paired(s: dict, floor: dict, name: str) -> str:
+    """The engine's time over the floor measured in the same round (its processes ran
+    minutes apart at most), as the median over rounds and their range: a machine whose
+    bandwidth drifts moves both medians apart, not a round's pair."""
+    if name == "firscope-f32" or "per_round" not in s or "per_round" not in floor:
+        return ""
+    rs = [a / b for a, b in zip(s["per_round"], floor["per_round"]) if a and b]
+    if len(rs) < 2:
+        return ""
+    return (f" (paired by round: median {statistics.median(rs):.2f}, "
+            f"rounds {min(rs):.2f}-{max(rs):.2f})")
+
+
 def print_ratios(summary: dict[str, dict], floor: dict | None = None) -> None:
     peers = [p for p in ("transformers", "numpy", *LLAMA, "firscope-f32")
              if "ms" in summary.get(p, {})]
@@ -651,7 +667,7 @@ def print_ratios(summary: dict[str, dict], floor: dict | None = None) -> None:
         cells = [f"/ {p} {s['ms'] / summary[p]['ms']:.2f}" for p in peers if p != name]
         if floor is not None:
             ms = floor["ms_f32"] if name == "firscope-f32" else floor["ms"]
-            cells.insert(0, f"/ floor {s['ms'] / ms:.2f}")
+            cells.insert(0, f"/ floor {s['ms'] / ms:.2f}{_paired(s, floor, name)}")
         print(f"  {name:<22} " + "   ".join(cells))
     if floor is not None:
         for name, s in summary.items():

@@ -72,3 +72,27 @@ def test_the_table_gives_each_linear_its_ceiling_and_names_the_bound_ones(bench,
     bound = next(ln for ln in capsys.readouterr().out.splitlines()
                  if "bound by their instructions" in ln)
     assert "fc_linear" in bound and "qkv_linear" not in bound
+
+
+def test_the_floor_ratio_is_also_paired_round_by_round(bench, capsys):
+    """A machine whose bandwidth drifts between rounds moves the medians of the engine and
+    of the floor apart; the ratio of each round's pair says what the engine did against
+    the floor measured next to it."""
+    def run(ms):
+        return {"times": [ms / 1e3] * 3, "load_s": 1.0, "rss_load": 1, "rss_end": 1,
+                "loadavg": [0.5], "others_cpu": 0.0}
+
+    def stream(ms):
+        return {"floor_s": ms / 1e3, "bytes": 218e6, "floor_f32_s": 2 * ms / 1e3,
+                "bytes_f32": 494e6, "threads": 2, "llc": 32 << 20, "loadavg": [0.5],
+                "others_cpu": 0.0}
+    # rounds: the machine fast (floor 4 ms, engine 5), then slow (6, 7.2), then fast again
+    results = {"firscope-q4": [run(5.0), run(7.2), {"error": "died"}, run(5.2)],
+               bench.STREAM: [stream(4.0), stream(6.0), stream(4.0), stream(4.0)]}
+    summary = bench.summarize(results)
+    floor = bench.summarize_floor(results[bench.STREAM])
+    bench.print_ratios(summary, floor)
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("firscope-q4"))
+    # medians: 5.2 / 4.0 = 1.30; pairs 1.25, 1.20, (round 3 failed), 1.30
+    assert "/ floor 1.30 (paired by round: median 1.25, rounds 1.20-1.30)" in line
