@@ -3,9 +3,9 @@
 Imported on first use (it imports numba). Nothing here is compiled with
 ``fastmath``: LLVM may then neither reassociate a sum nor fuse a multiply and
 an add on its own, so the code means the same on every target; the dot
-products' fused multiply-adds are written as such (``llvm.fma``, one
-rounding: the FMA instruction, or libm's correctly rounded ``fmaf`` on a
-target without one). What makes the dot products fast anyway is that the 32
+products' fused multiply-adds are written as such (one rounding: ``llvm.fma``,
+the FMA instruction, or on a target without one the same value from f64
+arithmetic, _fma_emulated). What makes the dot products fast anyway is that the 32
 partial sums are written as one LLVM vector ``<32 x float>``
 (``lanes_f32_rows``, ``lanes_q4_rows``): element-wise vector arithmetic has
 one meaning whatever width the machine splits it into (two AVX-512
@@ -63,6 +63,40 @@ def target_has_avx512() -> bool:
     return "+avx512f" in feats.split(",")
 
 
+_FMA_PROBE = """
+declare float @llvm.fma.f32(float, float, float)
+define float @probe(float %a, float %b, float %c) {
+  %r = call float @llvm.fma.f32(float %a, float %b, float %c)
+  ret float %r
+}
+"""
+
+
+def target_has_fma() -> bool:
+    """Whether ``llvm.fma`` is an instruction on the CPU numba compiles for (its name and
+    features, as numba's codegen chooses them: NUMBA_CPU_NAME, NUMBA_CPU_FEATURES, else
+    the host's), asked of LLVM itself: where it becomes a call of libm's ``fmaf``, there
+    is none (x86 before FMA3: numba's ``generic``, Sandy Bridge, Atom up to Goldmont)."""
+    import llvmlite.binding as ll
+    from numba.core import config
+    from numba.core.codegen import initialize_llvm
+    try:
+        initialize_llvm()
+        name = config.CPU_NAME or ll.get_host_cpu_name()
+        feats = (config.CPU_FEATURES if config.CPU_FEATURES is not None
+                 else ll.get_host_cpu_features().flatten())
+        machine = ll.Target.from_default_triple().create_target_machine(
+            cpu=name, features=feats, opt=2)
+        asm = machine.emit_assembly(ll.parse_assembly(_FMA_PROBE))
+    except Exception:  # noqa: BLE001 - LLVM could not say: the emulation is exact anywhere
+        return False
+    return "fmaf" not in asm
+
+
+# Without an FMA instruction every fma is computed from f64 arithmetic (_fma_emulated):
+# the same value, the instruction's or libm's.
+FMA_EMULATED = not target_has_fma()
+
 # How the q4 dot products dequantize a group's codes. Both give the same bits (the
 # table holds fma(k, scale, min) for k = 0..15, the value each weight's own fma gives);
 # they differ in speed only. ``table``: one 16-lane fma per group, then a lookup per
@@ -98,13 +132,55 @@ def _splat(builder, value, n):
                                   ir.Constant(ir.VectorType(ir.IntType(32), n), [0] * n))
 
 
-def _fma(builder, a, b, c):
-    """LLVM's ``llvm.fma`` of three values of one f32 or f32-vector type."""
+def _fma(builder, a, b, c, emulate: bool | None = None):
+    """fma(a, b, c) of three values of one f32 or f32-vector type: LLVM's ``llvm.fma``
+    where the target has an FMA instruction, else :func:`_fma_emulated` (FMA_EMULATED;
+    ``emulate`` overrides it, for the tests)."""
+    if FMA_EMULATED if emulate is None else emulate:
+        return _fma_emulated(builder, a, b, c)
     ty = a.type
     suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty] * 3),
                                         f"llvm.fma.{suffix}")
     return builder.call(fn, [a, b, c])
+
+
+def _like(ty, elem, value):
+    """A constant ``value`` of element type ``elem``, splat where ``ty`` is a vector type."""
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ir.VectorType(elem, ty.count), [value] * ty.count)
+    return ir.Constant(elem, value)
+
+
+def _fma_emulated(builder, a, b, c):
+    """fma(a, b, c) for f32 (or f32 vectors) without an FMA instruction, exactly as
+    numerics.fma_f32_numpy states it: the f64 product (exact), the f64 sum made
+    round-to-odd from its TwoSum error, rounded once to f32. Plain f64 vector arithmetic,
+    which SSE2 has: libm's ``fmaf``, what ``llvm.fma`` becomes on such a target, is a
+    call per element, and where the CPU has no FMA its software path took 300x longer
+    than the instruction (glibc 2.36, q4 matvec: under 0.05 GB/s against 14.7)."""
+    ty = a.type
+    f64 = ir.DoubleType()
+    i64 = ir.IntType(64)
+    wide = ir.VectorType(f64, ty.count) if isinstance(ty, ir.VectorType) else f64
+    iwide = ir.VectorType(i64, ty.count) if isinstance(ty, ir.VectorType) else i64
+    a64, b64, c64 = (builder.fpext(v, wide) for v in (a, b, c))
+    p = builder.fmul(a64, b64)  # exact: 24 + 24 bits
+    s = builder.fadd(p, c64)
+    bp = builder.fsub(s, p)
+    err = builder.fadd(builder.fsub(p, builder.fsub(s, bp)), builder.fsub(c64, bp))
+    zero = _like(ty, f64, 0.0)
+    bits = builder.bitcast(s, iwide)
+    even = builder.icmp_unsigned("==", builder.and_(bits, _like(ty, i64, 1)), _like(ty, i64, 0))
+    finite = builder.fcmp_ordered("==", builder.fsub(s, s), zero)  # false for Inf, NaN
+    inexact = builder.fcmp_ordered("!=", err, zero)
+    fix = builder.and_(builder.and_(even, finite), inexact)
+    # one f64 ULP towards the exact value: the magnitude grows where err has s's sign
+    same = builder.icmp_unsigned("==", builder.fcmp_ordered(">", err, zero),
+                                 builder.fcmp_ordered(">", s, zero))
+    step = builder.select(same, _like(ty, i64, 1), _like(ty, i64, -1))
+    odd = builder.bitcast(builder.add(bits, step), wide)
+    return builder.fptrunc(builder.select(fix, odd, s), ty)
 
 
 def _fold_vector(builder, v):
@@ -300,9 +376,9 @@ DOT_Q4_BY_DEQUANT = {d: _lanes_q4(1, True, d) for d in ("convert", "table")}
 
 @intrinsic
 def fma32(typingctx, a, b, c):
-    """fma(a, b, c) of three f32: a * b + c rounded once (LLVM's ``llvm.fma``: the
-    machine's FMA instruction where it has one, libm's correctly rounded ``fmaf``
-    where it has none; never the two roundings of a multiply and an add)."""
+    """fma(a, b, c) of three f32: a * b + c rounded once (the machine's FMA instruction
+    where it has one, _fma_emulated where it has none; never the two roundings of a
+    multiply and an add)."""
     if not all(t == types.float32 for t in (a, b, c)):
         return None
     sig = types.float32(types.float32, types.float32, types.float32)

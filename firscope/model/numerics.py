@@ -18,8 +18,8 @@ h = 16, 8, 4, 2, 1 (j < h); the result is ``s[0]``. A q4 weight is first
 dequantized to f32 as ``fma(q, scale, min)`` (rounded once), so the packed path
 and the dequantized path are one computation. ``fma`` is IEEE-754's
 fusedMultiplyAdd: one value on every machine (the kernels use the FMA
-instruction, or libm's correctly rounded ``fmaf`` where there is none;
-:func:`fma_f32_numpy` is its exact NumPy statement).
+instruction, or where there is none the f64 arithmetic :func:`fma_f32_numpy`
+states, which is its exact NumPy statement).
 
 ``exp(x)`` and ``sigmoid(x)`` are computed in float64 by the algorithm below
 and rounded once to f32: the f64 value is within about 2^-51 of the true one,
