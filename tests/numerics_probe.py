@@ -106,7 +106,11 @@ def products() -> dict:
 
 def main() -> None:
     folder = Path(sys.argv[1])
-    report = {**decodes(folder), **quantized(), **functions(), **products()}
+    from firscope.model.numeric_kernels import FMA_EMULATED, Q4_DEQUANT
+    report = {**decodes(folder), **quantized(), **functions(), **products(),
+              # how this target computed them (not a value: compared by no test of bits)
+              "_target/fma": "emulated" if FMA_EMULATED else "instruction",
+              "_target/q4-dequant": Q4_DEQUANT}
     print(json.dumps(report, sort_keys=True))
 
 

@@ -49,34 +49,10 @@ F32_ONE = np.float32(1.0)
 ROWS = 4  # rows one call of the vector kernels works on together
 
 
-def target_has_avx512() -> bool:
-    """Whether numba compiles for a CPU with AVX-512F: the features it compiles with
-    (``NUMBA_CPU_FEATURES`` when set, else the host's, as numba's codegen chooses them)."""
-    from numba.core import config
-    feats = config.CPU_FEATURES
-    if feats is None:
-        import llvmlite.binding as ll
-        try:
-            feats = ll.get_host_cpu_features().flatten()
-        except RuntimeError:  # a host LLVM cannot describe
-            return False
-    return "+avx512f" in feats.split(",")
-
-
-_FMA_PROBE = """
-declare float @llvm.fma.f32(float, float, float)
-define float @probe(float %a, float %b, float %c) {
-  %r = call float @llvm.fma.f32(float %a, float %b, float %c)
-  ret float %r
-}
-"""
-
-
-def target_has_fma() -> bool:
-    """Whether ``llvm.fma`` is an instruction on the CPU numba compiles for (its name and
+def _target_assembly(llvm_ir: str) -> str | None:
+    """The assembly LLVM makes of ``llvm_ir`` for the CPU numba compiles for (its name and
     features, as numba's codegen chooses them: NUMBA_CPU_NAME, NUMBA_CPU_FEATURES, else
-    the host's), asked of LLVM itself: where it becomes a call of libm's ``fmaf``, there
-    is none (x86 before FMA3: numba's ``generic``, Sandy Bridge, Atom up to Goldmont)."""
+    the host's); None where LLVM cannot make it for that CPU."""
     import llvmlite.binding as ll
     from numba.core import config
     from numba.core.codegen import initialize_llvm
@@ -87,10 +63,45 @@ def target_has_fma() -> bool:
                  else ll.get_host_cpu_features().flatten())
         machine = ll.Target.from_default_triple().create_target_machine(
             cpu=name, features=feats, opt=2)
-        asm = machine.emit_assembly(ll.parse_assembly(_FMA_PROBE))
-    except Exception:  # noqa: BLE001 - LLVM could not say: the emulation is exact anywhere
+        return machine.emit_assembly(ll.parse_assembly(llvm_ir))
+    except Exception:  # noqa: BLE001 - LLVM could not: the caller takes the general way
+        return None
+
+
+_FMA_PROBE = """
+declare float @llvm.fma.f32(float, float, float)
+define float @probe(float %a, float %b, float %c) {
+  %r = call float @llvm.fma.f32(float %a, float %b, float %c)
+  ret float %r
+}
+"""
+_ZMM_PROBE = """
+define void @probe(<16 x float>* %p) {
+  %v = load <16 x float>, <16 x float>* %p
+  %r = fadd <16 x float> %v, %v
+  store <16 x float> %r, <16 x float>* %p
+  ret void
+}
+"""
+
+
+def target_has_avx512() -> bool:
+    """Whether numba compiles for a CPU with AVX-512F, asked of LLVM: whether a 16-lane
+    f32 add is one instruction on a 512-bit register. (Not by compiling the permute
+    itself: for a CPU without it LLVM stops the process instead of failing.)"""
+    import platform
+    if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    return "fmaf" not in asm
+    asm = _target_assembly(_ZMM_PROBE)
+    return asm is not None and "zmm" in asm
+
+
+def target_has_fma() -> bool:
+    """Whether ``llvm.fma`` is an instruction on the CPU numba compiles for, asked of LLVM:
+    where it becomes a call of libm's ``fmaf``, there is none (x86 before FMA3: numba's
+    ``generic``, Sandy Bridge, Atom up to Goldmont Plus)."""
+    asm = _target_assembly(_FMA_PROBE)
+    return asm is not None and "fmaf" not in asm
 
 
 # Without an FMA instruction every fma is computed from f64 arithmetic (_fma_emulated):
