@@ -864,8 +864,14 @@ def test_the_plain_loop_binds_each_linears_call_once_with_the_same_bits(random_m
     monkeypatch.setattr(machine, "EXT_CALLS", extops.EXT_CALLS)
     calls = plain._calls()
     assert plain._calls() is calls  # kept while nothing changes
-    plain._threads = plain._threads + 1  # adapt chose another count: bound again
-    assert plain._calls() is not calls
+    before = plain._threads
+    plain._threads = before + 1  # adapt chose another count: bound again
+    other = plain._calls()
+    assert other is not calls
+    plain._threads = before  # ... and back: the first binding, kept
+    assert plain._calls() is calls
+    plain._threads = before + 1
+    assert plain._calls() is other
     monkeypatch.setitem(gemv.BACKEND, "f32", "blas")  # the measuring switch: not bound
     head = next(c for c in plain._calls() if c[0].target == "fir.linear_t")
     assert head[1] is extops.EXT_IMPLS["fir.linear_t"]
