@@ -160,7 +160,7 @@ def _fma_kernels(emulate: bool):
 def test_the_fma_of_a_cpu_without_one_is_the_instructions_bit_for_bit():
     """Where the target has no FMA instruction (numba's generic, Sandy Bridge, Atom up to
     Goldmont) the kernels compute fma from f64 arithmetic instead of calling libm's
-    fmaf (300x slower there): scalar and 16 lanes wide, the same bits as the definition
+    fmaf (20x slower there): scalar and 16 lanes wide, the same bits as the definition
     (numerics.fma_f32_numpy) and as the instruction where this CPU has one, on random bit
     patterns (NaN, Inf, subnormals), cancelling sums, midpoints and results at the
     overflow and underflow edges."""
