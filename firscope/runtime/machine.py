@@ -188,9 +188,7 @@ class Machine:
 
     def _execute(self, node: PlanNode) -> None:
         if node.kind == NodeKind.EXT:
-            calls = self._calls()  # the plain loop's call, so that a profile times the same
-            i = node.index
-            call = calls[i] if 0 <= i < len(calls) and calls[i][0] is node else None
+            call = self._call_of(node)  # the plain loop's, so that a profile times the same
             fn, args = (call[1], call[2]) if call else (EXT_IMPLS[node.target], (self.arena, node))
             with np.errstate(all="ignore"):  # NaN/Inf propagate as on a GPU; break nan finds them
                 fn(*args)
@@ -204,14 +202,20 @@ class Machine:
             return
         runner = self.kernel_runner
         if runner is not None:
-            calls = self._calls()
-            i = node.index
-            if 0 <= i < len(calls) and calls[i][0] is node and calls[i][3]:
-                self._plain_call(calls[i])
+            call = self._call_of(node)
+            if call is not None and call[3]:
+                self._plain_call(call)
                 return
             runner.run(node, self.arena, self.budget, stop=self.stop_flag)
             return
         Dispatch(node.program, self.arena).run(self.budget, stop=self.stop_flag)
+
+    def _call_of(self, node: PlanNode) -> tuple | None:
+        """The plain loop's (node, fn, args, plain) of ``node``; None for a node from
+        outside the plan (a debugger's)."""
+        calls = self._calls()
+        i = node.index
+        return calls[i] if 0 <= i < len(calls) and calls[i][0] is node else None
 
     def _calls(self) -> list[tuple]:
         """Per node of the plan (node, fn, args, plain): ``fn(*args)`` runs an ext node
