@@ -92,7 +92,7 @@ import numpy as np
 
 from ..errors import FirError
 from ..fir.syntax import NodeKind
-from ..jitcache import cache_dir, prepare_numba
+from ..jitcache import cache_dir, entry_for, prepare_numba
 from ..model.threads import matvec_threads, run_split
 from .assembler import Address, Program
 from .codegen import Generated, fault_message, generate
@@ -179,18 +179,6 @@ def compiled_driver(gen: Generated, name: str) -> Callable:
             if not fn.signatures:
                 fn.compile(driver_signature(name))
     return fn
-
-
-def direct_entry(fn) -> Callable:
-    """The machine code's own Python entry point of a numba dispatcher compiled for one
-    signature: called with arguments of exactly that signature it skips the dispatcher's
-    matching of argument types to signatures (a fifth of a micro node's dispatch on the
-    plain path). The dispatcher itself when numba does not expose one."""
-    sigs = getattr(fn, "signatures", ())
-    if len(sigs) != 1:
-        return fn
-    entry = getattr(getattr(fn, "overloads", {}).get(sigs[0]), "entry_point", None)
-    return entry if callable(entry) else fn
 
 
 # The most instructions (all lanes together) a dispatch may run on the plain driver, which
@@ -669,8 +657,10 @@ class CompiledRunner:
         limit = UNLIMITED if budget is None else max(int(budget), 0)
         if _takes_plain(plan, limit) and not self._spreads(plan):
             g = plan.gen
-            return (direct_entry(plan.driver("run_plain")),
-                    (arena, plan.bases, g.kf, g.ki, 0, plan.program.threads))
+            # its machine-code entry: no matching of types to signatures, a fifth of a
+            # micro node's dispatch on the plain path
+            args = (arena, plan.bases, g.kf, g.ki, 0, plan.program.threads)
+            return entry_for(plan.driver("run_plain"), args), args
         if plan.infallible is None and plan.proofs is None:
             return None  # always the checked driver
         return self._plain_bound, (plan, node, arena, budget, limit, stop, threads)
