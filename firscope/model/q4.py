@@ -126,27 +126,34 @@ class Q4Matrix:
         if self.cols == 0:
             out[...] = 0
             return out
-        k = _kernels("matvec")
         if parallel is None:
-            parallel = self._parallel(matvec_threads())
+            parallel = self._parallel()
         if self.group == FAST_GROUP:  # the kernel splits x into even and odd columns
             if x.dtype != np.float32 or not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x, dtype=np.float32)
-            args = (self.packed, self.scale, self.minimum, x, out)
-            fn = "q4_par_x32" if parallel else "q4_x32"
+            fn, args = self._kernel(("q4_x32", "q4_par_x32"),
+                                    (self.packed, self.scale, self.minimum, x, out), parallel)
         else:
             xc = np.array(x, dtype=np.float32)  # a copy: out may overlap x
-            args = (self.packed, self.scale, self.minimum, self.group, xc, out)
-            fn = "q4_par_any" if parallel else "q4_rows_any"
-        if parallel:
-            k[fn](*args, MATVEC_CHUNK_ROWS)
-        else:
-            k[fn](*args, 0, self.rows)
+            fn, args = self._kernel(("q4_rows_any", "q4_par_any"),
+                                    (self.packed, self.scale, self.minimum, self.group, xc, out),
+                                    parallel)
+        fn(*args)
         return out
 
-    def _parallel(self, threads: int) -> bool:
-        """Whether a matvec on ``threads`` threads spreads its rows over them."""
-        return self.rows * self.cols >= PARALLEL_MIN_WEIGHTS and threads > 1
+    def _parallel(self, threads: int | None = None) -> bool:
+        """Whether a matvec on ``threads`` threads (None: numba's count now, asked only of
+        a matrix large enough) spreads its rows over them."""
+        if self.rows * self.cols < PARALLEL_MIN_WEIGHTS:
+            return False
+        return (matvec_threads() if threads is None else threads) > 1
+
+    def _kernel(self, names: tuple[str, str], head: tuple,
+                parallel: bool) -> tuple[Callable, tuple]:
+        """The matvec kernel of ``names`` (serial, parallel) and its arguments: ``head``,
+        then the row range (serial) or the rows per work item (parallel)."""
+        fn = _kernels("matvec")[names[parallel]]
+        return fn, head + ((MATVEC_CHUNK_ROWS,) if parallel else (0, self.rows))
 
     def matvec_call(self, x: np.ndarray, out: np.ndarray,
                     threads: int) -> tuple[Callable, tuple] | None:
@@ -161,12 +168,9 @@ class Q4Matrix:
                 or x.shape != (self.cols,) or out.shape != (self.rows,)
                 or any(a.dtype != np.float32 or not a.flags.c_contiguous for a in (x, out))):
             return None
-        k = _kernels("matvec")
-        base = (self.packed, self.scale, self.minimum, x, out)
-        if self._parallel(threads):
-            fn, args = k["q4_par_x32"], base + (MATVEC_CHUNK_ROWS,)
-        else:
-            fn, args = k["q4_x32"], base + (0, self.rows)
+        fn, args = self._kernel(("q4_x32", "q4_par_x32"),
+                                (self.packed, self.scale, self.minimum, x, out),
+                                self._parallel(threads))
         return entry_for(fn, args), args
 
     def dequantize_numpy(self) -> np.ndarray:

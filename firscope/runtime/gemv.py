@@ -60,12 +60,21 @@ def f32_matvec(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
         # a transposed view (a weight declared [in, out]): copied, so that its sums have
         # the reference's order too
         w = np.ascontiguousarray(w, dtype=np.float32)
-    k = _kernels()
     xc = np.array(x, dtype=np.float32)  # a copy: out may overlap x
-    if w.size >= PARALLEL_MIN_WEIGHTS and matvec_threads() > 1:
-        k["par"](w, xc, out, MATVEC_CHUNK_ROWS)
-    else:
-        k["rows"](w, xc, out, 0, w.shape[0])
+    fn, args = _kernel(w, xc, out)
+    fn(*args)
+
+
+def _kernel(w: np.ndarray, x: np.ndarray, out: np.ndarray,
+            threads: int | None = None) -> tuple[Callable, tuple]:
+    """The kernel that computes ``out = w @ x`` on ``threads`` threads (None: numba's
+    count now, asked only of a matrix large enough; its rows spread over them from
+    PARALLEL_MIN_WEIGHTS on), and its arguments."""
+    k = _kernels()
+    if w.size >= PARALLEL_MIN_WEIGHTS and (matvec_threads() if threads is None
+                                            else threads) > 1:
+        return k["par"], (w, x, out, MATVEC_CHUNK_ROWS)
+    return k["rows"], (w, x, out, 0, w.shape[0])
 
 
 def f32_matvec_call(w: np.ndarray, x: np.ndarray, out: np.ndarray,
@@ -80,9 +89,5 @@ def f32_matvec_call(w: np.ndarray, x: np.ndarray, out: np.ndarray,
             or x.shape != (w.shape[1],) or out.shape != (w.shape[0],)
             or np.may_share_memory(x, out)):
         return None
-    k = _kernels()
-    if w.size >= PARALLEL_MIN_WEIGHTS and threads > 1:
-        fn, args = k["par"], (w, x, out, MATVEC_CHUNK_ROWS)
-    else:
-        fn, args = k["rows"], (w, x, out, 0, w.shape[0])
+    fn, args = _kernel(w, x, out, threads)
     return entry_for(fn, args), args
