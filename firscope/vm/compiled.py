@@ -521,15 +521,20 @@ class CompiledRunner:
             Dispatch(plan.program, arena).run(budget, stop=stop)
             return
         limit = UNLIMITED if budget is None else max(int(budget), 0)
-        plain = _takes_plain(plan, limit) or self._plain_now(plan, arena, limit)
+        if self._plain_now(plan, arena, limit):
+            self._plain_dispatch(plan, arena)
+            return
         t = self.clock()
-        if plain:
-            ranges = self._run_plain(plan, arena)
-        else:
+        ranges = self._dispatch(plan, node, arena, limit, budget, stop)
+        while ranges is None:  # the journal was full: undone, the journal has grown
             ranges = self._dispatch(plan, node, arena, limit, budget, stop)
-            while ranges is None:  # the journal was full: undone, the journal has grown
-                ranges = self._dispatch(plan, node, arena, limit, budget, stop)
-        self._account(plan, arena, plain, ranges, self.clock() - t)
+        self._account(plan, arena, False, ranges, self.clock() - t)
+
+    def _plain_dispatch(self, plan: _Plan, arena: np.ndarray, threads: int | None = None) -> None:
+        """A dispatch on the plain driver (_run_plain), timed for the next one's ranges."""
+        t = self.clock()
+        ranges = self._run_plain(plan, arena, threads)
+        self._account(plan, arena, True, ranges, self.clock() - t)
 
     def _account(self, plan: _Plan, arena: np.ndarray, plain: bool, ranges: int,
                  elapsed: float) -> None:
@@ -668,12 +673,10 @@ class CompiledRunner:
     def _plain_bound(self, plan: _Plan, node, arena: np.ndarray, budget: int | None,
                      limit: int, stop, threads: int | None) -> int:
         """One dispatch of a node plain_call bound: run's plain path, or run itself."""
-        if not (_takes_plain(plan, limit) or self._plain_now(plan, arena, limit)):
+        if self._plain_now(plan, arena, limit):
+            self._plain_dispatch(plan, arena, threads)
+        else:
             self.run(node, arena, budget, stop=stop)
-            return 0
-        t = self.clock()
-        ranges = self._run_plain(plan, arena, threads)
-        self._account(plan, arena, True, ranges, self.clock() - t)
         return 0
 
     def plain_broke(self, node) -> None:
@@ -690,8 +693,11 @@ class CompiledRunner:
                        "of its stores (please report)")
 
     def _plain_now(self, plan: _Plan, arena: np.ndarray, limit: int) -> bool:
-        """Whether this dispatch of a kernel proved per dispatch (PlainProofs) takes the
-        plain driver: a proof holds for the values its uniform reads hold now."""
+        """Whether this dispatch takes the plain driver under ``limit`` instructions a
+        lane: every dispatch of ``plan`` does (_takes_plain), or, for a kernel proved per
+        dispatch (PlainProofs), a proof holds for the values its uniform reads hold now."""
+        if _takes_plain(plan, limit):
+            return True
         if plan.proofs is None:
             return False
         steps = plan.proofs.steps(tuple([float(arena[a]) for a in plan.reads]))
