@@ -385,7 +385,6 @@ def hot_linears(machine) -> dict[str, float]:
     its instructions, not by memory."""
     from bandwidth import last_level_cache
     room = last_level_cache() // 4
-    bound = {c[0].index: (c[1], c[2]) for c in machine._calls()}
     calls: dict[str, int] = {}
     first: dict[str, object] = {}
     for node in machine.model.nodes:
@@ -398,7 +397,7 @@ def hot_linears(machine) -> dict[str, float]:
     out = {}
     with np.errstate(all="ignore"):
         for name, node in first.items():
-            fn, args = bound[node.index]
+            _, fn, args, _ = machine._call_of(node)
             fn(*args)
             best = []
             for _ in range(7):
