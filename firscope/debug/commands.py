@@ -1,13 +1,14 @@
-"""gdb-style commands over a :class:`Session`: the front end (the pdb of firscope).
+"""gdb-style text commands over the typed :class:`~firscope.debug.debugger.Debugger`: the
+pdb of firscope.
 
-The batch debugger feeds this one line at a time; the TUI's keys, console
-and command palette and the DAP server go through the same table. The
-interpreter holds what belongs to the person looking, not to the engine:
-the focused lane, the register shown across lanes, and the last
-:class:`~firscope.debug.snapshot.Snapshot`. Each command says whether it
-resumes execution (``resumes``), as pdb's ``do_*`` methods do by returning
-1, so a UI knows to run it in a worker. A bad command raises
-:class:`FirError` with a message; the caller prints it and goes on.
+The batch debugger feeds this one line at a time; so do the UI's console and
+command palette and the DAP REPL, for text a user typed. Each command parses
+its arguments into one typed call of the Debugger and formats the answer;
+what a front end does for its own keys, clicks and protocol requests calls
+the Debugger directly. Each command says whether it resumes execution
+(``resumes``), as pdb's ``do_*`` methods do by returning 1, so a UI knows to
+run it in a worker. A bad command raises :class:`FirError` with a message;
+the caller prints it and goes on.
 """
 from __future__ import annotations
 
@@ -19,16 +20,13 @@ import numpy as np
 
 from ..errors import FirError
 from ..model import Ref
-from ..model.tokens import ByteTokenizer, Tokenizer
-from . import diverge, info, persist
-from .info import fmt_array, fmt_value, format_stats
-from .session import Session
-from .checkpoints import Checkpoints
-from .element_history import element_history
-from .expr import DebugExpr
-from .lens import lens
+from ..model.tokens import Tokenizer
+from . import info, persist
+from .debugger import Debugger
+from .info import fmt_value, format_stats
 from .logpoints import split_dprintf
-from .snapshot import DisplayValue, Snapshot, Stop, StopReason, capture
+from .session import Session
+from .snapshot import Snapshot
 
 _NUMBER = re.compile(r"[0-9]{1,12}$")
 
@@ -80,20 +78,14 @@ def _numbers(args: list[str], what: str = "breakpoint number") -> list[int]:
     return out
 
 
-class CommandInterpreter:
+class CommandInterpreter(Debugger):
+    """The text commands over the typed :class:`~firscope.debug.debugger.Debugger` (as
+    pdb's ``Pdb`` over ``bdb.Bdb``): :meth:`run` parses a line into one typed call and
+    formats its answer."""
+
     def __init__(self, session: Session, tokenizer: Tokenizer | None = None):
-        self.s = session
-        self.tok = tokenizer or ByteTokenizer()
+        super().__init__(session, tokenizer)
         self.quit = False
-        self.lane = 0  # the focused lane: registers, conditions and prints look at it
-        self.register = ("R", 0)  # the register shown across lanes
-        self._before_last: Snapshot | None = None
-        self.displays: dict[int, DebugExpr] = {}
-        self._display_text: dict[int, str] = {}
-        self._next_display = 1
-        self.checkpoints = Checkpoints()
-        start = session.here()
-        self.last: Snapshot = capture(session, start, self.where_line())
         self.info_by_name = {n: t for t in info.TOPICS for n in t.names}
         self.table: list[Command] = self._commands()
         self.by_name = {n: c for c in self.table for n in c.names}
@@ -176,7 +168,7 @@ class CommandInterpreter:
                     self.c_list),
             Command(("save",), "save breakpoints FILE",
                     "write breakpoints, watchpoints, catchpoints, log points and displays as "
-                    "commands", lambda rest: persist.save_breakpoints(self, rest)),
+                    "commands", lambda rest: persist.save_command(self, rest)),
             Command(("source",), "source FILE", "run the commands in FILE (a saved breakpoint "
                     "file, a batch script)", lambda rest: persist.source_file(self, rest)),
             Command(("help", "h"), "help", "this list", self.c_help),
@@ -211,128 +203,22 @@ class CommandInterpreter:
     def execute(self, line: str) -> str:
         return self.run(line).text
 
-    @property
-    def previous(self) -> Snapshot | None:
-        """The stop before the last one: what changed marks compare with (views of lanes
-        other than the focused one use it)."""
-        return self._before_last
-
-    # -- stops -------------------------------------------------------------------------
-    def _moved(self, stop: Stop) -> str:
-        """Every movement ends here: focus, freeze a snapshot, describe the stop."""
-        if stop.lane is not None:
-            self.lane = stop.lane
-        lanes = self.s.lanes()
-        if lanes is not None and not 0 <= self.lane < max(lanes, 1):
-            self.lane = 0
-        text = self.describe_stop(stop)
-        if self.s.log_lines:  # log points hit on the way, printed before the stop
-            text = "\n".join(self.s.log_lines + [text])
-            self.s.log_lines.clear()
-        displays = self._evaluate_displays()
-        if displays:
-            text += "\n" + "\n".join(f"{v.number}: {v.expr} = {v.text}" for v in displays)
-        self._before_last = self.last
-        self.last = capture(self.s, stop, text, lane=self.lane, register=self.register,
-                            previous=self._before_last, displays=displays)
-        return text
-
-    def refocus(self) -> Snapshot:
-        """The same stop seen with another lane or register (marks compare with the stop
-        before it, as they did)."""
-        self.last = capture(self.s, self.last.stop, self.last.description, lane=self.lane,
-                            register=self.register, previous=self._before_last,
-                            displays=self._evaluate_displays(mark=False))
-        return self.last
-
-    def describe_stop(self, stop: Stop) -> str:
-        lines = []
-        r = stop.reason
-        if r in (StopReason.FINISHED, StopReason.HISTORY, StopReason.INTERRUPTED):
-            lines.append(stop.message)
-            if r is not StopReason.FINISHED:
-                lines.append(self.where_line())
-            return "\n".join(lines)
-        head = self._head(stop)
-        if head:
-            lines.append(head)
-        if stop.old is not None and stop.new is not None:
-            lines.append(f"Old value = {fmt_array(stop.old)}")
-            lines.append(f"New value = {fmt_array(stop.new)}")
-        lines.append(self.where_line())
-        return "\n".join(lines)
-
-    @staticmethod
-    def _head(stop: Stop) -> str:
-        """The stop's first words, as batch mode prints them (and the UI header, for a
-        catchpoint)."""
-        r = stop.reason
-        if r is StopReason.FAULT:
-            return "Program received a fault:\n" + stop.message
-        if r is StopReason.BUDGET:
-            return "Stopped: instruction budget exhausted:\n" + stop.message
-        if r is StopReason.NAN:
-            return "Catchpoint (nan): " + stop.message
-        return stop.message
-
-    def status_line(self, snap: Snapshot | None = None) -> str:
-        """One line for a status bar or header, the same whoever moved (a key, the console,
-        the palette): ``stopped: breakpoint 1 at attention@1``, ``fault at embeddings, line
-        65``, ``stopped: watchpoint 2 at mlp@1, line 62``."""
-        stop = (snap or self.last).stop
-        loc = stop.location
-        where = loc.node or "end"
-        if loc.in_kernel and loc.line is not None:
-            where += f", line {loc.line}"
-        head = self._head(stop).splitlines()
-        if head and head[0].startswith("Catchpoint"):
-            # a catchpoint's stop says what it caught (divergence, race, uninit, NaN), in the
-            # words batch mode prints
-            return head[0] + (f" (stopped at {where})" if loc.node and loc.node not in head[0]
-                              else "")
-        label = stop.reason.label
-        if stop.breakpoint is not None and stop.reason in (StopReason.BREAKPOINT,
-                                                           StopReason.WATCHPOINT):
-            label += f" {stop.breakpoint}"
-        return f"{label} at {where}"
-
-    def token_text(self, token: int | None) -> str:
-        if token is None:
-            return "-"
-        return f"{token} {self.tok.piece(token)!r}"
-
-    def where_line(self) -> str:
-        s = self.s
-        loc = s.location()
-        if s.finished:
-            return f"[finished: {s.step} steps]"
-        tok = f"token {loc.step} {self.token_text(loc.token)} pos {loc.position}"
-        node = s.node
-        d = s.dispatch
-        if d is not None and not d.done:
-            op = d.ops[d.pc]
-            return (f"{loc.node} ({loc.kernel}) pc {loc.pc} at {s.model.path.name}:{loc.line}"
-                    f"  [{tok}]\n{loc.line}\t{op.text}")
-        return f"before {loc.node} ({node.kind} {node.target})  [{tok}]"
-
     # -- breakpoints ---------------------------------------------------------------------
     def c_break(self, rest):
-        bp = self.s.add_breakpoint(rest)
-        return f"{bp.what.capitalize()} {bp.number} at {bp.spec}" + (
-            f" if {bp.condition.text}" if bp.condition else "")
+        return made_text(self.break_at(rest))
 
     def c_tbreak(self, rest):
-        bp = self.s.add_breakpoint(rest, temporary=True)
+        bp = self.break_at(rest, temporary=True)
         return f"Temporary breakpoint {bp.number} at {bp.spec}"
 
     def c_dprintf(self, rest):
         location, message = split_dprintf(rest)
-        bp = self.s.add_breakpoint(location, log=message)
+        bp = self.dprintf(location, message)
         return f'Dprintf {bp.number} at {bp.spec}: "{message}"' + (
             f" if {bp.condition.text}" if bp.condition else "")
 
     def c_watch(self, rest):
-        bp = self.s.add_watch(rest)
+        bp = self.watch(rest)
         return f"Watchpoint {bp.number}: {bp.spec}" + (
             f" if {bp.condition.text}" if bp.condition else "")
 
@@ -341,7 +227,7 @@ class CommandInterpreter:
         if not parts:
             raise FirError("usage: condition N [COND]")
         n = _numbers(parts[:1])[0]
-        self.s.set_condition(n, parts[1] if len(parts) > 1 else None)
+        self.condition(n, parts[1] if len(parts) > 1 else None)
         return (f"Breakpoint {n} now unconditional." if len(parts) == 1
                 else f"Breakpoint {n} stops only if {parts[1]}")
 
@@ -350,90 +236,62 @@ class CommandInterpreter:
         if len(parts) != 2:
             raise FirError("usage: ignore N COUNT")
         n, count = _numbers(parts)
-        self.s.set_ignore(n, count)
+        self.ignore(n, count)
         return f"Will ignore next {count} crossings of breakpoint {n}."
 
     def c_delete(self, rest):
         words = rest.split()
         if words and words[0] in ("checkpoint", "checkpoints"):
-            return self._delete_checkpoints(words[1:])
-        nums = _numbers(rest.split()) if rest else None
-        self.s.delete_breakpoints(nums)
-        return "Deleted all breakpoints." if nums is None else \
-            f"Deleted {', '.join(map(str, dict.fromkeys(nums)))}."
-
-    def _delete_checkpoints(self, words: list[str]) -> str:
-        nums = _numbers(words, "checkpoint number") if words else [c.number for c in
-                                                                   self.checkpoints]
-        for n in nums:
-            self.checkpoints.get(n)  # all checked before any is deleted
-        for n in dict.fromkeys(nums):
-            self.checkpoints.delete(n, self.s)
-        return "Deleted no checkpoints." if not nums else \
-            f"Deleted checkpoint {', '.join(map(str, dict.fromkeys(nums)))}."
+            nums = self.delete_checkpoints(_numbers(words[1:], "checkpoint number")
+                                           if words[1:] else None)
+            return "Deleted no checkpoints." if not nums else \
+                f"Deleted checkpoint {', '.join(map(str, nums))}."
+        nums = _numbers(words) if rest else None
+        self.delete(nums)
+        return deleted_text(nums)
 
     def c_disable(self, rest):
-        self.s.set_enabled(_numbers(rest.split()), False)
+        self.disable(_numbers(rest.split()))
         return ""
 
     def c_enable(self, rest):
-        self.s.set_enabled(_numbers(rest.split()), True)
+        self.enable(_numbers(rest.split()))
         return ""
 
     # -- movements -----------------------------------------------------------------------
     def c_continue(self, rest):
-        return self._moved(self.s.cont(lane=self.lane))
+        return self.cont().description
 
     def c_stepi(self, rest):
-        into = None if rest else diverge.step_into(self)  # from a `break diverge` stop
-        if into is not None:
-            return self._moved(into)
-        return self._moved(self.s.stepi(_count(rest.split()), lane=self.lane))
+        return self.step(_count(rest.split()) if rest else None).description
 
     def c_next(self, rest):
-        return self._moved(self.s.next(_count(rest.split()), lane=self.lane))
+        return self.next(_count(rest.split())).description
 
     def c_finish(self, rest):
-        return self._moved(self.s.finish(lane=self.lane))
+        return self.finish().description
 
     def c_until(self, rest):
         if not rest:
             raise FirError("usage: until LOCATION")
-        return self._moved(self.s.until(rest, lane=self.lane))
+        return self.until(rest).description
 
     def c_token(self, rest):
-        return self._moved(self.s.next_token(lane=self.lane))
+        return self.next_token().description
 
     def c_goto(self, rest):
-        m = re.fullmatch(r"(\S+)(?:\s+token\s+([0-9]{1,12}))?", rest.strip())
-        if not m:
-            raise FirError("usage: goto NODE[@L] [token N]")
-        try:
-            idx = self.s.model.node_index(m.group(1))
-        except KeyError:
-            raise FirError(f"no node '{m.group(1)}'") from None
-        step = int(m.group(2)) if m.group(2) else self.s.step
-        return self._moved(self.s.goto((step, idx), lane=self.lane))
+        return self.goto(*parse_goto(rest)).description
 
     def c_rstepi(self, rest):
-        return self._moved(self.s.reverse_stepi(_count(rest.split()), lane=self.lane))
+        return self.reverse_step(_count(rest.split())).description
 
     def c_rnext(self, rest):
-        return self._moved(self.s.reverse_next(_count(rest.split()), lane=self.lane))
+        return self.reverse_next(_count(rest.split())).description
 
     def c_rcontinue(self, rest):
-        return self._moved(self.s.reverse_continue(lane=self.lane))
+        return self.reverse_continue().description
 
     # -- looking ---------------------------------------------------------------------------
-    def set_lane(self, lane: int) -> None:
-        self.s.check_lane(lane)
-        self.lane = lane
-        self.refocus()
-
-    def set_register(self, file: str, reg: int) -> None:
-        self.register = (file, reg)
-        self.refocus()
-
     def c_lane(self, rest):
         if not rest:
             return f"focused lane: {self.lane}"
@@ -448,14 +306,12 @@ class CommandInterpreter:
             raise FirError("usage: print EXPR")
         if rest.startswith("stats "):
             return self.c_stats(rest[6:])
-        value = self.s.evaluate(rest, lane=self.lane)
-        return f"$ = {fmt_value(value)}"
+        return f"$ = {fmt_value(self.evaluate(rest))}"
 
     def c_stats(self, rest):
         if not rest:
             raise FirError("usage: stats BUFFER")
-        value = np.asarray(self.s.evaluate(rest, lane=self.lane))
-        return format_stats(rest, value)
+        return format_stats(rest, np.asarray(self.evaluate(rest)))
 
     def c_info(self, rest):
         what, _, arg = rest.partition(" ")
@@ -481,50 +337,23 @@ class CommandInterpreter:
     def c_set(self, rest):
         patch = self.s.set(rest, lane=self.lane)
         self.refocus()
-        return f"Patch {patch.number}: {patch.text}  (at {patch.made_at})"
+        return patch_text(patch)
 
     def c_unset(self, rest):
         nums = _numbers(rest.split(), "patch number")
         if len(nums) != 1:
             raise FirError("usage: unset N")
-        p = self.s.patches.delete(nums[0])
+        p = self.unset(nums[0])
         return (f"Patch {p.number} forgotten: later replays no longer apply it (the values it "
                 "set stay until something writes them)")
-
-    def _evaluate_displays(self, mark: bool = True) -> tuple[DisplayValue, ...]:
-        out = []
-        for n, expr in self.displays.items():
-            try:
-                text, error = fmt_value(self.s.evaluate(expr, lane=self.lane)), False
-            except FirError as e:
-                text, error = f"<error: {e.message}>", True
-            changed = n in self._display_text and self._display_text[n] != text
-            if mark:
-                self._display_text[n] = text
-            out.append(DisplayValue(n, expr.text, text, changed, error))
-        return tuple(out)
 
     def c_display(self, rest):
         if not rest:
             return info.info_display(self)
-        expr = DebugExpr(rest)
-        self.s.resolver.check(expr)
-        n = self._next_display
-        self._next_display += 1
-        self.displays[n] = expr
-        value = next(v for v in self._evaluate_displays() if v.number == n)
-        self.refocus()
-        return f"{n}: {expr.text} = {value.text}"
+        return display_text(self.display(rest))
 
     def c_undisplay(self, rest):
-        nums = _numbers(rest.split(), "display number") if rest else list(self.displays)
-        for n in nums:
-            if n not in self.displays:
-                raise FirError(f"no display number {n}")
-        for n in nums:
-            self.displays.pop(n)
-            self._display_text.pop(n, None)
-        self.refocus()
+        self.undisplay(_numbers(rest.split(), "display number") if rest else None)
         return ""
 
     def c_history(self, rest):
@@ -534,24 +363,14 @@ class CommandInterpreter:
             text = f"{Ref(m.group(1), int(m.group(3)))}{m.group(2)}"
         if not text:
             raise FirError("usage: history BUF[i]")
-        from .breakpoints import parse_watch
-        w = parse_watch(self.s.model, text)
-        if w.stop - w.start != 1:
-            raise FirError(f"history follows one element: give an index, e.g. {w.region}[0]")
-        writes, truncated = element_history(self.s, w.start)
-        head = (f"{w.region}[{w.offset}]: {len(writes)} write{'s' if len(writes) != 1 else ''} "
-                "in the recorded history (oldest first)")
-        if truncated:
-            head += "; older history was dropped to stay within the memory budget"
-        lines = [head] + [f"  #{i:<3} {wr.describe()}" for i, wr in enumerate(writes)]
-        return Reply("\n".join(lines), writes)
+        h = self.history(text)
+        return Reply(history_text(h), list(h.writes))
 
     def c_lens(self, rest):
         parts = rest.split()
         every = "--all" in parts
         nums = [p for p in parts if p != "--all"]
-        k = _count(nums, 5)
-        rows = lens(self.s, k=k, every_layer=every)
+        rows = self.lens(_count(nums, 5), every_layer=every)
         out = []
         for row in rows:
             cells = "  ".join(f"{self.tok.piece(t)!r} {p:.3f}" for t, p in row.top)
@@ -559,7 +378,7 @@ class CommandInterpreter:
         return "\n".join(out)
 
     def c_checkpoint(self, rest):
-        ck, dropped = self.checkpoints.save(self.s)
+        ck, dropped = self.checkpoint()
         lines = [f"checkpoint {ck.number}: {ck.made_at}"]
         if dropped:
             lines.append(f"dropped checkpoint{'s' if len(dropped) > 1 else ''} "
@@ -571,10 +390,40 @@ class CommandInterpreter:
         nums = _numbers(rest.split(), "checkpoint number")
         if len(nums) != 1:
             raise FirError("usage: restart N")
-        ck = self.checkpoints.get(nums[0])
-        from .checkpoints import restore
-        restore(self.s, ck)
-        self.checkpoints.rebudget(self.s)  # the restored log gets the share left to it
-        return self._moved(self.s.here(StopReason.STEP, f"restarted at checkpoint {ck.number}: "
-                                                       f"{ck.made_at}"))
+        return self.restart(nums[0]).description
 
+
+def parse_goto(text: str) -> tuple[str, int | None]:
+    """``NODE[@L] [token N]`` -> (node, token or None)."""
+    m = re.fullmatch(r"(\S+)(?:\s+token\s+([0-9]{1,12}))?", text.strip())
+    if not m:
+        raise FirError("usage: goto NODE[@L] [token N]")
+    return m.group(1), int(m.group(2)) if m.group(2) else None
+
+
+# -- answers in words, shared by the text commands and the front ends' own keys ----------------
+def made_text(bp) -> str:
+    """``Breakpoint 1 at attention@1 if R3 > 0``: what making a breakpoint says."""
+    return f"{bp.what.capitalize()} {bp.number} at {bp.spec}" + (
+        f" if {bp.condition.text}" if bp.condition else "")
+
+
+def deleted_text(numbers: list[int] | None) -> str:
+    return "Deleted all breakpoints." if numbers is None else \
+        f"Deleted {', '.join(map(str, dict.fromkeys(numbers)))}."
+
+
+def patch_text(patch) -> str:
+    return f"Patch {patch.number}: {patch.text}  (at {patch.made_at})"
+
+
+def display_text(value) -> str:
+    return f"{value.number}: {value.expr} = {value.text}"
+
+
+def history_text(h) -> str:
+    n = len(h.writes)
+    head = f"{h.element}: {n} write{'s' if n != 1 else ''} in the recorded history (oldest first)"
+    if h.truncated:
+        head += "; older history was dropped to stay within the memory budget"
+    return "\n".join([head] + [f"  #{i:<3} {wr.describe()}" for i, wr in enumerate(h.writes)])

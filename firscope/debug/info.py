@@ -61,7 +61,7 @@ def listing(ci) -> str:
 def info_display(ci) -> str:
     if not ci.displays:
         return "There are no auto-display expressions now."
-    vals = ci._evaluate_displays(mark=False)
+    vals = ci.display_values()
     return "Auto-display expressions now in effect:\n" + "\n".join(
         f"{v.number}:   {v.expr} = {v.text}" for v in vals)
 

@@ -38,11 +38,16 @@ def save_lines(session, displays) -> tuple[list[str], list[str]]:
     return lines, skipped
 
 
-def save_breakpoints(ci, rest: str) -> str:
+def save_command(ci, rest: str) -> str:
+    """``save breakpoints FILE``, as typed."""
     what, _, name = rest.strip().partition(" ")
     if what != "breakpoints" or not name.strip():
         raise FirError("usage: save breakpoints FILE")
-    path = Path(name.strip()).expanduser()
+    return save_breakpoints(ci, Path(name.strip()).expanduser())
+
+
+def save_breakpoints(ci, path: Path) -> str:
+    """Write ``ci``'s breakpoints and displays to ``path``; says what was saved."""
     lines, skipped = save_lines(ci.s, ci.displays.values())
     try:
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
