@@ -21,7 +21,7 @@ from firscope.tui.jobs import Probe
 from firscope.tui.lens_view import end_of_layer, lens_rows
 from firscope.tui.palette import concrete_forms, templates
 from firscope.tui.registers_pane import register_table, watch_text
-from firscope.tui.reload import _resolve_line, carry, restore
+from firscope.tui.reload import carry, restore
 from firscope.tui.source_pane import source_rows
 from firscope.tui.state import Wants, build_view
 from conftest import REPO, SAMPLE
@@ -222,7 +222,7 @@ def test_reload_plan_re_resolves_a_moved_line(sample, tmp_path):
     m2, s2, ci2 = reloaded(tmp_path, tok, "kernel g2.attn_decode",
                            "# moved\n# moved\nkernel g2.attn_decode")
     c = next(b for b in carried.breaks if b.kernel)
-    assert _resolve_line(m2, c) == "break g2.attn_decode:158"
+    assert c.command_in(m2) == "break g2.attn_decode:158"
     notes = restore(ci2, carried)
     assert s2.node.full_name == "ln2@1" and s2.step == 0
     specs = [(bp.spec, bp.enabled) for bp in s2.breakpoints]

@@ -1,8 +1,10 @@
 """The Debug Adapter Protocol over the debugger engine: requests in, responses and events out.
 
-A thin adapter: every movement is a line for the same
-:class:`~firscope.debug.commands.CommandInterpreter` that batch mode and the
-UI use, run in a worker thread so that ``pause`` (the session's cancel flag)
+A thin adapter: every request calls the typed
+:class:`~firscope.debug.debugger.Debugger` that batch mode and the UI use (its
+text commands, :class:`~firscope.debug.commands.CommandInterpreter`, only for
+what the user types in the debug console). A movement runs in a worker thread
+so that ``pause`` (the session's cancel flag)
 and ``disconnect`` are answered while the model runs. Requests that read
 state are answered between runs only (while running they get an error, and
 ``threads`` the list of the last stop); breakpoint changes that arrive while
@@ -34,12 +36,14 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from ..debug.commands import CommandInterpreter
 from ..debug.info import fmt_scalar
-from ..debug.snapshot import Stop, StopReason
+from ..debug.commands import Result
+from ..debug.snapshot import Snapshot, Stop, StopReason
 from ..errors import FirError
 from .breakpoints import BreakpointMap
 from .conventions import Conventions
@@ -77,7 +81,8 @@ def arg(request: dict, name: str, kind=None, default=None, required: bool = Fals
 class Run:
     """A movement running in the worker thread."""
 
-    line: str
+    label: str  # what it is called in messages (continue, next, goto attention@1)
+    call: Callable[[], object]  # the typed call (or a typed line's run) the worker makes
     goalless: bool  # continue / reverse-continue: interrupting and resuming is the same run
     reason: str  # the DAP stop reason when it ends by doing what it was asked
     thread: threading.Thread | None = None
@@ -188,7 +193,7 @@ class Adapter(LifeCycle):
         r.deferred.append(msg)
         if r.goalless and not r.retake:
             r.retake = True
-            self.ci.s.cancel.set()
+            self.ci.interrupt()
 
     # ================================================================ output
     def output(self, text: str, category: str = "console") -> None:
@@ -243,50 +248,54 @@ class Adapter(LifeCycle):
         if lane is not None and lane != self.ci.lane:
             self.ci.set_lane(lane)
 
-    def _move(self, req, line: str, *, goalless: bool = False, reason: str = "step",
-              body: dict | None = None) -> None:
+    def _move(self, req, label: str, call: Callable[[], object], *, goalless: bool = False,
+              reason: str = "step", body: dict | None = None) -> None:
         if self.ended:
             raise RequestError("the session has ended")
         self._focus(req)
         if req.get("command") == "continue":
             body = {"allThreadsContinued": True}
         self.out.response(req, body)
-        self._start(line, goalless=goalless, reason=reason)
+        self._start(label, call, goalless=goalless, reason=reason)
 
     def _in_kernel(self) -> bool:
-        d = self.ci.s.dispatch
+        d = self.ci.session.dispatch
         return d is not None and not d.done
 
-    def _step_in_line(self) -> str:
+    def _step_in(self, req) -> None:
         """Into the next node's kernel, stopping before its first instruction."""
-        s = self.ci.s
-        node = s.node
+        d = self.ci
+        node = d.s.node
         if self._in_kernel() or node is None or node.kind != NodeKind.MICRO or not node.program.ops:
-            return "stepi"
+            return self._move(req, "stepi", d.step)
         # until KERNEL:LINE stops before pc 0: the cursor is before this node, so the first
         # dispatch of that kernel is this one.
-        return f"until {node.target}:{node.program.ops[0].loc.line}"
+        where = f"{node.target}:{node.program.ops[0].loc.line}"
+        self._move(req, f"until {where}", lambda: d.until(where))
 
     def r_continue(self, req):
-        self._move(req, "continue", goalless=True)
+        self._move(req, "continue", self.ci.cont, goalless=True)
 
     def r_next(self, req):
         if arg(req, "granularity", str) == "instruction":
-            return self._move(req, self._step_in_line())
-        self._move(req, "stepi" if self._in_kernel() else "next")
+            return self._step_in(req)
+        if self._in_kernel():
+            return self._move(req, "stepi", self.ci.step)
+        self._move(req, "next", self.ci.next)
 
     def r_stepIn(self, req):
-        self._move(req, self._step_in_line())
+        self._step_in(req)
 
     def r_stepOut(self, req):
-        self._move(req, "finish")
+        self._move(req, "finish", self.ci.finish)
 
     def r_stepBack(self, req):
-        instruction = self._in_kernel() or arg(req, "granularity", str) == "instruction"
-        self._move(req, "reverse-stepi" if instruction else "reverse-next")
+        if self._in_kernel() or arg(req, "granularity", str) == "instruction":
+            return self._move(req, "reverse-stepi", self.ci.reverse_step)
+        self._move(req, "reverse-next", self.ci.reverse_next)
 
     def r_reverseContinue(self, req):
-        self._move(req, "reverse-continue", goalless=True)
+        self._move(req, "reverse-continue", self.ci.reverse_continue, goalless=True)
 
     def r_pause(self, req):
         self.out.response(req)
@@ -295,11 +304,11 @@ class Adapter(LifeCycle):
                 self._report(self.ci.last.stop, "", "pause")
             return
         self.running.paused = True
-        self.ci.s.cancel.set()
+        self.ci.interrupt()
 
     def r_gotoTargets(self, req):
         line = arg(req, "line", int, required=True)
-        s = self.ci.s
+        s = self.ci.session
         at = self.conv.line_in(line)
         targets = [{"id": n.index + 1, "label": f"{n.full_name} (token {s.step})", "line": line}
                    for n in s.nodes if n.loc.line == at]
@@ -307,23 +316,26 @@ class Adapter(LifeCycle):
 
     def r_goto(self, req):
         target = arg(req, "targetId", int, required=True)
-        nodes = self.ci.s.nodes
+        nodes = self.ci.session.nodes
         if not 1 <= target <= len(nodes):
             raise RequestError(f"no goto target {target}")
-        self._move(req, f"goto {nodes[target - 1].full_name}", reason="goto")
+        node = nodes[target - 1].full_name
+        self._move(req, f"goto {node}", lambda: self.ci.goto(node), reason="goto")
 
-    def _start(self, line: str, *, goalless: bool, reason: str = "step") -> None:
+    def _start(self, label: str, call: Callable[[], object], *, goalless: bool,
+               reason: str = "step") -> None:
         self.views.reset()
-        run = Run(line, goalless, reason)
+        run = Run(label, call, goalless, reason)
         self.running = run
         # A pause meant for the last run must not stop this one. Cleared here, before the
         # worker starts, so that a pause from now on is never lost: the engine only reads it.
-        self.ci.s.cancel.clear()
+        self.ci.clear_interrupt()
 
         def work():
             try:
-                result = self.ci.run(line)
-                item = (result.text, None)
+                result = call()
+                item = (result.description if isinstance(result, Snapshot) else
+                        result.text if isinstance(result, Result) else str(result or ""), None)
             except FirError as e:
                 item = ("", str(e))
             except Exception as e:  # a bug: keep the adapter up and say so
@@ -343,7 +355,7 @@ class Adapter(LifeCycle):
         self._breakpoint_events()  # spent (a hit condition ==N), before the stop is shown
         if run.retake and not run.paused and error is None \
                 and stop.reason is StopReason.INTERRUPTED:
-            self._start(run.line, goalless=run.goalless, reason=run.reason)
+            self._start(run.label, run.call, goalless=run.goalless, reason=run.reason)
             return
         if error is not None:
             self.output(error, "stderr")
@@ -357,7 +369,7 @@ class Adapter(LifeCycle):
             return
         r = stop.reason
         if r is StopReason.FINISHED:
-            s = self.ci.s
+            s = self.ci.session
             self.output(f"generated: {self.ci.tok.decode(s.sequence)!r}")
             return self._end(0)
         if r.is_error and not self.bps.stop_on_fault:
@@ -432,10 +444,10 @@ class Adapter(LifeCycle):
         name = arg(req, "name", str, required=True)
         value = arg(req, "value", str, required=True)
         target, lane = self.views.set_target(ref, name)
-        prefix = f"lane {lane} " if lane is not None else ""
-        self.ci.run(f"set {prefix}{target} = {value}")
+        weight = target.startswith("--weight ")
         shown = target.removeprefix("--weight ")
-        new = self.ci.s.evaluate(shown, lane=lane if lane is not None else self.ci.lane)
+        self.ci.set(shown, value, lane=lane, weight=weight)
+        new = self.ci.evaluate(shown, lane=lane)
         self.out.response(req, {"value": fmt_scalar(np.asarray(new)[()]) if np.ndim(new) == 0
                                 else str(new)})
 
@@ -457,16 +469,17 @@ class Adapter(LifeCycle):
         cmd = self.ci.command_for(text)
         if cmd is None or len(word) < 2:
             return False  # one-letter aliases (n, c, p) are names a model may use
-        m = self.ci.s.model
+        m = self.ci.model
         return word not in m.buffers and not any(w.decl == word for w in m.weights.values())
 
     def _repl_command(self, req, text: str) -> None:
         cmd = self.ci.command_for(text)
         if cmd.names[0] == "quit":
             raise RequestError("use the editor's stop button to end the session")
-        if cmd.resumes:
-            return self._move(req, text, body={"result": "", "variablesReference": 0})
-        self.ci.s.cancel.clear()  # `source FILE` may move, in place: not stopped by a past pause
+        if cmd.resumes:  # a line the user typed: the text commands parse it
+            return self._move(req, text, lambda: self.ci.run(text),
+                              body={"result": "", "variablesReference": 0})
+        self.ci.clear_interrupt()  # `source FILE` may move, in place: not stopped by a past pause
         result = self.ci.execute(text)
         self._breakpoint_events()  # `break`, `delete`, `disable`... typed in the console
         self.out.response(req, {"result": result, "variablesReference": 0})
@@ -481,7 +494,7 @@ class Adapter(LifeCycle):
             start = int(ref, 16) + offset
         except ValueError:
             raise RequestError(f"bad memoryReference {ref!r}") from None
-        raw = self.ci.s.arena.view(np.uint8)
+        raw = self.ci.session.arena.view(np.uint8)
         if count < 0:
             raise RequestError("count must be >= 0")
         # Bytes before address 0 do not exist: the answer starts at 0 (its address says so)
@@ -492,5 +505,5 @@ class Adapter(LifeCycle):
                                 "unreadableBytes": count - len(data)})
 
     def r_source(self, req):
-        lines = self.ci.s.model.fir.lines
+        lines = self.ci.model.fir.lines
         self.out.response(req, {"content": "\n".join(lines) + "\n", "mimeType": "text/x-fir"})

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ..debug.breakpoints import (LineBreakpoint, NodeBreakpoint, parse_register_watch,
                                  parse_watch)
+from ..debug.debugger import Debugger
 from ..debug.session import Session
 from ..errors import FirError
 from .capabilities import EXCEPTION_FILTERS
@@ -55,7 +56,7 @@ def same_file(a: str, b: str) -> bool:
 
 @dataclass
 class BreakpointMap:
-    session: Session
+    debugger: Debugger  # every change goes through its typed calls
     source: dict
     by_file: dict[str, list[int]] = field(default_factory=dict)
     functions: list[int] = field(default_factory=list)
@@ -67,10 +68,14 @@ class BreakpointMap:
     model_file: str = ""  # the native path (``source`` has the client's spelling)
     reported: dict[int, dict] = field(default_factory=dict)  # what the client was last told
 
+    @property
+    def session(self) -> Session:
+        return self.debugger.session
+
     def _drop(self, numbers: list[int]) -> None:
         present = [n for n in numbers if n in self.session.breakpoints]
         if present:
-            self.session.delete_breakpoints(present)
+            self.debugger.delete(present)
         for n in numbers:
             self.origin.pop(n, None)
             self.reported.pop(n, None)
@@ -81,16 +86,17 @@ class BreakpointMap:
         if condition is not None and not isinstance(condition, str):
             raise FirError(f"condition must be text, found {condition!r}")
         ignore, temporary = hit_rule(hit_condition)
-        full = text + (f" if {cond}" if cond else "")
-        s = self.session
+        d = self.debugger
         if log is not None and not isinstance(log, str):
             raise FirError(f"logMessage must be text, found {log!r}")
-        bp = s.add_watch(full) if watch else s.add_breakpoint(full, temporary=temporary,
-                                                               log=log or None)
-        if watch and temporary:
-            s.breakpoints.update(bp.number, temporary=True)
+        if watch:
+            bp = d.watch(text, condition=cond, temporary=temporary)
+        elif log:
+            bp = d.dprintf(text, log, condition=cond, temporary=temporary)
+        else:
+            bp = d.break_at(text, condition=cond, temporary=temporary)
         if ignore:
-            s.set_ignore(bp.number, ignore)
+            d.ignore(bp.number, ignore)
         self.origin[bp.number] = origin
         return bp
 

@@ -98,4 +98,4 @@ def start_session(config: LaunchConfig, progress=None) -> CommandInterpreter:
 
 
 def model_path(ci: CommandInterpreter) -> Path:
-    return ci.s.model.path.resolve()
+    return ci.model.path.resolve()

@@ -60,7 +60,7 @@ class LifeCycle:
             progress(None)
         self._launched(ci, config)
         self.out.response(req)
-        s = ci.s
+        s = ci.session
         self.output(f"firscope: {s.model.path.name}, {len(s.prompt)} prompt tokens, "
                     f"{s.n_generate} to generate, {len(s.nodes)} nodes per token, engine "
                     f"{config.engine}")
@@ -77,9 +77,9 @@ class LifeCycle:
         path = model_path(ci)
         self.source = self.conv.source(path)
         self.views = Views(ci, self.source, self.conv)
-        self.bps = BreakpointMap(ci.s, self.source, conv=self.conv, model_file=str(path))
+        self.bps = BreakpointMap(ci, self.source, conv=self.conv, model_file=str(path))
         self.bps.set_exceptions([f["filter"] for f in EXCEPTION_FILTERS if f["default"]])
-        ci.s.log_sink = self._log_point
+        ci.session.log_sink = self._log_point
 
     def _prelaunch_failed(self) -> None:
         held, self.prelaunch = self.prelaunch, []
@@ -122,12 +122,12 @@ class LifeCycle:
         if self.config.stop_on_entry:
             self._report(self.ci.last.stop, self.ci.where_line(), "entry")
         else:
-            self._start("continue", goalless=True)
+            self._start("continue", self.ci.cont, goalless=True)
 
     def r_disconnect(self, req):
         run = self.running
         if run is not None:
-            self.ci.s.cancel.set()
+            self.ci.interrupt()
             run.paused = True
             run.thread.join(timeout=STOP_WAIT_S)
             self.running = None
@@ -147,7 +147,7 @@ class LifeCycle:
     def r_terminate(self, req):
         self.closing.set()
         if self.running is not None:
-            self.ci.s.cancel.set()
+            self.ci.interrupt()
             self.running.paused = True
         self.out.response(req)
         if not self.ended:
@@ -156,7 +156,7 @@ class LifeCycle:
 
     def _shutdown(self) -> None:
         if self.running is not None:
-            self.ci.s.cancel.set()
+            self.ci.interrupt()
             self.running.thread.join(timeout=STOP_WAIT_S)
         self.done = True
 

@@ -140,7 +140,7 @@ class Views:
 
     def __init__(self, ci: CommandInterpreter, source: dict, conv: Conventions | None = None):
         self.ci = ci
-        self.s = ci.s
+        self.s = ci.session
         self.source = source
         self.conv = conv or Conventions()
         self.handles = Handles()
@@ -340,7 +340,7 @@ class Views:
                 for i in range(layers)]
 
     def _value_of(self, expr: str) -> np.ndarray:
-        return np.asarray(self.s.evaluate(expr, lane=self.ci.lane))
+        return np.asarray(self.ci.evaluate(expr, lane=self.ci.lane))
 
     def _array_var(self, label: str, expr: str, *, weight: bool = False) -> dict:
         try:
@@ -419,10 +419,10 @@ class Views:
             text = self._hover_name(text)
         if not text:
             raise RequestError("nothing to evaluate")
-        a = np.asarray(self.s.evaluate(text, lane=lane))
+        a = np.asarray(self.ci.evaluate(text, lane=lane))
         if not a.ndim:
             return {"result": fmt_scalar(a[()]), "type": str(a.dtype), "variablesReference": 0}
-        view = ArrayView(text, lambda: np.asarray(self.s.evaluate(text, lane=lane)), 0,
+        view = ArrayView(text, lambda: np.asarray(self.ci.evaluate(text, lane=lane)), 0,
                          a.shape[0])
         var = self.array_variable(text, a, view)
         body = {"result": var["value"], "type": var["type"],

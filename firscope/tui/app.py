@@ -1,8 +1,11 @@
-"""The Textual app: routes keys to the debugger's command interpreter and shows each stop.
+"""The Textual app: routes keys to the typed debugger API and shows each stop.
 
-Every engine action is one command line through
-:meth:`CommandInterpreter.run`, run in a thread worker (one at a time; keys
-pressed meanwhile are queued, like typing ahead in gdb: :class:`~.jobs.JobQueue`).
+Every engine action is a job: a key, a click or a box calls one method of the
+:class:`~firscope.debug.debugger.Debugger` (``cont``, ``goto``, ``set_lane``,
+``toggle_break`` ...); a line typed in the console or chosen in the palette goes
+through the text commands (:meth:`CommandInterpreter.run`). Jobs run in a thread
+worker (one at a time; keys pressed meanwhile are queued, like typing ahead in
+gdb: :class:`~.jobs.JobQueue`).
 The worker freezes what the panes show (:func:`~firscope.tui.state.build_view`)
 and posts it as a :class:`JobDone` message; the app puts it in its ``view``
 reactive, which every pane of the :class:`~.debug_screen.DebugScreen` is bound
@@ -22,7 +25,9 @@ from textual.reactive import reactive, var
 from textual.widgets import Input, Label, ProgressBar, Static
 
 from ..text import printable
-from ..debug.commands import Result
+from ..debug.commands import (Result, deleted_text, display_text, history_text, made_text,
+                              parse_goto, patch_text)
+from ..debug.snapshot import Snapshot
 from ..errors import FirError, Interrupted
 from .buffers_view import BuffersView
 from .console_view import CommandInput, ConsoleView, completion_words
@@ -225,7 +230,8 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         job, out, error = message.job, message.out, message.error
         self.jobs.done()
         console = self.query_one(ConsoleView)
-        moved = isinstance(out, Result) and out.snapshot is not None
+        stop = _new_stop(out)
+        moved = stop is not None
         if message.view is not None:
             self.show_view(message.view, follow=moved or job.moves)
         if isinstance(error, Interrupted):
@@ -240,15 +246,16 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             self._report(job, out, console)
             if job.then is not None:
                 job.then(out)
-        if moved and out.snapshot.reason.wants_attention:
+        if moved and stop.reason.wants_attention:
             self.jobs.drop_moves()  # look before moving on
         if (queued := self.jobs.take_next()) is not None:
             self.submit(queued)
         self._refresh_cost()
 
     def _report(self, job: Job, out, console: ConsoleView) -> None:
-        text = out.text if isinstance(out, Result) else (out if isinstance(out, str) else "")
-        snap = out.snapshot if isinstance(out, Result) else None
+        snap = _new_stop(out)
+        text = out.text if isinstance(out, Result) else out.description \
+            if isinstance(out, Snapshot) else out if isinstance(out, str) else ""
         if text and not job.quiet:
             console.write(text, "red" if snap is not None and snap.reason.is_error else None)
         if snap is not None and snap.reason.is_error:
@@ -266,15 +273,29 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             return
         self.submit(Job(text, lambda: self.ci.run(text), moves=self.ci.resumes(text)))
 
+    def call(self, label: str, fn: Callable[[], object], *, moves: bool = False,
+             then: Callable[[object], None] | None = None) -> None:
+        """A typed call of the debugger from a key, a click or a box (``label``: what the
+        status line and the console call it). A movement returns its Snapshot; anything
+        else returns the text the console shows."""
+        if self.ci is not None:
+            self.submit(Job(label, fn, moves=moves, then=then))
+
     def refresh_view(self) -> None:
         """Rebuild the frozen view (another buffer name, the Lens tab shown)."""
         if self.session is not None:
             self.submit(Job("refresh", None, quiet=True))
 
     # -- actions ------------------------------------------------------------------------------
-    def action_command(self, line: str) -> None:
-        """A key bound to one debugger command (continue, next, stepi, ...)."""
-        self.run_command(line)
+    def action_move(self, name: str) -> None:
+        """A key bound to a movement (continue, next, stepi, ...): one typed call."""
+        d = self.ci
+        if d is None:
+            return
+        moves = {"continue": d.cont, "next": d.next, "stepi": d.step, "finish": d.finish,
+                 "token": d.next_token, "reverse-stepi": d.reverse_step,
+                 "reverse-next": d.reverse_next}
+        self.call(name, moves[name], moves=True)
 
     def _cancel_flag(self):
         return self.jobs.cancel_flag(self.session.cancel)
@@ -322,11 +343,11 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             return
         ci = self.ci
 
-        def toggle():
-            same = [bp.number for bp in ci.s.breakpoints if bp.spec == spec]
-            return ci.run(f"delete {' '.join(map(str, same))}" if same else f"break {spec}")
+        def toggle() -> str:
+            made, deleted = ci.toggle_break(spec)
+            return made_text(made) if made is not None else deleted_text(deleted)
 
-        self.submit(Job(f"break {spec}", toggle))
+        self.call(f"break {spec}", toggle)
 
     def _ask(self, question: str, value: str, then: Callable[[str], None]) -> None:
         self.push_screen(PromptScreen(question, value), lambda v: then(v) if v else None)
@@ -337,29 +358,56 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             self.notify("no kernel at this node: lanes exist inside micro nodes",
                         severity="warning")
             return
-        self._ask(f"focus lane (0..{lanes - 1}):", str(self.ci.lane),
-                  lambda v: self.run_command(f"lane {v}"))
+        self._ask(f"focus lane (0..{lanes - 1}):", str(self.ci.lane), self._focus_lane)
+
+    def _focus_lane(self, typed: str | int) -> None:
+        ci = self.ci
+        text = str(typed).strip()
+        if not text.isdigit() or len(text) > 12:
+            self.set_status(f"error: expected a lane number, found {text!r}", error=True)
+            return
+        lane = int(text)
+
+        def focus() -> str:
+            ci.set_lane(lane)
+            return f"[Switching to lane {lane}]"
+
+        self.call(f"lane {lane}", focus)
 
     def action_lane_step(self, delta: int) -> None:
         regs = self.view.snapshot.lane if self.view is not None else None
         if regs is None or not regs.lanes:
             return
-        self.run_command(f"lane {(self.view.lane + delta) % regs.lanes}")
+        self._focus_lane((self.view.lane + delta) % regs.lanes)
 
     def action_goto(self) -> None:
         if self.model is None:
             return
         nodes = self.query_one(NodeList)
         if self.focused is nodes and nodes.cursor_node() is not None:
-            self.run_command(f"goto {self.model.nodes[nodes.cursor_node()].full_name}")
+            self._goto(self.model.nodes[nodes.cursor_node()].full_name)
             return
         self._ask("go to node (e.g. attention@1, or attention@1 token 3):", "",
-                  lambda v: self.run_command(f"goto {v}"))
+                  self._goto_typed)
+
+    def _goto_typed(self, text: str) -> None:
+        try:
+            where = parse_goto(text)
+        except FirError as e:
+            self.set_status(f"error: {e.message}", error=True)
+            return
+        self._goto(*where)
+
+    def _goto(self, node: str, token: int | None = None) -> None:
+        ci = self.ci
+        label = f"goto {node}" + (f" token {token}" if token is not None else "")
+        self.call(label, lambda: ci.goto(node, token), moves=True)
 
     def action_display(self) -> None:
-        if self.ci is not None:
+        ci = self.ci
+        if ci is not None:
             self._ask("display (shown at every stop), e.g. max(abs(x)):", "",
-                      lambda v: self.run_command(f"display {v}"))
+                      lambda v: self.call(f"display {v}", lambda: display_text(ci.display(v))))
 
     def action_help(self) -> None:
         rows = [(c.usage, c.help) for c in self.ci.table] if self.ci is not None else []
@@ -416,8 +464,12 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         self.refresh_view()
 
     def on_buffers_view_edit(self, message) -> None:
-        self._ask(f"set {message.target} =", message.value,
-                  lambda v: self.run_command(f"set {message.target} = {v}"))
+        ci, target = self.ci, message.target
+
+        def edit(value: str) -> None:
+            self.call(f"set {target}", lambda: patch_text(ci.set(target, value)))
+
+        self._ask(f"set {target} =", message.value, edit)
 
     def on_registers_pane_edit(self, message: RegistersPane.Edit) -> None:
         self.on_buffers_view_edit(message)
@@ -431,13 +483,13 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         ci, target = self.ci, message.target
 
         def writes():
-            out = ci.run(f"history {target}")
-            return out.text.splitlines()[0], list(out.data)
+            h = ci.history(target)
+            return history_text(h).splitlines()[0], list(h.writes)
 
         def shown(out) -> None:
             self.push_screen(HistoryScreen(*out), self._history_chosen)
 
-        self.submit(Job(f"history {target}", writes, then=shown))
+        self.call(f"history {target}", writes, then=shown)
 
     def _history_chosen(self, write) -> None:
         if write is None:
@@ -447,14 +499,14 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         except KeyError:
             self.notify(f"{write.node}: not a node to go to", severity="warning")
             return
-        self.run_command(f"goto {write.node} token {write.step}")
+        self._goto(write.node, write.step)
 
     def on_lens_view_jump(self, message: LensView.Jump) -> None:
         node = end_of_layer(self.model, message.layer)
         if node is None:
             self.notify(f"layer {message.layer} is the model's end", severity="warning")
             return
-        self.run_command(f"goto {node} token {self.view.snapshot.step}")
+        self._goto(node, self.view.snapshot.step)
 
     def prefill_console(self, text: str) -> None:
         self.query_one(Bottom).active = "console"
@@ -462,3 +514,10 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         inp.value = text
         inp.focus()
         inp.cursor_position = len(text)
+
+
+def _new_stop(out) -> Snapshot | None:
+    """The stop a job moved to: a movement's Snapshot, or a text command's new one."""
+    if isinstance(out, Snapshot):
+        return out
+    return out.snapshot if isinstance(out, Result) else None

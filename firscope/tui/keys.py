@@ -22,16 +22,16 @@ class Key:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("f5,c", "command('continue')", "cont", "continue to the next breakpoint or the end", True),
-    Key("f10,n", "command('next')", "next", "run the current node, stop before the next", True),
-    Key("f11,s", "command('stepi')", "step", "execute one instruction (all active lanes)", True),
-    Key("shift+f11,f", "command('finish')", "finish",
+    Key("f5,c", "move('continue')", "cont", "continue to the next breakpoint or the end", True),
+    Key("f10,n", "move('next')", "next", "run the current node, stop before the next", True),
+    Key("f11,s", "move('stepi')", "step", "execute one instruction (all active lanes)", True),
+    Key("shift+f11,f", "move('finish')", "finish",
         "finish the kernel (between nodes: the token)"),
     Key("f9,b", "toggle_break", "break", "toggle a breakpoint at the cursor (node or kernel line)",
         True),
-    Key("r", "command('reverse-stepi')", "rev", "reverse-stepi: undo one instruction", True),
-    Key("shift+f10,R", "command('reverse-next')", "rev next", "reverse-next: undo one node"),
-    Key("t", "command('token')", "token", "run to the start of the next token", True),
+    Key("r", "move('reverse-stepi')", "rev", "reverse-stepi: undo one instruction", True),
+    Key("shift+f10,R", "move('reverse-next')", "rev next", "reverse-next: undo one node"),
+    Key("t", "move('token')", "token", "run to the start of the next token", True),
     Key("g", "goto", "goto", "go to the node under the cursor (or a named node)"),
     Key("l", "lane", "lane", "choose the focused lane"),
     Key("left_square_bracket", "lane_step(-1)", "lane-", "focus the previous lane"),

@@ -4,7 +4,8 @@ Breakpoints, watchpoints and displays are kept as the commands that made them
 (``break attention@1 if ...``, ``watch x[0:4]``, ``display max(abs(x))``); a
 kernel-line breakpoint is kept as its kernel and instruction text, so an edit
 that moves lines still finds it. The position is a token and a node name. In
-the reloaded session each is re-issued through the command interpreter; what
+the reloaded session each is made again through the typed debugger API (a
+breakpoint by its own saved command, as ``source`` reads it); what
 no longer resolves is listed, never silently dropped. Patches (``set``) and
 checkpoints are states of the old run's memory, made at places in its history:
 they are not re-applied, and each is listed as not carried, with its text.
@@ -42,27 +43,23 @@ def carry(session, ci) -> Carried:
     return Carried(breaks, displays, position, ci.lane, session.finished, dropped)
 
 
-def _resolve_line(model, c: CarriedBreak) -> str:
-    """The command for a carried breakpoint in the new model (a line breakpoint re-resolved)."""
-    return c.command_in(model)
-
-
 def restore(ci, carried: Carried) -> list[str]:
-    """Re-issue everything ``carried`` holds; returns one line per thing and its fate."""
+    """Re-make everything ``carried`` holds in the new session (``ci``: its debugger);
+    returns one line per thing and its fate."""
+    from ..debug.commands import display_text
     notes = []
 
-    def issue(what: str, line: str) -> str | None:
+    def attempt(what: str, call):
         try:
-            out = ci.run(line)
+            return call()
         except FirError as e:
             notes.append(f"not restored: {what} — {e.message}")
             return None
-        return out.text
 
-    model = ci.s.model
+    model = ci.model
     if carried.position is not None:
         step, node = carried.position
-        if issue(f"position token {step} {node}", f"goto {node} token {step}") is not None:
+        if attempt(f"position token {step} {node}", lambda: ci.goto(node, step)) is not None:
             notes.append(f"position restored: token {step}, {node}")
     elif carried.finished:
         notes.append("not restored: position (the session had finished; back at the start)")
@@ -72,18 +69,19 @@ def restore(ci, carried: Carried) -> list[str]:
         except FirError as e:
             notes.append(f"not restored: {c.command} — {e.message}")
             continue
-        if issue(c.command, line) is None:
+        # the breakpoint's own command, as `save breakpoints` writes it and `source` reads it
+        if attempt(c.command, lambda: ci.run(line)) is None:
             continue
-        number = max(bp.number for bp in ci.s.breakpoints)
+        number = max(bp.number for bp in ci.breakpoints)
         if not c.enabled:
-            issue(f"disable {number}", f"disable {number}")
+            attempt(f"disable {number}", lambda: ci.disable([number]))
         if c.ignore:
-            issue(f"ignore {number} {c.ignore}", f"ignore {number} {c.ignore}")
+            attempt(f"ignore {number} {c.ignore}", lambda: ci.ignore(number, c.ignore))
         notes.append(f"restored: {line}")
     for expr in carried.displays:
-        shown = issue(f"display {expr}", f"display {expr}")
+        shown = attempt(f"display {expr}", lambda: ci.display(expr))
         if shown is not None:  # "1: max(abs(x)) = 3.25": its value here, as gdb shows it
-            notes.append(f"restored: display {shown}")
+            notes.append(f"restored: display {display_text(shown)}")
     if carried.lane:
         try:
             ci.set_lane(carried.lane)

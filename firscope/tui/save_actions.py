@@ -2,14 +2,14 @@
 
 The quit confirmation says ``s: save breakpoints first`` when the session has
 breakpoints, watchpoints, catchpoints, log points or displays; ``s`` asks for a
-file and writes it through the command interpreter (an error is reported like
+file and writes it through the typed debugger API (an error is reported like
 any command's and the app stays), then quits. A mixin of the app.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from .jobs import Job, state_dir
+from .jobs import state_dir
 from .screens import QuitScreen
 
 __all__ = ["SaveActions", "default_breakpoints_file"]
@@ -28,7 +28,7 @@ class SaveActions:
         the live session is the worker's then)."""
         if self.ci is None or self.busy:
             return 0
-        return len(self.ci.s.breakpoints) + len(self.ci.displays)
+        return len(self.ci.breakpoints) + len(self.ci.displays)
 
     def action_quit(self) -> None:
         if isinstance(self.screen, QuitScreen):
@@ -55,9 +55,8 @@ class SaveActions:
                     path.parent.mkdir(parents=True, exist_ok=True)
                 except OSError:
                     pass  # the save below says why it cannot write
-            line = f"save breakpoints {path}"
-            self.submit(Job(line, lambda: ci.run(line),
-                            then=lambda out: self._quit(message=out.text)))
+            self.call(f"save breakpoints {path}", lambda: ci.save_breakpoints(path),
+                      then=lambda out: self._quit(message=out))
 
         self._ask("save breakpoints, then quit (source FILE reads them back):", str(default),
                   chosen)
