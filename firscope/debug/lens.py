@@ -75,18 +75,26 @@ def top_k(logits: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
 
 def project(session, path: LensPath, residual: np.ndarray | None = None) -> np.ndarray:
     """Logits the model would give for ``residual`` (default: the stream as it is now)."""
-    m = session.model
-    arena = session.arena
+    return project_on(session.machine, path, residual)
+
+
+def project_on(machine, path: LensPath, residual: np.ndarray | None = None) -> np.ndarray:
+    """The same on any machine: the final norm and head run on ``residual`` (default: the
+    stream as it is in the machine's arena), and every buffer they touch is put back."""
+    m = machine.model
+    arena = machine.arena
     res_region = m.regions[path.residual]
     spans = [(res_region.base, res_region.base + res_region.size)]
     for node in (path.norm, path.head):
-        spans += session.write_regions(node)
+        regs = [o.region for o in node.outs] if node.kind == NodeKind.EXT else \
+            node.program.written_regions()
+        spans += [(r.base, r.base + r.size) for r in regs]
     saved = copy_regions(arena, list(dict.fromkeys(spans)))
     try:
         if residual is not None:
             arena[res_region.base: res_region.base + res_region.size] = residual
         for node in (path.norm, path.head):
-            session.machine.run_node(node)
+            machine.run_node(node)
         out = m.outputs["logits"]
         return arena[out.base: out.base + out.size].copy()
     finally:

@@ -18,13 +18,14 @@ from ..defaults import DEFAULT_ENGINE, DEFAULT_STEPS
 from ..errors import FirError
 from ..runtime.opening import RunInput
 from .commands import CommandInterpreter
+from .debugger import Debugger
 from .diverge import attach_reference
 from .session import Session
 
 if TYPE_CHECKING:
     from ..runtime.load import Model
 
-__all__ = ["OpenedSession", "open_session", "steps_against_dump"]
+__all__ = ["OpenedSession", "open_session", "session_on", "steps_against_dump"]
 
 
 class OpenedSession(NamedTuple):
@@ -55,7 +56,7 @@ def open_session(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFA
         opened = source.open(progress=progress)
         if loaded is not None:
             loaded(opened.model)
-        session = Session(opened.model, list(opened.ids), n, engine=engine)
+        session = _session(opened.model, list(opened.ids), n, engine)
         if against is not None:
             attach_reference(session, dump if dump is not None else Dump(against),
                              isolate=isolate)
@@ -64,6 +65,20 @@ def open_session(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFA
             dump.close()
         raise
     return OpenedSession(session, CommandInterpreter(session, opened.tokenizer))
+
+
+def session_on(model: "Model", ids: list[int], tokenizer, *, n: int = 0,
+               engine: str = DEFAULT_ENGINE) -> Debugger:
+    """A session on a model already loaded (the Python API's ``Model.debug``), fed ``ids``
+    and generating ``n`` tokens; returns its typed :class:`Debugger`. The session runs on
+    ``model``'s arena: give it a model of its own (``Model.with_own_arena``) when something
+    else runs on the same one."""
+    return Debugger(_session(model, ids, n, engine), tokenizer)
+
+
+def _session(model: "Model", ids: list[int], n: int, engine: str) -> Session:
+    """The one place a :class:`Session` is made."""
+    return Session(model, ids, n, engine=engine)
 
 
 def steps_against_dump(n: int, *, against, prompt: str | None, tokens, n_given: bool) -> int:

@@ -45,6 +45,12 @@ class Ref:
         return self.name + layer_suffix(self.layer)
 
 
+def every_layer(name: str) -> str:
+    """``"attention@*"``: the glob (``--dump-nodes``, ``record=``) over every layer's
+    instance of ``name``."""
+    return f"{name}@*"
+
+
 def layer_suffix(layer: int | str | None) -> str:
     """``"@3"`` (``""`` for no layer): the suffix alone, where the name is said apart from it
     (a per-layer buffer's children in a debugger's variables view, "drop the @3": there the

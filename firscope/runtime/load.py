@@ -13,7 +13,7 @@ directive at fault.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -95,6 +95,12 @@ class Model:
             if n.full_name == full_name:
                 return n.index
         raise KeyError(full_name)
+
+    def with_own_arena(self) -> "Model":
+        """The same model on a copy of the arena: a debugger session and another run can then
+        use the model side by side (weights stored outside the arena, q4 ones, are shared:
+        nothing writes them)."""
+        return replace(self, arena=self.arena.copy())
 
     @property
     def buffer_elements(self) -> int:

@@ -60,6 +60,9 @@ class Hooks:
     before_instruction: list[Callable] = field(default_factory=list)  # (dispatch, op)
     after_instruction: list[Callable] = field(default_factory=list)  # (dispatch, op)
     on_dispatch: list[Callable] = field(default_factory=list)  # (machine, node, dispatch)
+    # (machine, node) right after the node of that plan index ran, however it ran: a few
+    # nodes observed (the Python API's record= and patch=) keep the plain loop for the rest
+    at_node: dict[int, list[Callable]] = field(default_factory=dict)
 
     @property
     def per_node(self) -> bool:
@@ -185,6 +188,9 @@ class Machine:
                 h(self, node, dt)
         else:
             self._execute(node)
+        if hooks.at_node:
+            for h in hooks.at_node.get(node.index, ()):
+                h(self, node)
 
     def _execute(self, node: PlanNode) -> None:
         if node.kind == NodeKind.EXT:
@@ -260,7 +266,11 @@ class Machine:
         """Every node of the plan, with no hook to call: the plain loop."""
         # One errstate for the step: the ext ops' (NaN/Inf propagate as on a GPU); nothing
         # else in the loop computes with NumPy.
+        at_node = self.hooks.at_node
         with np.errstate(all="ignore"):
+            if at_node:
+                self._run_tapped(at_node)
+                return
             for call in self._calls():
                 node, fn, args, plain = call
                 if plain:
@@ -269,6 +279,22 @@ class Machine:
                     fn(*args)
                 else:
                     self._execute(node)
+
+    def _run_tapped(self, at_node: dict[int, list[Callable]]) -> None:
+        """The plain loop with ``Hooks.at_node`` called after the nodes that have some (a
+        separate loop, so that the plain one pays nothing for them)."""
+        for call in self._calls():
+            node, fn, args, plain = call
+            if plain:
+                self._plain_call(call)
+            elif fn is not None:
+                fn(*args)
+            else:
+                self._execute(node)
+            taps = at_node.get(node.index)
+            if taps:
+                for h in taps:
+                    h(self, node)
 
     def finish_token(self) -> StepResult:
         out = self.model.outputs["logits"]
