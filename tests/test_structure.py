@@ -27,7 +27,7 @@ LAYERS = {
     "errors": 0, "jitcache": 0, "samples": 0, "dump": 0, "text": 0, "defaults": 0,
     "__init__": 0,
     "fir": 1, "model": 2, "vm": 3, "runtime": 4, "compare": 5, "sanitize": 6, "debug": 7,
-    "profile": 8, "tui": 9, "dap": 9, "cli": 10, "__main__": 11,
+    "profile": 8, "tui": 9, "dap": 9, "api": 9, "patching": 9, "cli": 10, "__main__": 11,
     # the speed-of-light analysis reads what runtime recorded (the rank of sanitize)
     "cost": 6,
     # the GPU engine: its diff uses compare/ and sanitize/ (a rank between sanitize and debug)
@@ -105,12 +105,40 @@ def test_imports_follow_the_layer_order(module):
     me = LAYERS.get(part_of(module))
     bad = []
     for dep in sorted(GRAPH[module]):
+        if module == "firscope" and dep in LAZY_ENTRY_POINTS:
+            continue  # imported inside __getattr__ on first use (PEP 562), see below
         dep_part = part_of(dep)
         if dep_part == "cli" and part_of(module) not in ("cli", "__main__"):
             bad.append(f"{dep} (nothing imports cli)")
         elif dep_part != "__init__" and LAYERS.get(dep_part, 99) > me:
             bad.append(f"{dep} (layer {dep_part} is below {part_of(module)})")
     assert not bad, f"{module} imports " + ", ".join(bad)
+
+
+# What the package's __init__ may import inside its PEP 562 __getattr__, and nothing else:
+# the library's entry points (firscope.open, firscope.Debugger, firscope.patching).
+LAZY_ENTRY_POINTS = {"firscope.api", "firscope.api.model", "firscope.api.run",
+                     "firscope.debug.debugger", "firscope.patching"}
+
+
+def test_the_package_imports_its_entry_points_only_on_first_use():
+    """``import firscope`` stays cheap: the entry points are imported inside ``__getattr__``
+    (PEP 562), never at the top of ``firscope/__init__.py``."""
+    tree = ast.parse((PKG / "__init__.py").read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = {(n.module or "") for n in top if isinstance(n, ast.ImportFrom)}
+    assert names <= {"__future__", "errors"}, names
+    lazy = GRAPH["firscope"] - {"firscope.errors", "firscope.text"}
+    assert lazy and lazy <= LAZY_ENTRY_POINTS, lazy
+    code = ("import sys, firscope\n"
+            "assert 'numpy' not in sys.modules and 'firscope.api' not in sys.modules\n"
+            "assert callable(firscope.open) and 'firscope.api' in sys.modules\n"
+            "import firscope.patching\n"
+            "assert firscope.patching.sweep is firscope.api.patching.sweep\n")
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_only_the_gpu_device_module_imports_wgpu():
@@ -506,3 +534,61 @@ def test_the_unused_check_sees_a_function_nobody_calls(tmp_path, monkeypatch):
     (tmp_path / "tests" / "t.py").write_text("from firscope.a import Gone\n")
     monkeypatch.setitem(globals(), "REPO", tmp_path)
     assert [name for _, _, name in unused_definitions()] == ["lonely", "Gone"]
+
+
+# -- front ends drive the engine through the typed debugger API ---------------------------------
+FRONT_ENDS = ("tui", "dap", "api")
+# The calls that hand a command line to the text interpreter.
+TEXT_ENTRY_POINTS = {"run", "execute", "run_command"}
+
+
+def formatted_command_lines(path: Path) -> list[str]:
+    """Calls in ``path`` that give the text interpreter a line the code wrote itself: an
+    f-string, a string literal, a ``+`` or ``%`` of text, or a ``.format``. A line the user
+    typed arrives as a variable (the console, the palette, the DAP REPL) and is not flagged."""
+    def written(node) -> bool:
+        if isinstance(node, ast.JoinedStr):
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return True
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
+            return written(node.left) or written(node.right)
+        if isinstance(node, ast.IfExp):
+            return written(node.body) or written(node.orelse)
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "format")
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+        if name in TEXT_ENTRY_POINTS and any(written(a) for a in node.args):
+            found.append(f"line {node.lineno}: {ast.unparse(node)[:100]}")
+    return found
+
+
+def test_front_ends_call_the_typed_api_not_command_lines():
+    """Issue 41: what the UI, DAP and the Python API do for their own keys, clicks and
+    requests calls the typed :class:`firscope.debug.debugger.Debugger` (as pdb calls bdb);
+    only text a user typed goes through the text commands."""
+    bad = []
+    for part in FRONT_ENDS:
+        for path in sorted((PKG / part).rglob("*.py")):
+            bad += [f"{path.relative_to(REPO)} {f}" for f in formatted_command_lines(path)]
+    assert not bad, "front ends format command lines:\n" + "\n".join(bad)
+
+
+def test_the_command_line_scan_sees_each_way_of_formatting(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f(ci, app, n, typed):\n"
+                    "    ci.run(f'lane {n}')\n"
+                    "    ci.execute('continue')\n"
+                    "    app.run_command('goto ' + n)\n"
+                    "    ci.run('break {}'.format(n))\n"
+                    "    ci.run(typed if n else 'delete')\n"
+                    "    ci.run(typed)\n"            # what the user typed: fine
+                    "    app.run()\n"
+                    "    ci.goto(n)\n")
+    assert [int(f.split(":")[0].split()[1]) for f in formatted_command_lines(path)] == [2, 3, 4, 5, 6]
