@@ -204,6 +204,12 @@ def test_notebook_views(q4):
     assert w.dtype == "q4" and 0 < stats.rmse < stats.max_abs
     assert "rmse" in w._repr_html_()
     assert q4.weight("qkvw@0").name == "qkvw@0"
+    assert q4.weight("wte").values().shape == (256, 128)  # as declared
+    dense = w.values()  # [out, in], what the q4 matmul multiplies by
+    assert dense.shape == (384, 128)
+    from firscope.model.checkpoint import Checkpoint
+    original = Checkpoint(SAMPLE).read(w.tensor).T
+    assert np.sqrt(np.mean((original - dense) ** 2)) == pytest.approx(stats.rmse, rel=1e-6)
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
     result = firscope.patching.sweep(q4, [1, 2, 3], [1, 5, 3], firscope.patching.logit_diff(1, 2),

@@ -50,7 +50,7 @@ def _launched() -> tuple[Adapter, io.BytesIO]:
 def test_a_dap_run_starts_with_the_flag_cleared():
     a, _ = _launched()
     a.ci.s.cancel.set()  # left over from a pause
-    a._start("next", goalless=False)
+    a._start("next", a.ci.next, goalless=False)
     kind, item = a.inbox.get(timeout=120)
     assert kind == "ran" and item[1] is None
     a._ran(*item)
@@ -58,7 +58,7 @@ def test_a_dap_run_starts_with_the_flag_cleared():
 
 
 def _disconnect_with_a_held_request(a: Adapter, worker: threading.Thread) -> dict:
-    run = Run("continue", goalless=True, reason="step", thread=worker)
+    run = Run("continue", a.ci.cont, goalless=True, reason="step", thread=worker)
     a.running = run
     held = {"seq": 7, "type": "request", "command": "setFunctionBreakpoints",
             "arguments": {"breakpoints": [{"name": "ln1@0"}]}}

@@ -276,9 +276,12 @@ class Weight:
         self._stats = None
 
     def values(self) -> np.ndarray:
+        """A copy of the values the model computes with: a weight kept in the arena in its
+        declared shape (``wte``: [vocab, n_embd]); a linear's matrix as [out, in] (the
+        loader transposes Conv1D's [in, out]), a q4 one dequantized."""
         e = self._entry
         if e.region is not None:
-            return self._api.names.model.view(e.region).copy()
+            return self._api.names.model.view(e.region).reshape(self.shape).copy()
         return np.array(e.dense(), copy=True)
 
     def error(self):

@@ -135,6 +135,12 @@ class Model:
         return model_html(self)
 
     # ---------------------------------------------------------------- running
+    def warmup(self) -> "Model":
+        """Make the machine and compile its kernels now (the first run does it otherwise:
+        seconds on a cold cache); returns the model."""
+        self._machine_for_run()
+        return self
+
     def _machine_for_run(self):
         if self._machine is None:
             from ..runtime import Machine
