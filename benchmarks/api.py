@@ -11,8 +11,9 @@ Engines, each in its own fresh process (the order rotates from round to round):
   a Machine, its kernels warmed up, ``stop_between_nodes``, then ``machine.generate``;
 * ``api``: ``firscope.open`` and ``Model.warmup``, then ``Model.run(tokens=...)``;
 * ``api-record``: the same with ``record="attention@*/attn"`` (one buffer per layer: 12 on
-  GPT-2 small, 3 KB each per step) and, in the same process, the time to copy those bytes
-  alone, so the overhead can be held against what copying costs;
+  GPT-2 small, 3 KB each per step); in the same process each recorded decode is followed by
+  the same decode unrecorded (paired), and the values are copied once more alone, so the
+  overhead can be held against what copying costs;
 * ``api-patch``: the same with a patch on ``attention@0/attn`` that returns None (the cost
   of a Python call per step and the read-only copy it gets).
 
@@ -74,14 +75,20 @@ def decode_api(fir: Path, ids: list[int], reps: int, engine: str):
         kw["record"] = RECORD
     elif engine == "api-patch":
         kw["patch"] = {("attention@0", "attn"): lambda value, step: None}
-    times, run = [], None
+    times, plain, run = [], [], None
     for _ in range(reps):
         t = time.perf_counter()
         run = model.run(tokens=ids, **kw)
         times.append(time.perf_counter() - t)
+        if engine == "api-record":  # paired: the same decode unrecorded, right after
+            t = time.perf_counter()
+            model.run(tokens=ids)
+            plain.append(time.perf_counter() - t)
     extra = {}
     if engine == "api-record":
         extra = copy_cost(run)
+        extra["paired_overhead_ms"] = statistics.median(
+            (a - b) * 1e3 for a, b in zip(times, plain))
     return times, run.logits, extra
 
 
@@ -101,7 +108,7 @@ def copy_cost(run) -> dict:
 
 def child(args) -> int:
     fir = Path(args.fir)
-    ids = [int(t) for t in args.tokens.split(",")]
+    ids = [int(t) for t in args.ids.split(",")]
     if args.child == "cli":
         times, logits = decode_cli(fir, ids, args.reps)
         extra = {}
@@ -118,11 +125,11 @@ def run_child(engine: str, fir: Path, ids: list[int], reps: int, threads: int,
               out: Path) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads))
-    cmd = [sys.executable, __file__, "--child", engine, "--fir", str(fir), "--tokens",
+    cmd = [sys.executable, __file__, "--child", engine, "--fir", str(fir), "--ids",
            ",".join(map(str, ids)), "--reps", str(reps), "--logits", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or [""])[-1][:300]
+        tail = (p.stderr.strip().splitlines() or [""])[-1][:200]
         return {"engine": engine, "error": f"exit {p.returncode}: {tail}"}
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -134,7 +141,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3, help="decodes per process (default 3)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--child"), ap.add_argument("--fir"), ap.add_argument("--logits")
+    for internal in ("--child", "--fir", "--ids", "--logits"):  # a measuring process's
+        ap.add_argument(internal, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -179,10 +187,11 @@ def main() -> int:
     for a, b in (("api", "cli"), ("api-record", "api"), ("api-patch", "api")):
         if a in med and b in med:
             print(f"  {a} / {b}: {med[a] / med[b]:.3f}x")
-    if "api-record" in med and "api" in med and rec:
-        over = (med["api-record"] - med["api"]) * args.tokens
-        print(f"  recording overhead: {over:.2f} ms per run against {rec[-1]['copy_ms']:.2f} ms "
-              "to copy the values")
+    if rec:
+        paired = statistics.median(x["paired_overhead_ms"] for x in rec)
+        print(f"  recording overhead, paired in one process (recorded run minus the same run "
+              f"unrecorded, median): {paired:.2f} ms per run against "
+              f"{rec[-1]['copy_ms']:.2f} ms to copy the values alone")
     base = logits.get("cli")
     for e, v in logits.items():
         same = base is not None and v.shape == base.shape and np.array_equal(

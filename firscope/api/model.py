@@ -180,13 +180,12 @@ class Model:
             raise FirError(f"{len(ids)} prompt tokens and n={n} take {steps} steps: past "
                            f"n_positions {limit} (positions 0..{limit - 1})")
         machine = self._machine_for_run()
-        machine.reset()
+        machine.reset()  # every run from a clean machine: one that failed half way included
         taps.attach(machine)
         try:
             generated, logits = machine.generate(ids, n)
         finally:
             taps.detach(machine)
-            machine.reset()
         return Run(self, ids, generated, np.stack(logits).astype(np.float32, copy=False),
                    taps.values, taps.recorded_outputs, patched=taps.describe_patches())
 

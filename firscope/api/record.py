@@ -30,8 +30,8 @@ class Recording:
         self.names = api_model.names
         self.model = api_model.names.model
         self.values: dict[Key, np.ndarray] = {}
-        # node index -> [(output index, buffer)]: what a dump of this run would hold
-        self.records: dict[int, list[tuple[int, str]]] = {}
+        # node index -> [(start, end, node, buffer)]: what a dump of this run would hold
+        self.records: dict[int, list[tuple[int, int, str, str]]] = {}
         self.patches: dict[int, list[tuple[str, int, int, PatchFn]]] = {}
         self._patch_text: list[str] = []
         self._select(record)
@@ -41,9 +41,7 @@ class Recording:
     @property
     def recorded_outputs(self) -> frozenset[tuple[str, str]]:
         """(node instance, buffer) of every output recorded at every step."""
-        nodes = self.model.nodes
-        return frozenset((nodes[i].full_name, b) for i, outs in self.records.items()
-                         for _, b in outs)
+        return frozenset((name, b) for outs in self.records.values() for _, _, name, b in outs)
 
     def describe_patches(self) -> tuple[str, ...]:
         return tuple(self._patch_text)
@@ -69,7 +67,9 @@ class Recording:
         except FirError as e:
             raise FirError(e.message.replace("--dump-nodes:", "record:", 1)) from None
         for node, i in chosen:
-            self.records.setdefault(node.index, []).append((i, node.outs[i].name))
+            r = node.outs[i].region
+            self.records.setdefault(node.index, []).append(
+                (r.base, r.base + r.size, node.full_name, node.outs[i].name))
 
     def _patch(self, patch) -> None:
         if patch is None:
@@ -113,13 +113,15 @@ class Recording:
     def _tap(self, machine, node) -> None:
         step = machine.position
         arena = machine.arena
-        for buffer, base, size, fn in self.patches.get(node.index, ()):
-            self._apply(fn, node, buffer, arena[base: base + size], step)
-        for i, buffer in self.records.get(node.index, ()):
-            r = node.outs[i].region
-            kept = arena[r.base: r.base + r.size].copy()
-            kept.setflags(write=False)
-            self.values[(step, node.full_name, buffer)] = kept
+        patches = self.patches.get(node.index)
+        if patches:
+            for buffer, base, size, fn in patches:
+                self._apply(fn, node, buffer, arena[base: base + size], step)
+        values = self.values
+        for start, end, name, buffer in self.records.get(node.index, ()):
+            kept = arena[start:end].copy()
+            kept.flags.writeable = False
+            values[(step, name, buffer)] = kept
 
     @staticmethod
     def _apply(fn: PatchFn, node, buffer: str, view: np.ndarray, step: int) -> None:
