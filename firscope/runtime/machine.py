@@ -266,11 +266,8 @@ class Machine:
         """Every node of the plan, with no hook to call: the plain loop."""
         # One errstate for the step: the ext ops' (NaN/Inf propagate as on a GPU); nothing
         # else in the loop computes with NumPy.
-        at_node = self.hooks.at_node
+        at_node = self.hooks.at_node  # the taps after chosen nodes (usually none)
         with np.errstate(all="ignore"):
-            if at_node:
-                self._run_tapped(at_node)
-                return
             for call in self._calls():
                 node, fn, args, plain = call
                 if plain:
@@ -279,22 +276,9 @@ class Machine:
                     fn(*args)
                 else:
                     self._execute(node)
-
-    def _run_tapped(self, at_node: dict[int, list[Callable]]) -> None:
-        """The plain loop with ``Hooks.at_node`` called after the nodes that have some (a
-        separate loop, so that the plain one pays nothing for them)."""
-        for call in self._calls():
-            node, fn, args, plain = call
-            if plain:
-                self._plain_call(call)
-            elif fn is not None:
-                fn(*args)
-            else:
-                self._execute(node)
-            taps = at_node.get(node.index)
-            if taps:
-                for h in taps:
-                    h(self, node)
+                if at_node and node.index in at_node:
+                    for h in at_node[node.index]:
+                        h(self, node)
 
     def finish_token(self) -> StepResult:
         out = self.model.outputs["logits"]
