@@ -265,6 +265,8 @@ def test_a_bad_model_raises_the_message_the_command_line_prints(tmp_path):
     assert printed.returncode == 1
     assert printed.stderr.strip() == str(caught.value).strip()
     assert f"{fir}:" in str(caught.value) and "^" in str(caught.value)
+    by_folder = firscope.open(SAMPLE, engine="interp")  # a folder holding one .fir
+    assert by_folder.path == SAMPLE / "gpt2.fir" and by_folder.n_layers == 4
     for bad in (tmp_path / "missing.fir", tmp_path):
         with pytest.raises(FirError):
             firscope.open(bad)
