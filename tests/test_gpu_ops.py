@@ -163,3 +163,43 @@ endkernel
     ref, got, _ = both(src, {}, {}, gpu=gpu, budget=10_000)
     assert isinstance(ref, BudgetExceeded) and isinstance(got, BudgetExceeded)
     assert "10000 loop trips on the GPU" in str(got) and "(line 4: forbegin 1)" in str(got)
+
+
+LONG_LOOPS = {
+    "one loop of 70000": ("loadconstf32 15 70000\nloadconstf32 1 0\nforbegin 15\naddconst 1 1 1\n"
+                          "forend\n", 70000.0),
+    "300 x 300 nested": ("loadconstf32 15 300\nloadconstf32 14 300\nloadconstf32 1 0\n"
+                         "forbegin 15\nforbegin 14\naddconst 1 1 1\nforend\nforend\n", 90000.0),
+    "65535 exactly": ("loadconstf32 15 65535\nloadconstf32 1 0\nforbegin 15\naddconst 1 1 1\n"
+                      "forend\n", 65535.0),
+}
+
+
+@pytest.mark.parametrize("name", LONG_LOOPS)
+def test_a_loop_past_a_drivers_limit_is_right_or_a_clear_fault(gpu, name):
+    """Issue 39.1: llvmpipe ends a loop after 65535 trips (across a nested loop's entries)
+    without a word; the engine checks every loop's trips when it ends, so the answer is the
+    reference's or a fault that says so, never a shortened value with exit 0."""
+    body, want = LONG_LOOPS[name]
+    src = ("kernel k in=0 out=1 threads=1 tg=1 tgbytes=0\n" + body +
+           "uconst 0 0\nustoref32 1 0 @out0\nendkernel\n")
+    ref, got, regions = both(src, {}, {"out0": 1}, gpu=gpu, budget=1_000_000)
+    out = regions["out0"]
+    assert not isinstance(ref, Exception) and ref[out.base] == want
+    if isinstance(got, Exception):
+        assert isinstance(got, FirFault) and "the GPU driver ended lane 0's loop" in str(got)
+        assert "65535" in str(got) and got.lane == 0
+        assert want > 65535  # a loop within the limit must run to the end
+    else:
+        assert got[out.base] == want
+    if "llvmpipe" in gpu.name.lower() and want > 65535:
+        assert isinstance(got, FirFault)  # lavapipe's limit, as measured
+
+
+def test_a_runaway_loop_past_a_drivers_limit_is_a_budget_stop(gpu):
+    src = ("kernel k in=0 out=1 threads=1 tg=1 tgbytes=0\nloadconstf32 15 1e30\n"
+           "loadconstf32 1 0\nforbegin 15\naddconst 1 1 1\nforend\nuconst 0 0\n"
+           "ustoref32 1 0 @out0\nendkernel\n")
+    ref, got, _ = both(src, {}, {"out0": 1}, gpu=gpu, budget=1_000_000)
+    assert isinstance(ref, BudgetExceeded) and isinstance(got, BudgetExceeded), (ref, got)
+    assert "(line 5: forbegin 15)" in str(got) and "asks for 4294967295 trips" in str(got)

@@ -25,6 +25,12 @@ Semantics, as fir-format.md defines them:
   host rebuilds the reference's message from it (:func:`fault_error_of`,
   vm/faults). Every lane counts its loop trips and stops at the dispatch's
   budget (a runaway loop would otherwise hang the device).
+* After a loop ends, its trip counter must have reached its count: a driver
+  that ends loops on its own (Mesa's llvmpipe/lavapipe stops a loop construct
+  after 65535 trips, counted across a nested loop's entries) would otherwise
+  return a silently shortened result. A loop that ended early is a fault
+  (``F_CAPPED``, its count recorded); one that asked for more trips than the
+  budget is reported as the reference reports a runaway loop.
 
 Like vm/codegen, the text depends on the kernel's instructions only: the
 node's bases, extents, offsets and constants are slots of a ``u32`` array
@@ -43,12 +49,12 @@ from ..fir.expr import Env, eval_int
 from .faults import bounds_message, fault_error, loop_count_message, rtou_message
 from .render import IND, Renderer, indent
 
-WGSL_VERSION = 1  # bump when the generated code's meaning changes
+WGSL_VERSION = 2  # bump when the generated code's meaning changes
 # Fault buffer (u32): [0] lanes that faulted, then the first one's record.
 F_COUNT_SLOT, F_NODE, F_LANE, F_CODE, F_PC, F_ARG = 0, 1, 2, 3, 4, 5
 FAULT_WORDS = 8
 # Fault codes (F_EMBED: fir.embedding's id outside the table, from firscope/gpu's shaders).
-F_LOAD, F_STORE, F_RTOU, F_COUNT, F_BUDGET, F_EMBED = 1, 2, 3, 4, 5, 6
+F_LOAD, F_STORE, F_RTOU, F_COUNT, F_BUDGET, F_EMBED, F_CAPPED = 1, 2, 3, 4, 5, 6, 7
 # params[] header: threads, node index, the lane's loop-trip budget; slots follow.
 P_THREADS, P_NODE, P_BUDGET, P_FIRST_SLOT = 0, 1, 2, 4
 NO_INDEX = 0xFFFFFFFF  # what index() returns for U + offset outside 0..2^32-2
@@ -125,7 +131,9 @@ def for_header(gen: "_Gen", op) -> list[str]:
             f"var {n}: u32 = 0u;",
             f"if ({v} >= 4294967295.0) {{ {n} = 0xffffffffu; }} "
             f"else if ({v} >= 1.0) {{ {n} = u32(floor({v})); }}",
-            f"for (var {t}: u32 = 0u; {t} < {n}; {t} = {t} + 1u) {{",
+            # declared outside the for: the check after the loop reads how far it got
+            f"var {t}: u32 = 0u;",
+            f"for (; {t} < {n}; {t} = {t} + 1u) {{",
             "    trips = trips + 1u;",
             "    if (trips > budget) {",
             f"        fault(lane, {F_BUDGET}u, {op.pc}u, 0u);",
@@ -236,7 +244,14 @@ class _Gen(Renderer):
         return [f"// {self.path}:{op.loc.line}  {op.text}", *super().lines_of(op)]
 
     def close(self, opener, closer) -> list[str]:
-        return [f"}}  // {self.path}:{closer.loc.line}  {closer.text}"]
+        brace = [f"}}  // {self.path}:{closer.loc.line}  {closer.text}"]
+        if opener.spec.mnemonic != "forbegin":
+            return brace
+        n, t = f"n{opener.pc}", f"t{opener.pc}"  # as for_header named them
+        return brace + [f"if ({t} < {n}) {{  // the driver ended the loop early",
+                        f"    fault(lane, {F_CAPPED}u, {opener.pc}u, {n});",
+                        "    return;",
+                        "}"]
 
     def generate(self, tg: int, budget: int) -> WgslProgram:
         body = indent(self.block(0, len(self.p.ops)))
@@ -306,6 +321,8 @@ def fault_error_of(program, record, budget: int) -> Exception:
         return fault_error(program, op, lane, rtou_message(op.args[1], value, lane) + more)
     if code == F_COUNT:
         return fault_error(program, op, lane, loop_count_message(op.args[0], value, lane) + more)
+    if code == F_CAPPED:
+        return capped_error(program, op, lane, arg, budget, more)
     if code == F_BUDGET:
         return BudgetExceeded(
             f"kernel '{program.name}' at node {program.node}: lane {lane} ran more than "
@@ -313,3 +330,21 @@ def fault_error_of(program, record, budget: int) -> Exception:
             f"{op.text})", op.loc)
     return FirFault(f"kernel '{program.name}' at node {program.node}: unknown GPU fault code "
                     f"{code} at pc {pc}", op.loc)
+
+
+def capped_error(program, op, lane: int, count: int, budget: int, more: str) -> Exception:
+    """A loop the GPU driver ended before its count (F_CAPPED): a runaway loop (more trips
+    than the budget) is reported as the reference reports one; any other is a fault that
+    says the result would have been wrong."""
+    where = f"pc {op.pc} (line {op.loc.line}: {op.text})"
+    if count > budget:
+        return BudgetExceeded(
+            f"kernel '{program.name}' at node {program.node}: lane {lane}'s loop at {where} "
+            f"asks for {count} trips, more than the budget of {budget} (a runaway loop; the "
+            f"GPU driver ended it before the budget did){more}", op.loc)
+    return FirFault(
+        f"kernel '{program.name}' at node {program.node}: the GPU driver ended lane {lane}'s "
+        f"loop at {where} before its {count} trips (a driver limit: Mesa's llvmpipe stops a "
+        "loop after 65535 trips, counted across a nested loop's entries); its result would "
+        f"be wrong, so the run stops here (the reference engines have no such limit){more}",
+        op.loc, kernel=program.name, node=str(program.node), lane=lane, pc=op.pc)
