@@ -26,9 +26,9 @@ import time
 
 from . import __version__
 from .defaults import (DEFAULT_ENGINE, DEFAULT_GROUP, DEFAULT_STEPS, ENGINES, SANITIZE_STEPS,
-                       UI_STEPS)
+                       STEPPING_ENGINES, UI_STEPS)
 from .errors import FirError, Interrupted
-from .text import printable, undecodable
+from .text import printable, token_ids, undecodable
 
 SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "cost",
                "dap", "serve", "gpu", "wgsl")
@@ -91,6 +91,17 @@ def tools_arg(text: str) -> tuple[str, ...]:
     return names
 
 
+def tokens_arg(text: str) -> str:
+    """``--tokens 1,2,3``: UTF-8 and well formed (an empty item, ``3,,7``, is a usage error
+    naming it); the ids stay text until the model says which are in its vocabulary."""
+    text = text_arg(text)
+    try:
+        token_ids(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def path_arg(text: str) -> str:
     if not text:  # Path("") is the current folder: never what the user meant
         raise argparse.ArgumentTypeError("the path is empty")
@@ -129,12 +140,17 @@ class _Given(argparse.Action):
 def _input_args(p: argparse.ArgumentParser, required: bool, steps: int) -> None:
     g = p.add_mutually_exclusive_group(required=required)
     g.add_argument("--prompt", type=text_arg, help="prompt text, fed one token per step")
-    g.add_argument("--tokens", type=text_arg, help="prompt as token ids, e.g. 1,2,3")
+    g.add_argument("--tokens", type=tokens_arg, help="prompt as token ids, e.g. 1,2,3")
     p.add_argument("-n", type=count_arg, default=steps, metavar="N", action=_Given,
                    help=f"tokens to generate (default {steps})")
 
 
-def _engine_arg(p: argparse.ArgumentParser) -> None:
+def _engine_arg(p: argparse.ArgumentParser, gpu: bool = True) -> None:
+    if not gpu:  # a command that records what the reference executes (cost)
+        p.add_argument("--engine", choices=STEPPING_ENGINES, default=DEFAULT_ENGINE,
+                       help="how the recorded step runs: compiled (numba, default) or "
+                            "interp (the step interpreter, the reference)")
+        return
     p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                    help="how micro-kernels run: compiled (numba, default), interp (the "
                         "step interpreter, the reference) or gpu (WGSL through wgpu; needs "
@@ -278,7 +294,7 @@ def _cost_parser(sub) -> None:
     _model_arg(co)
     g = co.add_mutually_exclusive_group()
     g.add_argument("--prompt", type=text_arg, help="prompt text (default: the sample prompt)")
-    g.add_argument("--tokens", type=text_arg, help="prompt as token ids, e.g. 1,2,3")
+    g.add_argument("--tokens", type=tokens_arg, help="prompt as token ids, e.g. 1,2,3")
     co.add_argument("--device", metavar="NAME",
                     help="device profile (default: the devices.toml default, else h200); "
                          "'list' lists them")
@@ -287,8 +303,9 @@ def _cost_parser(sub) -> None:
                          "token; later positions are fed greedy tokens)")
     co.add_argument("--top", type=count_arg, default=40, metavar="N",
                     help="nodes in the ranked table (default 40; 0: all)")
-    co.add_argument("--json", action="store_true", help="print the analysis as JSON")
-    _engine_arg(co)
+    co.add_argument("--json", action="store_true", help="print the analysis as JSON (with "
+                                                         "--device list: the devices)")
+    _engine_arg(co, gpu=False)
 
 
 def _editor_parsers(sub) -> None:
@@ -320,7 +337,7 @@ def _capture_parser(sub) -> None:
                     help="take the node's inputs from this dump (the other run's values)")
     g = cp.add_mutually_exclusive_group()
     g.add_argument("--prompt", type=text_arg, help="prompt text (default: the dump's tokens)")
-    g.add_argument("--tokens", type=text_arg, help="token ids (default: the dump's tokens)")
+    g.add_argument("--tokens", type=tokens_arg, help="token ids (default: the dump's tokens)")
     _engine_arg(cp)
     cp.add_argument("-o", "--output", required=True, type=path_arg, metavar="FOLDER",
                     help="the case folder to write (new or empty)")
@@ -338,7 +355,7 @@ def _diff_parser(sub) -> None:
                     help="a dump (.safetensors or .npz)")
     g = df.add_mutually_exclusive_group()
     g.add_argument("--prompt", type=text_arg, help="prompt text (default: the dump's tokens)")
-    g.add_argument("--tokens", type=text_arg,
+    g.add_argument("--tokens", type=tokens_arg,
                    help="token ids, e.g. 1,2,3 (default: the dump's tokens)")
     _engine_arg(df)
     df.add_argument("--budget", type=budget_arg, default=None, metavar="N",

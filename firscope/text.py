@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "json_text", "undecodable", "web_piece", "UNSAFE"]
+__all__ = ["printable", "json_text", "undecodable", "web_piece", "UNSAFE", "token_ids"]
 
 # C0 controls except TAB (and LF, decided per call), DEL and the C1 controls
 # (0x9B is CSI, 0x9D is OSC to a terminal that reads 8-bit controls); the
@@ -95,3 +95,25 @@ def web_piece(text: str) -> str:
     """A token piece as the report and the UI show it: ``␠`` -> ``·``, ``⏎`` -> ``↵``,
     ``⇥`` -> ``→``, other control pictures as ``\\x01``."""
     return text.translate(_WEB_PICTURES)
+
+
+_TOKEN_ID = re.compile(r"-?[0-9]{1,12}")
+
+
+def token_ids(text: str) -> list[int]:
+    """``"1,2,3"`` (spaces allowed around the commas) -> ids; ValueError naming the item
+    that is empty or not an integer (``--tokens 3,,7``: item 2 is empty). Whether an id
+    is in the vocabulary is the model's to say."""
+    parts = text.split(",")
+    if not text.strip():
+        raise ValueError("no token ids given")
+    ids = []
+    for i, part in enumerate(parts, 1):
+        item = part.strip()
+        if not item:
+            raise ValueError(f"item {i} is empty (expected ids like 1,2,3)")
+        if not _TOKEN_ID.fullmatch(item):
+            raise ValueError(f"item {i} ({printable(item)!r}) is not an integer (expected ids "
+                             "like 1,2,3)")
+        ids.append(int(item))
+    return ids

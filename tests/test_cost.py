@@ -278,7 +278,7 @@ def test_unknown_device_suggests():
 def test_user_devices_file(tmp_path, monkeypatch):
     cfg = tmp_path / "firscope"
     cfg.mkdir()
-    shipped = read_file(__import__("firscope.cost.devices", fromlist=["SHIPPED"]).SHIPPED)
+    shipped, _ = read_file(__import__("firscope.cost.devices", fromlist=["SHIPPED"]).SHIPPED)
     body = "\n".join(f"{k} = {v}" for k, v in shipped["a100"].as_dict().items()
                      if k not in ("key", "name", "sources", "origin"))
     (cfg / "devices.toml").write_text(f'default = "mine"\n[mine]\nname = "My GPU"\n{body}\n')

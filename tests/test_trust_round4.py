@@ -30,3 +30,149 @@ def test_a_gpu_run_whose_loop_a_driver_ends_early_exits_1_and_writes_no_dump(tmp
     assert "the GPU driver ended lane 0's loop" in done.stderr and "70000 trips" in done.stderr
     assert f"{fir}:" in done.stderr and "Traceback" not in done.stderr
     assert not dump.exists()
+
+
+# -- 3. save breakpoints follows the output rule ------------------------------------------------
+def test_save_breakpoints_never_replaces_a_file_it_did_not_write(tmp_path):
+    (tmp_path / "victim.txt").write_text("IMPORTANT USER DATA\n")
+    (tmp_path / "victim2.txt").write_text("ALSO IMPORTANT\n")
+    (tmp_path / "link.txt").symlink_to("victim2.txt")
+    script = ("break attention\nsave breakpoints victim.txt\nsave breakpoints link.txt\n"
+              "save breakpoints new.gdb\nsave breakpoints new.gdb\nsave breakpoints /dev/null\n")
+    done = subprocess.run([sys.executable, "-m", "firscope", "debug", "--tokens", "3", "-n",
+                           "1", "--keep-going"], input=script, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1
+    assert "victim.txt: exists and is not a breakpoints file" in out
+    assert "link.txt: cannot write the breakpoints there: is a symbolic link" in out
+    assert "/dev/null: cannot write the breakpoints there: is not a regular file" in out
+    assert out.count("Saved 1 breakpoint and 0 displays to new.gdb.") == 2  # a new file, then
+    # replacing the file it wrote
+    assert (tmp_path / "victim.txt").read_text() == "IMPORTANT USER DATA\n"
+    assert (tmp_path / "victim2.txt").read_text() == "ALSO IMPORTANT\n"
+    assert (tmp_path / "link.txt").is_symlink()
+    assert (tmp_path / "new.gdb").read_text().splitlines()[1] == "break attention"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+# -- 4. --logits-out never overwrites the run's inputs -----------------------------------------
+@pytest.mark.parametrize("victim", ["gpt2.fir", "config.json", "model.safetensors"])
+def test_logits_out_refuses_the_runs_own_inputs(tmp_path, victim):
+    import shutil
+    from conftest import SAMPLE
+    model = tmp_path / "m"
+    shutil.copytree(SAMPLE, model)
+    before = (model / victim).read_bytes()
+    done = firscope("run", model / "gpt2.fir", "--tokens", "3", "-n", "1", "--logits-out",
+                    model / victim)
+    assert done.returncode == 1
+    assert "exists and is not a .npy file; --logits-out replaces only a previous .npy" \
+        in done.stderr
+    assert (model / victim).read_bytes() == before
+    ok = firscope("run", model / "gpt2.fir", "--tokens", "3", "-n", "1", "--logits-out",
+                  tmp_path / "l.npy")
+    again = firscope("run", model / "gpt2.fir", "--tokens", "3", "-n", "1", "--logits-out",
+                     tmp_path / "l.npy")
+    assert ok.returncode == 0 and again.returncode == 0, again.stderr  # a .npy is replaced
+
+
+# -- 6. a hostile devices.toml -------------------------------------------------------------------
+def _devices_file(folder, **changes) -> None:
+    from firscope.cost.devices import SHIPPED, read_file
+    shipped, _ = read_file(SHIPPED)
+    figures = {k: v for k, v in shipped["a100"].as_dict().items()
+               if k not in ("key", "name", "sources", "origin")}
+    figures.update(changes)
+    (folder / "firscope").mkdir(parents=True, exist_ok=True)
+    body = "\n".join(f"{k} = {v}" for k, v in figures.items())
+    (folder / "firscope" / "devices.toml").write_text(f'default = "mine"\n[mine]\n{body}\n')
+
+
+EXTREMES = [("clock_ghz", "1e308"), ("clock_ghz", "5e-324"), ("alu_latency_cycles", "1e308"),
+            ("f32_tflops", "5e-324"), ("f32_tflops", "1.7e308"),
+            ("dram_bandwidth_gbs", "1e-320"), ("memory_latency_ns", "1e308"),
+            ("launch_overhead_us", "1e308"), ("compute_units", "10000000000"),
+            ("simd_width", "99999")]
+
+
+@pytest.mark.parametrize("field, value", EXTREMES)
+def test_a_devices_file_out_of_range_is_a_positioned_error(tmp_path, field, value):
+    _devices_file(tmp_path, **{field: value})
+    env = dict(__import__("os").environ, XDG_CONFIG_HOME=str(tmp_path))
+    done = firscope("cost", "--tokens", "3,7", "--json", env=env)
+    assert done.returncode == 1 and done.stdout == ""
+    path = tmp_path / "firscope" / "devices.toml"
+    assert done.stderr.startswith(f"{path}:") and f"'{field}' of device 'mine' must be " \
+        "between" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+
+
+def test_every_figure_at_its_bounds_gives_strict_json(tmp_path, monkeypatch, capsys):
+    """Within the ranges, the model's figures stay finite: --json is JSON that strict
+    parsers accept (no NaN or Infinity), at the least and the most of every figure."""
+    import json
+    import math
+    from firscope.cost.devices import RANGES
+    from firscope.cost.render import run_cost
+    from firscope.runtime.opening import RunInput
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+
+    for corner in (0, 1):
+        _devices_file(tmp_path, **{k: (int(v[corner]) if isinstance(v[corner], int)
+                                       else repr(float(v[corner])))
+                                   for k, v in RANGES.items()})
+        assert run_cost(RunInput(tokens=(3, 7)), device=None, at=None, as_json=True,
+                        top=None) == 0
+        report = strict(capsys.readouterr().out)
+        numbers = []
+
+        def walk(v):
+            if isinstance(v, dict):
+                for x in v.values():
+                    walk(x)
+            elif isinstance(v, list):
+                for x in v:
+                    walk(x)
+            elif isinstance(v, float):
+                numbers.append(v)
+        walk(report)
+        assert numbers and all(math.isfinite(x) for x in numbers)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('["\\u0000default"]\nname = "x"\n', ":1:1: device name '\\x00default'"),
+    ("a = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+])
+def test_devices_file_with_hostile_names_or_nesting(tmp_path, text, message):
+    (tmp_path / "firscope").mkdir()
+    (tmp_path / "firscope" / "devices.toml").write_text(text)
+    env = dict(__import__("os").environ, XDG_CONFIG_HOME=str(tmp_path))
+    done = firscope("cost", "--tokens", "3,7", env=env)
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+
+
+# -- 9, 10. cost offers what it runs; --device list --json ---------------------------------------
+def test_cost_does_not_offer_the_gpu_engine_and_lists_devices_as_json():
+    import json
+    done = firscope("cost", "--tokens", "3,7", "--engine", "gpu")
+    assert done.returncode == 2 and "invalid choice: 'gpu'" in done.stderr
+    assert "gpu" not in firscope("cost", "--help").stdout.split("--engine")[1].split("\n")[0]
+    listed = firscope("cost", "--device", "list", "--json")
+    assert listed.returncode == 0
+    devices = json.loads(listed.stdout)
+    h200 = next(d for d in devices if d["key"] == "h200")
+    assert h200["dram_bandwidth_gbs"] > 0 and h200["sources"]["dram_bandwidth_gbs"]
+
+
+# -- 11. --tokens with an empty item ------------------------------------------------------------
+@pytest.mark.parametrize("command", ["run", "cost", "debug", "profile", "sanitize"])
+@pytest.mark.parametrize("tokens, item", [("3,,7", "item 2 is empty"), ("3,7,", "item 3 is empty"),
+                                          (",3", "item 1 is empty")])
+def test_an_empty_token_item_is_a_usage_error(command, tokens, item):
+    done = firscope(command, "--tokens", tokens)
+    assert done.returncode == 2 and f"argument --tokens: {item}" in done.stderr, done.stderr

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import FirError, Loc
+from ..text import printable
 
 SHIPPED = Path(__file__).with_name("devices.toml")
 DEFAULT_DEVICE = "h200"
 # field -> (type, unit for messages); every one is required
-NUMBERS = {
+NUMBERS: dict[str, tuple[type, str]] = {
     "compute_units": (int, ""), "simd_width": (int, "lanes"), "max_lanes_per_cu": (int, "lanes"),
     "max_threadgroups_per_cu": (int, ""), "tg_memory_per_cu": (int, "bytes"),
     "clock_ghz": (float, "GHz"), "dram_bandwidth_gbs": (float, "GB/s"),
@@ -28,6 +29,19 @@ NUMBERS = {
     "alu_latency_cycles": (float, "cycles"), "memory_latency_ns": (float, "ns"),
     "cache_latency_ns": (float, "ns"), "launch_overhead_us": (float, "us"),
 }
+# field -> (least, most) a profile may give: wide around every device made or imagined (an
+# integrated GPU of 1 CU at 0.1 GHz, a thousand-CU part at 10 TB/s), and narrow enough that
+# the model's products and quotients stay finite and above the smallest normal f64
+# (1e308 GHz once gave "inf us" and a division by zero; 5e-324 TFLOP/s, NaN).
+RANGES: dict[str, tuple[float, float]] = {
+    "compute_units": (1, 100_000), "simd_width": (1, 1024), "max_lanes_per_cu": (1, 1 << 20),
+    "max_threadgroups_per_cu": (1, 100_000), "tg_memory_per_cu": (1, 1 << 30),
+    "clock_ghz": (0.01, 100.0), "dram_bandwidth_gbs": (0.01, 1e6),
+    "f32_tflops": (1e-4, 1e5), "l2_mb": (1e-3, 1e5), "alu_latency_cycles": (0.1, 1e4),
+    "memory_latency_ns": (0.1, 1e6), "cache_latency_ns": (0.01, 1e6),
+    "launch_overhead_us": (1e-3, 1e6),
+}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,9 @@ def _line_of(lines: list[str], table: str, key: str | None) -> Loc | None:
     """Where ``[table]`` (or ``key =`` inside it) is written, for a message."""
     head = re.compile(r"\s*\[\s*" + re.escape(table) + r"\s*\]")
     start = next((i for i, t in enumerate(lines) if head.match(t)), None)
+    if start is None:  # a quoted or escaped name (["\u0000x"]): read each header as TOML
+        start = next((i for i, t in enumerate(lines) if t.lstrip().startswith("[")
+                      and _header_key(t) == table), None)
     if start is None:
         return None
     if key is not None:
@@ -84,6 +101,14 @@ def _line_of(lines: list[str], table: str, key: str | None) -> Loc | None:
     return start, lines[start].index("[") + 1
 
 
+def _header_key(line: str) -> str | None:
+    try:
+        keys = list(tomllib.loads(line.strip()))
+    except (tomllib.TOMLDecodeError, RecursionError):
+        return None
+    return keys[0] if len(keys) == 1 else None
+
+
 def _error(path: Path, lines: list[str], table: str, key: str | None, message: str):
     at = _line_of(lines, table, key)
     if at is None:
@@ -93,6 +118,10 @@ def _error(path: Path, lines: list[str], table: str, key: str | None, message: s
 
 
 def _device(path: Path, lines: list[str], key: str, table) -> Device:
+    if not _NAME.fullmatch(key):
+        raise _error(path, lines, key, None, f"device name '{printable(key)}': give a name "
+                                             "--device can take (letters, digits, . _ + -; "
+                                             "at most 64)")
     if not isinstance(table, dict):
         raise _error(path, lines, key, None, f"'{key}' must be a table ([{key}]) of numbers")
     values = {}
@@ -109,6 +138,11 @@ def _device(path: Path, lines: list[str], key: str, table) -> Device:
         if not v > 0 or v != v or v == float("inf"):
             raise _error(path, lines, key, name, f"'{name}' of device '{key}' must be more "
                                                  f"than 0 (got {v!r})")
+        least, most = RANGES[name]
+        if not least <= v <= most:
+            raise _error(path, lines, key, name, f"'{name}' of device '{key}' must be "
+                                                 f"between {least:g} and {most:g}"
+                                                 f"{' ' + unit if unit else ''} (got {v!r})")
         values[name] = kind(v)
     unknown = sorted(set(table) - set(NUMBERS) - {"name", "sources"})
     if unknown:
@@ -125,8 +159,9 @@ def _device(path: Path, lines: list[str], key: str, table) -> Device:
                   origin=str(path), **values)
 
 
-def read_file(path: Path) -> dict[str, Device]:
-    """Every device in one TOML file; a bad file is a FirError at its line."""
+def read_file(path: Path) -> tuple[dict[str, Device], str | None]:
+    """Every device in one TOML file and its ``default``; a bad file is a FirError at its
+    line."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -136,6 +171,9 @@ def read_file(path: Path) -> dict[str, Device]:
     lines = text.split("\n")
     try:
         data = tomllib.loads(text)
+    except RecursionError:
+        raise FirError(f"{path}: not valid TOML for devices: arrays or tables nested too "
+                       "deeply") from None
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e)) or "not valid TOML"
@@ -148,12 +186,7 @@ def read_file(path: Path) -> dict[str, Device]:
     if default is not None and not isinstance(default, str):
         raise _error_at_key(path, lines, "default", "'default' must be a device name (text)")
     devices = {key: _device(path, lines, key, table) for key, table in data.items()}
-    if default is not None:
-        devices[DEFAULT_KEY] = default  # type: ignore[assignment]  (popped by load_devices)
-    return devices
-
-
-DEFAULT_KEY = "\0default"
+    return devices, default
 
 
 def _error_at_key(path: Path, lines: list[str], key: str, message: str) -> FirError:
@@ -169,13 +202,11 @@ _DEFAULT: dict[str, str] = {}
 def load_devices(user: Path | None = None) -> dict[str, Device]:
     """The shipped devices, then the user's file (when it exists) on top. A top-level
     ``default = "NAME"`` in the user's file is the device used when none is named."""
-    devices = read_file(SHIPPED)
-    devices.pop(DEFAULT_KEY, None)
+    devices, _ = read_file(SHIPPED)
     path = user_file() if user is None else user
     _DEFAULT.pop("name", None)
     if path.is_file():
-        mine = read_file(path)
-        default = mine.pop(DEFAULT_KEY, None)
+        mine, default = read_file(path)
         devices.update(mine)
         if default is not None:
             _DEFAULT["name"] = default
@@ -211,3 +242,8 @@ def device_table(devices: dict[str, Device]) -> str:
                      f"{d.launch_overhead_us:g}", origin))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def devices_json(devices: dict[str, Device]) -> list[dict]:
+    """``--device list --json``: every device with each figure and its source."""
+    return [d.as_dict() for d in devices.values()]

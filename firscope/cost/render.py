@@ -103,14 +103,19 @@ def run_cost(opened_input, *, device: str | None, at: int | None, as_json: bool,
     """The ``firscope cost`` command; ``device == 'list'`` lists the profiles."""
     devices = load_devices()
     if device == "list":
-        print(device_table(devices))
+        if as_json:
+            from .devices import devices_json
+            print(json.dumps(devices_json(devices), indent=1, allow_nan=False))
+        else:
+            print(device_table(devices))
         return 0
     dev = find_device(device, devices)  # before the model loads: a typo fails at once
     opened = opened_input.open()
     from .analyze import analyse_position
     report = analyse_position(opened.model, dev, list(opened.ids), at, engine=engine)
     if as_json:
-        json.dump(report.as_dict(), sys.stdout, indent=1, default=_jsonable)
+        # strict JSON: a figure that is not finite is a bug to report, not "Infinity"
+        json.dump(report.as_dict(), sys.stdout, indent=1, default=_jsonable, allow_nan=False)
         print()
     else:
         print(render(report, limit=top or None))

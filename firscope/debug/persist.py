@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import FirError
+from ..text import printable
+
 HEADER = "# firscope breakpoints (load with: source FILE)"
 
 
@@ -47,16 +49,33 @@ def save_command(ci, rest: str) -> str:
 
 
 def save_breakpoints(ci, path: Path) -> str:
-    """Write ``ci``'s breakpoints and displays to ``path``; says what was saved."""
+    """Write ``ci``'s breakpoints and displays to ``path``; says what was saved.
+
+    The project's output rule: ``path`` is a new file or a previous breakpoints file (its
+    first line is :data:`HEADER`); a link, a folder, a device or any other file is refused,
+    and the file is written under a temporary name and renamed into place."""
+    from ..runtime.opening import write_output
+    _check_replaceable(path)
     lines, skipped = save_lines(ci.s, ci.displays.values())
-    try:
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    except OSError as e:
-        raise FirError(f"cannot write {path}: {e.strerror or e}") from None
+    write_output(path, ("\n".join(lines) + "\n").encode("utf-8"), "the breakpoints")
     count = len(ci.s.breakpoints) - len(skipped)
     out = [f"Saved {count} breakpoint{'s' if count != 1 else ''} and {len(ci.displays)} "
            f"display{'s' if len(ci.displays) != 1 else ''} to {path}."]
     return "\n".join(out + skipped)
+
+
+def _check_replaceable(path: Path) -> None:
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size == 0:
+            return  # new or empty; write_output refuses a link, a folder or a device
+        with open(path, "rb") as f:
+            first = f.readline(len(HEADER) + 2)
+    except OSError:
+        return  # the write says what is wrong
+    if first.rstrip(b"\r\n") != HEADER.encode("utf-8"):
+        raise FirError(f"{printable(str(path))}: exists and is not a breakpoints file "
+                       "(save breakpoints replaces only a file it wrote, whose first line is "
+                       f"'{HEADER}'); remove it or choose another name")
 
 
 def source_file(ci, rest: str) -> str:

@@ -145,15 +145,8 @@ def load_tokenizer(folder: Path, vocab: int) -> Tokenizer:
 
 
 def parse_token_list(text: str) -> list[int]:
-    ids = []
-    for i, part in enumerate(text.replace(" ", "").split(",")):
-        if not part:
-            continue
-        try:
-            ids.append(int(part))
-        except ValueError:
-            raise FirError(f"--tokens: item {i + 1} ({part!r}) is not an integer "
-                           "(expected ids like 1,2,3)") from None
-    if not ids:
-        raise FirError("--tokens: no token ids given")
-    return ids
+    from ..text import token_ids
+    try:
+        return token_ids(text)
+    except ValueError as e:
+        raise FirError(f"--tokens: {e}") from None

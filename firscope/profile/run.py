@@ -31,13 +31,14 @@ def run_decode(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAUL
     from ..compare.command import dump_recording
     from ..runtime import Machine
     from ..runtime.interrupt import ctrl_c_stops, stop_between_nodes
-    from ..runtime.opening import (check_budget, check_distinct_outputs, check_output_file,
-                                   write_output)
+    from ..runtime.opening import (check_budget, check_distinct_outputs,
+                                   check_npy_replaceable, check_output_file, write_output)
     from ..runtime.progress import TerminalProgress
     check_distinct_outputs(("--dump", dump), ("--logits-out", logits_out))
     budget = check_budget(budget)
     if logits_out is not None:  # before the run, not after it
         check_output_file(logits_out, "--logits-out")
+        check_npy_replaceable(logits_out, "--logits-out")
     shown = TerminalProgress()
     opened = source.open(progress=shown)
     prompt, tok = list(opened.ids), opened.tokenizer

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the model layer is imported when a model is opened, not bef
 __all__ = ["DEFAULT_PROMPT", "DEFAULT_GROUP", "RunInput", "Opened", "resolve_model",
            "open_model", "prompt_ids", "refuse_prompt_early", "check_steps", "check_budget",
            "check_text", "check_output_folder",
-           "check_output_file", "write_output", "write_into_folder"]
+           "check_output_file", "check_npy_replaceable", "write_output", "write_into_folder"]
 
 DEFAULT_PROMPT = "    if "  # the prompt when none is given (the UI shows it being completed)
 MAX_GROUP = 1 << 20
@@ -221,6 +221,26 @@ def check_output_file(path: str | os.PathLike, what: str) -> Path:
                        f"{printable(folder)} does not exist")
     _probe(folder, "write there")
     return out
+
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def check_npy_replaceable(path: str | os.PathLike, what: str) -> None:
+    """An output written as ``.npy`` (``--logits-out``) replaces an existing file only when
+    that file is a ``.npy`` itself: a typo must not turn the model file, its config or its
+    checkpoint (the run's own inputs) or any other file into logits."""
+    p = Path(path)
+    try:
+        if not p.is_file() or p.is_symlink() or p.stat().st_size == 0:
+            return  # new, empty, or refused by the target check for what it is
+        with open(p, "rb") as f:
+            head = f.read(len(NPY_MAGIC))
+    except OSError:
+        return  # the write says what is wrong
+    if head != NPY_MAGIC:
+        raise FirError(f"{printable(p)}: exists and is not a .npy file; {what} replaces only "
+                       "a previous .npy (remove the file or choose another name)")
 
 
 def _check_target(out: Path, what: str) -> None:
