@@ -176,3 +176,60 @@ def test_cost_does_not_offer_the_gpu_engine_and_lists_devices_as_json():
 def test_an_empty_token_item_is_a_usage_error(command, tokens, item):
     done = firscope(command, "--tokens", tokens)
     assert done.returncode == 2 and f"argument --tokens: {item}" in done.stderr, done.stderr
+
+
+# -- 12, 13. capture: a command a shell can run, and never through a link -------------------------
+def test_capture_quotes_its_run_it_line_and_escapes_control_characters(tmp_path):
+    import shlex
+    done = firscope("capture", "--node", "attention@0", "--step", "1", "--tokens", "3,7",
+                    "-o", "odd name", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line == ("run it: firscope diff 'odd name/gpt2.fir' --against "
+                    "'odd name/expected.safetensors'")
+    again = firscope(*shlex.split(line.removeprefix("run it: firscope ")), cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    evil = firscope("capture", "--node", "attention@0", "--step", "1", "--tokens", "3,7",
+                    "-o", "x\x1b[31m\ny", cwd=tmp_path)
+    assert evil.returncode == 0 and "\x1b" not in evil.stdout
+    assert "x\\x1b[31m\\ny/gpt2.fir" in evil.stdout and evil.stdout.count("\n") == 2
+
+
+def test_capture_refuses_to_write_through_a_link(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to("elsewhere")
+    done = firscope("capture", "--node", "attention@0", "--step", "1", "--tokens", "3,7",
+                    "-o", "link", cwd=tmp_path)
+    assert done.returncode == 2 and "-o link: is a symbolic link (to elsewhere)" in done.stderr
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+# -- 7. diff --isolate: a dump that changes on disk ends the diff as plain diff ends it ----------
+@pytest.mark.parametrize("isolate", [False, True], ids=["plain", "isolate"])
+def test_a_dump_rewritten_while_diff_reads_it_is_exit_2(tmp_path, monkeypatch, isolate, capsys):
+    import io
+    from conftest import SEED_FIR
+    from firscope.compare import dumpfile
+    from firscope.compare.command import DiffOptions, run_diff
+    from firscope.runtime.opening import RunInput
+    dump = tmp_path / "w.safetensors"
+    done = firscope("run", SEED_FIR, "--tokens", "3,7,9", "-n", "6", "--dump", dump)
+    assert done.returncode == 0, done.stderr
+    reads = {"n": 0}
+    real = dumpfile.Dump.read
+
+    def read_then_rewrite(self, key):  # the race, made deterministic: after 20 reads
+        reads["n"] += 1
+        if reads["n"] == 20:
+            with open(dump, "ab") as f:
+                f.write(b" ")
+        return real(self, key)
+
+    monkeypatch.setattr(dumpfile.Dump, "read", read_then_rewrite)
+    out, err = io.StringIO(), io.StringIO()
+    code = run_diff(DiffOptions(RunInput(model=str(SEED_FIR)), against=str(dump),
+                                isolate=isolate), out=out, err=err)
+    assert reads["n"] >= 20
+    assert code == 2, out.getvalue()
+    assert "the dump changed on disk since it was opened" in err.getvalue()
+    assert "wrong on their own" not in out.getvalue()

@@ -29,6 +29,8 @@ cache is captured whole (its later rows are zero).
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import struct
 from dataclasses import dataclass
@@ -45,6 +47,7 @@ from .dumpfile import Dump
 from .isolate import DumpInputs, input_regions
 from .sources import DumpSource
 from ..runtime import NodeKind
+from ..text import printable
 
 CASE_FIR = "gpt2.fir"
 CASE_FILES = (CASE_FIR, "config.json", "model.safetensors", "expected.safetensors", "README",
@@ -135,15 +138,22 @@ def capture(model: Model, node_name: str, step: int, tokens: list[int], folder, 
         if created:
             folder.rmdir()
         raise
+    # the command as a shell reads it (a path with spaces is one word); a control
+    # character in the name is shown escaped, as everywhere else, never sent to the terminal
+    run = (f"firscope diff {shlex.quote(str(folder / CASE_FIR))}{_load_flags(model)} --against "
+           f"{shlex.quote(str(folder / 'expected.safetensors'))}")
     text = (f"captured {node.full_name} ({node.kind} {node.target}) at step {step} into "
-            f"{folder}/: {CASE_FIR}, config.json, model.safetensors, expected.safetensors, "
-            f"README\nrun it: firscope diff {folder / CASE_FIR}{_load_flags(model)} --against "
-            f"{folder / 'expected.safetensors'}")
+            f"{printable(str(folder))}/: {CASE_FIR}, config.json, model.safetensors, "
+            f"expected.safetensors, README\nrun it: {printable(run)}")
     return Capture(folder, node.full_name, step, inputs, expected, text)
 
 
 def _check_folder(folder: Path) -> None:
-    if folder.exists() or folder.is_symlink():
+    if folder.is_symlink():  # never written through: the case would land where it points
+        raise FirError(f"-o {printable(str(folder))}: is a symbolic link (to "
+                       f"{printable(os.readlink(folder))}); capture writes a new folder: give "
+                       "the folder itself or a new name")
+    if folder.exists():
         if not folder.is_dir():
             raise FirError(f"-o {folder}: exists and is not a folder")
         if any(folder.iterdir()):

@@ -256,13 +256,18 @@ class Dump:
         except FirError:
             now = None
         if now != self._stamp:
-            raise FirError(f"{self.path}: the dump changed on disk since it was opened: "
+            raise DumpChanged(f"{self.path}: the dump changed on disk since it was opened: "
                            "reload (F2 in the UI) or start the session again to use the "
                            "new one")
 
     def close(self) -> None:
         """Release the file (arrays read from it must not be used after this)."""
         self._reader.close()
+
+
+class DumpChanged(FirError):
+    """The dump file is no longer the one opened: every comparison with it ends here (never
+    a node "not judged" and a report as if the rest were fine)."""
 
 
 # What reading one zip member can raise: an encrypted member (RuntimeError), an unknown

@@ -46,6 +46,7 @@ from .lanes import program_regions, writers
 from .lockstep import MAX_LANE_LOOKUPS, DiffReport, OutputResult
 from .metrics import Tolerance, compare_arrays
 from .rows import RowComparer
+from .dumpfile import DumpChanged
 from .sources import OtherRunFailed, Wanted
 from ..runtime import NodeKind
 
@@ -369,8 +370,8 @@ def _judge_one(model, machine, source, inputs, node, step, ws, tol, held, compar
                          tol if w.dtype == "F32" else tol.for_dtype(w.dtype)) for w in ws]
             res = judge_node(machine, node, step, loads, expected, held=held, rows=comparer,
                              name=name)
-    except OtherRunFailed:  # the other model faulted: the diff ends there (run_lockstep)
-        raise
+    except (OtherRunFailed, DumpChanged):  # the other model faulted (run_lockstep) or the
+        raise  # dump is no longer the one opened: the diff ends there, as the plain one does
     except FirError as e:
         report.not_judged.append(NotJudged(step, node.index, name,
                                            f"the reference faulted on the other run's "
