@@ -233,3 +233,62 @@ def test_a_dump_rewritten_while_diff_reads_it_is_exit_2(tmp_path, monkeypatch, i
     assert code == 2, out.getvalue()
     assert "the dump changed on disk since it was opened" in err.getvalue()
     assert "wrong on their own" not in out.getvalue()
+
+
+# -- 5. compiled engine: loop-carried accumulation is no proof ----------------------------------
+ACCUMULATED = ["loadconstf32 15 in0.size", "uconst 0 0", "loadconstf32 1 0",
+               "loadconstf32 2 2", "forbegin 15", "add 1 1 2", "forend", "uconst 0 0"]
+
+
+@pytest.mark.parametrize("tail, what", [
+    (["forbegin 1", "uloadf32 2 0 @in0", "uaddk 0 0 1", "forend", "uconst 0 0",
+      "ustoref32 2 0 @out0"], "load from @in0 index 128 is outside x[0:128]"),
+    (["forbegin 1", "ustoref32 2 0 @out0", "uaddk 0 0 1", "forend"],
+     "store to @out0 index 128 is outside mix[0:128]"),
+], ids=["load", "store"])
+def test_a_count_accumulated_in_a_loop_faults_as_on_the_interpreter(tmp_path, tail, what):
+    fir = probe_model(tmp_path, ACCUMULATED + tail)
+    compiled = firscope("run", fir, "--tokens", "3", "-n", "1")
+    interp = firscope("run", fir, "--tokens", "3", "-n", "1", "--engine", "interp")
+    assert compiled.returncode == interp.returncode == 1
+    assert "internal error" not in compiled.stderr
+    assert compiled.stderr == interp.stderr and what in compiled.stderr
+    stop = subprocess.run([sys.executable, "-m", "firscope", "debug", fir, "--tokens", "3",
+                           "-n", "1"], input="continue\n", capture_output=True, text=True,
+                          timeout=300)
+    assert "Program received a fault:" in stop.stdout and what in stop.stdout, stop.stdout
+
+
+def test_the_sample_with_the_layernorm_variance_loop_counted_by_the_mean(tmp_path):
+    import shutil
+    from conftest import SAMPLE
+    shutil.copytree(SAMPLE, tmp_path / "m")
+    fir = tmp_path / "m" / "gpt2.fir"
+    lines = fir.read_text().split("\n")
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("kernel g2.layernorm"))
+    second = [i for i in range(start, len(lines)) if lines[i].strip() == "forbegin 15"][1]
+    lines[second] = "forbegin 1"
+    fir.write_text("\n".join(lines))
+    compiled = firscope("run", fir, "--tokens", "3", "-n", "1")
+    interp = firscope("run", fir, "--tokens", "3", "-n", "1", "--engine", "interp")
+    assert compiled.returncode == interp.returncode == 1
+    assert compiled.stderr == interp.stderr and "fault in kernel 'g2.layernorm'" in compiled.stderr
+
+
+# -- 8. a runaway loop in a 64-lane kernel is reported as fast as in one lane ---------------------
+def test_a_runaway_loop_in_64_lanes_is_reported_without_running_it(tmp_path):
+    """The lanes share out0[0], so there is no compiled code: the interpreter ran 25 million
+    lockstep steps (33-96 s). The path to the budget is certain, so it is not run at all
+    (tests/test_runaway.py checks the pc against running it); the timeout only guards."""
+    from firscope.runtime import load_model
+    from firscope.vm.lanes import runaway_stop
+    fir = probe_model(tmp_path, ["rtou 0 0", "loadconstf32 15 1e30", "loadconstf32 1 0",
+                                 "forbegin 15", "addconst 1 1 1", "forend", "uconst 0 0",
+                                 "ustoref32 1 0 @out0"], threads=64)
+    probe = next(n for n in load_model(fir).nodes if n.name == "probe")
+    assert runaway_stop(probe.program, 50_000_000) == 4
+    for engine in ("compiled", "interp"):
+        done = firscope("run", fir, "--tokens", "3", "-n", "1", "--engine", engine,
+                        timeout=120)
+        assert done.returncode == 1
+        assert "executed more than 50000000 instructions; stopped at pc 4 (line " in done.stderr

@@ -18,6 +18,7 @@ from .assembler import Address, Op, Program
 from .faults import (bounds_message, budget_error, fault_error, interrupted_error,
                      loop_count_message)
 from .isa import MAX_TRIPS, NREGS, FrameKind
+from .lanes import runaway_stop
 
 
 @dataclass
@@ -202,6 +203,11 @@ class Dispatch:
         can stop on it and replay. The observer's store and memcheck hooks are
         installed for this run only.
         """
+        if budget is not None and observer is None and limit is None and self.steps == 0:
+            runaway = runaway_stop(self.program, max(budget, 0))  # certain before running
+            if runaway is not None:
+                self.pc = runaway
+                self.over_budget(budget)
         installed = self._install(observer)
         fns, ops = self._fns, self.ops
         n = len(fns)

@@ -47,6 +47,7 @@ import numpy as np
 from ..errors import BudgetExceeded, FirFault
 from ..fir.expr import Env, eval_int
 from .faults import bounds_message, fault_error, loop_count_message, rtou_message
+from .isa import FrameKind
 from .render import IND, Renderer, indent
 
 WGSL_VERSION = 2  # bump when the generated code's meaning changes
@@ -245,7 +246,7 @@ class _Gen(Renderer):
 
     def close(self, opener, closer) -> list[str]:
         brace = [f"}}  // {self.path}:{closer.loc.line}  {closer.text}"]
-        if opener.spec.mnemonic != "forbegin":
+        if opener.spec.opens is not FrameKind.FOR:
             return brace
         n, t = f"n{opener.pc}", f"t{opener.pc}"  # as for_header named them
         return brace + [f"if ({t} < {n}) {{  // the driver ended the loop early",
