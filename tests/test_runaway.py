@@ -1,4 +1,4 @@
-"""A certain runaway is reported before running (vm/lanes.runaway_stop, issue 39.8), with
+"""A certain runaway is reported before running (vm/runaway.runaway_stop, issue 39.8), with
 exactly the step interpreter's words: the same pc and message as running it to the budget."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from firscope.errors import BudgetExceeded
-from firscope.vm import lanes
+from firscope.vm import runaway as lanes
 from firscope.vm.interp import Dispatch, Observer
 from kernel_util import kernel_program
 

@@ -281,7 +281,7 @@ def test_a_runaway_loop_in_64_lanes_is_reported_without_running_it(tmp_path):
     lockstep steps (33-96 s). The path to the budget is certain, so it is not run at all
     (tests/test_runaway.py checks the pc against running it); the timeout only guards."""
     from firscope.runtime import load_model
-    from firscope.vm.lanes import runaway_stop
+    from firscope.vm.runaway import runaway_stop
     fir = probe_model(tmp_path, ["rtou 0 0", "loadconstf32 15 1e30", "loadconstf32 1 0",
                                  "forbegin 15", "addconst 1 1 1", "forend", "uconst 0 0",
                                  "ustoref32 1 0 @out0"], threads=64)

@@ -18,7 +18,7 @@ from .assembler import Address, Op, Program
 from .faults import (bounds_message, budget_error, fault_error, interrupted_error,
                      loop_count_message)
 from .isa import MAX_TRIPS, NREGS, FrameKind
-from .lanes import runaway_stop
+from .runaway import runaway_stop
 
 
 @dataclass
@@ -204,10 +204,7 @@ class Dispatch:
         installed for this run only.
         """
         if budget is not None and observer is None and limit is None and self.steps == 0:
-            runaway = runaway_stop(self.program, max(budget, 0))  # certain before running
-            if runaway is not None:
-                self.pc = runaway
-                self.over_budget(budget)
+            self._certain_runaway(budget)
         installed = self._install(observer)
         fns, ops = self._fns, self.ops
         n = len(fns)
@@ -251,6 +248,14 @@ class Dispatch:
             if installed is not None:
                 self.store_hook, self.memcheck = installed
         return Ended.DONE
+
+    def _certain_runaway(self, budget: int) -> None:
+        """A whole dispatch that certainly runs out of ``budget`` (vm/runaway): raise what
+        running it would raise, without running it."""
+        runaway = runaway_stop(self.program, max(budget, 0))
+        if runaway is not None:
+            self.pc = runaway
+            self.over_budget(budget)
 
     def _install(self, observer: "Observer | None"):
         """Set the observer's store/memcheck hooks; returns the ones to put back (None: no
