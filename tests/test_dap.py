@@ -52,11 +52,12 @@ def node() -> str:
     return node
 
 
-def run_scenario(node: str, name: str, model: Path, port: int | None = None) -> str:
+def run_scenario(node: str, name: str, model: Path, port: int | None = None,
+                 token: str | None = None) -> str:
     cmd = [node, str(DAP_DIR / "scenarios.js"), "--firscope", str(FIRSCOPE),
            "--scenario", name, "--model", str(model)]
     if port is not None:
-        cmd += ["--port", str(port)]
+        cmd += ["--port", str(port), "--token", token]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=SCENARIO_TIMEOUT,
                        cwd=DAP_DIR)
     out = r.stdout + r.stderr
@@ -114,12 +115,12 @@ def test_tcp_server_takes_clients_one_after_another_and_stops_cleanly(node):
                             stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
-        m = re.search(r"listening on 127\.0\.0\.1:([0-9]+)", line)
+        m = re.search(r"listening on 127\.0\.0\.1:([0-9]+); token (\S+) ", line)
         assert m, f"unexpected first line: {line!r}"
-        port = int(m.group(1))
+        port, token = int(m.group(1)), m.group(2)
         assert listening_addresses(port) == {"127.0.0.1"}
-        run_scenario(node, "entry", SEED_FIR, port=port)
-        run_scenario(node, "function_breakpoint", SEED_FIR, port=port)
+        run_scenario(node, "entry", SEED_FIR, port=port, token=token)
+        run_scenario(node, "function_breakpoint", SEED_FIR, port=port, token=token)
         assert proc.poll() is None, "the server outlives its clients"
     finally:
         out, err = stop_server(proc, signal.SIGTERM)

@@ -292,3 +292,85 @@ def test_a_runaway_loop_in_64_lanes_is_reported_without_running_it(tmp_path):
                         timeout=120)
         assert done.returncode == 1
         assert "executed more than 50000000 instructions; stopped at pc 4 (line " in done.stderr
+
+
+# -- 2. the DAP port asks for a token ------------------------------------------------------------
+def _dap_server(env_token=None):
+    import os
+    import re
+    env = dict(os.environ)
+    env.pop("FIRSCOPE_DAP_TOKEN", None)
+    if env_token is not None:
+        env["FIRSCOPE_DAP_TOKEN"] = env_token
+    proc = subprocess.Popen([sys.executable, "-m", "firscope", "dap", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stderr.readline()
+    m = re.search(r"listening on 127\.0\.0\.1:([0-9]+); token (\S+) ", line)
+    assert m, line
+    return proc, int(m.group(1)), m.group(2)
+
+
+def _session(port, *requests):
+    import socket
+    from test_dap_tcp import messages, read_all, request
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    s.sendall(b"".join(request(i + 1, c, **a) for i, (c, a) in enumerate(requests)))
+    s.shutdown(socket.SHUT_WR)
+    got = messages(read_all(s, 120))
+    s.close()
+    return got
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token-wrong-token", ""], ids=["none", "bad", "empty"])
+def test_a_dap_client_without_the_token_is_refused_before_anything_runs(tmp_path, token):
+    from netutil import stop_server
+    import signal
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:the first line of a private file\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("IMPORTANT\n")
+    proc, port, real = _dap_server()
+    try:
+        args = {"model": str(secret)} if token is None else {"model": str(secret),
+                                                              "token": token}
+        got = _session(port, ("initialize", {"adapterID": "x"}),
+                       ("setFunctionBreakpoints", {"breakpoints": [{"name": "attention"}]}),
+                       ("launch", args),
+                       ("evaluate", {"expression": f"save breakpoints {victim}",
+                                     "context": "repl"}))
+        answers = {m["command"]: m for m in got if m["type"] == "response"}
+        assert answers["initialize"]["success"]
+        assert not answers["launch"]["success"]
+        assert "needs the token it printed" in answers["launch"]["message"]
+        assert not answers["setFunctionBreakpoints"]["success"]
+        text = json_text(got)
+        assert "root:x" not in text and "first line of a private file" not in text
+        assert "evaluate" not in answers  # the connection was closed after the bad launch
+        assert victim.read_text() == "IMPORTANT\n"
+        # the real token opens a session on the same server
+        ok = _session(port, ("initialize", {"adapterID": "x"}),
+                      ("launch", {"model": str(secret), "token": real}),
+                      ("disconnect", {}))
+        launched = next(m for m in ok if m.get("command") == "launch")
+        assert not launched["success"] and "unknown directive" in launched["message"]
+        # (authenticated: the owner of the server is told what is wrong with the file)
+    finally:
+        stop_server(proc, signal.SIGTERM, wait=20)
+
+
+def json_text(messages) -> str:
+    import json
+    return json.dumps(messages)
+
+
+def test_the_dap_token_can_be_given_and_must_be_long_enough():
+    proc, port, token = _dap_server("a-token-of-my-own-choosing")
+    from netutil import stop_server
+    import signal
+    stop_server(proc, signal.SIGTERM, wait=20)
+    assert token == "a-token-of-my-own-choosing"
+    import os
+    env = dict(os.environ, FIRSCOPE_DAP_TOKEN="short")
+    done = subprocess.run([sys.executable, "-m", "firscope", "dap", "--port", "0"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 1 and "at least 16" in done.stderr

@@ -60,6 +60,7 @@ ALWAYS = ("initialize", "launch", "disconnect", "terminate", "pause", "threads")
 PRELAUNCH = BREAKPOINT_REQUESTS + ("configurationDone",)
 # Errors the user must act on: a dialog in VS Code (showUser) and the text on stderr.
 USER_FACING = ("launch", "configurationDone")
+MAX_HELD = 256  # configuration requests held before an authenticated launch
 EXCEPTION_IDS = {StopReason.NAN: "nan", StopReason.FAULT: "fault", StopReason.BUDGET: "budget"}
 
 
@@ -94,8 +95,12 @@ class Run:
 class Adapter(LifeCycle):
     """One debug session: the state between the client's requests."""
 
-    def __init__(self, writer: Writer, closing: threading.Event | None = None):
+    def __init__(self, writer: Writer, closing: threading.Event | None = None,
+                 token: str | None = None):
         self.out = writer
+        # over TCP (``--port``): the secret the server printed; until a launch presents it,
+        # nothing but initialize is answered and the held configuration waits
+        self.token = token
         # set once the client said disconnect/terminate or closed its end: SIGINT is then
         # the quiet way out (server.py)
         self.closing = closing or threading.Event()
@@ -162,6 +167,8 @@ class Adapter(LifeCycle):
         command = msg["command"]
         handler = getattr(self, "r_" + command, None)
         try:
+            if self.token is not None and not self._authenticated(msg):
+                return
             if handler is None:
                 raise RequestError(f"unknown request '{command}'")
             if command not in ALWAYS:
@@ -181,6 +188,36 @@ class Adapter(LifeCycle):
         except Exception as e:  # a bug: answer, log, and stay up
             traceback.print_exc(file=sys.stderr)
             self._fail(msg, f"internal error in firscope: {type(e).__name__}: {e}")
+
+    def _authenticated(self, msg: dict) -> bool:
+        """A TCP session before its token: ``initialize`` and ``disconnect`` are answered,
+        the configuration requests are held (not executed), a ``launch`` must carry the
+        token (``"token"`` in its arguments) or the connection is closed, and anything
+        else is refused. Whoever reaches a local port must not read or write this user's
+        files through the adapter (issue 39.2)."""
+        import hmac
+        command = msg["command"]
+        if command in ("initialize", "disconnect", "terminate"):
+            return True
+        if command in PRELAUNCH and len(self.prelaunch) < MAX_HELD:
+            self.prelaunch.append(msg)  # answered once launched, or refused with it
+            return False
+        given = arguments(msg).get("token") if command == "launch" else None
+        if isinstance(given, str) and hmac.compare_digest(given.encode("utf-8", "replace"),
+                                                          self.token.encode("utf-8")):
+            self.token = None  # this connection has shown it
+            return True
+        why = ("this firscope dap server needs the token it printed when it started: give "
+               "it as \"token\" in the launch configuration")
+        self.out.error(msg, why if command == "launch" else
+                       f"'{command}': not before an authenticated launch; {why}")
+        if command == "launch":
+            held, self.prelaunch = self.prelaunch, []
+            for m in held:
+                self.out.error(m, f"'{m['command']}': refused: the launch was not "
+                                  "authenticated")
+            self.done = True  # a wrong or missing token ends the connection
+        return False
 
     def _fail(self, msg: dict, text: str) -> None:
         user = msg.get("command") in USER_FACING

@@ -16,6 +16,13 @@ malformed header ends the connection (no resynchronising on a stream that is
 not DAP); the connection closes after ``disconnect``. SIGTERM and ctrl+c stop
 the server in every state: the accept loop waits with a timeout and an open
 session's socket is shut down, which wakes its reader.
+
+Every TCP session must show a secret: the server prints a fresh token when it
+starts (or takes ``FIRSCOPE_DAP_TOKEN``, at least 16 characters), and a client
+gets nothing but its ``initialize`` answered until a ``launch`` carries it as
+``"token"``; a launch without it, or with another, is refused and the
+connection closed (adapter.Adapter._authenticated). Over stdio the editor
+started the adapter itself: no token.
 """
 from __future__ import annotations
 
@@ -108,9 +115,27 @@ def _buffered(raw):
     return raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)
 
 
+TOKEN_ENV = "FIRSCOPE_DAP_TOKEN"
+MIN_TOKEN = 16
+
+
+def session_token() -> str:
+    """The secret a TCP client must show: ``FIRSCOPE_DAP_TOKEN``, else a fresh one."""
+    import secrets
+    given = os.environ.get(TOKEN_ENV)
+    if given is None:
+        return secrets.token_urlsafe(24)
+    if len(given) < MIN_TOKEN or not given.isprintable() or not given.isascii():
+        raise FirError(f"{TOKEN_ENV}: give at least {MIN_TOKEN} printable ASCII characters "
+                       "(or unset it: the server then makes one)")
+    return given
+
+
 def serve_tcp(port: int, host: str = LOOPBACK, ready=None,
-              idle_timeout: float = IDLE_TIMEOUT) -> int:
-    """Serve one client at a time on ``host:port`` until SIGTERM or ctrl+c."""
+              idle_timeout: float = IDLE_TIMEOUT, token: str | None = None) -> int:
+    """Serve one client at a time on ``host:port`` until SIGTERM or ctrl+c; each must show
+    ``token`` (default :func:`session_token`) in its launch."""
+    token = token or session_token()
     if not 0 <= port <= 65535:
         raise FirError(f"--port {port}: must be 0..65535")
     if not idle_timeout > 0:
@@ -126,7 +151,8 @@ def serve_tcp(port: int, host: str = LOOPBACK, ready=None,
     stop = threading.Event()
     _stop_on_signals(stop)
     bound = srv.getsockname()[1]
-    print(f"firscope dap: listening on {host}:{bound}", file=sys.stderr, flush=True)
+    print(f"firscope dap: listening on {host}:{bound}; token {token} (give it as \"token\" "
+          "in the launch configuration)", file=sys.stderr, flush=True)
     if ready is not None:
         ready(bound)
     current: TcpSession | None = None
@@ -142,7 +168,7 @@ def serve_tcp(port: int, host: str = LOOPBACK, ready=None,
             if current is not None and current.alive():
                 threading.Thread(target=_refuse_busy, args=(conn,), daemon=True).start()
                 continue
-            current = TcpSession(conn, idle_timeout)
+            current = TcpSession(conn, idle_timeout, token)
             current.start()
     except KeyboardInterrupt:
         pass
@@ -157,9 +183,10 @@ def serve_tcp(port: int, host: str = LOOPBACK, ready=None,
 class TcpSession:
     """One client's adapter on a thread of its own; :meth:`close` ends it from outside."""
 
-    def __init__(self, conn: socket.socket, idle_timeout: float):
+    def __init__(self, conn: socket.socket, idle_timeout: float, token: str):
         self.conn = conn
         self.idle_timeout = idle_timeout
+        self.token = token
         self.thread = threading.Thread(target=self._run, name="dap-session", daemon=True)
         self.finished = threading.Event()  # set before the client can see the close
 
@@ -189,7 +216,7 @@ class TcpSession:
                 return
             conn.settimeout(None)
             from .adapter import Adapter
-            Adapter(writer).serve(read, first=first)
+            Adapter(writer, token=self.token).serve(read, first=first)
         except OSError:
             pass
         finally:

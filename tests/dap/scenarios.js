@@ -1,7 +1,7 @@
 // Scenarios that drive `firscope dap` with VS Code's own DAP test client
 // (@vscode/debugadapter-testsupport's DebugClient), one adapter process per scenario.
 //
-//   node scenarios.js --firscope PATH --scenario NAME --model FILE.fir [--port N]
+//   node scenarios.js --firscope PATH --scenario NAME --model FILE.fir [--port N --token T]
 //
 // Exit 0 when the scenario's assertions hold; otherwise the failure is printed
 // and the exit code is 1. tests/test_dap.py runs each scenario from pytest.
@@ -50,8 +50,9 @@ async function start(dc, launch, configure, wait = true, init = undefined) {
   assert.equal(caps.body.supportsStepBack, true);
   assert.equal(caps.body.supportsDataBreakpoints, true);
   assert.equal(caps.body.supportsLogPoints, true);
+  // over TCP the server's token (`firscope dap --port` prints it; --token here)
   await dc.launchRequest({ model: MODEL, engine: 'interp', steps: 2, stopOnEntry: false,
-    ...launch });
+    ...(opts.token ? { token: opts.token } : {}), ...launch });
   await initialized;
   if (configure) await configure();
   const stopped = wait ? dc.waitForEvent('stopped', TIMEOUT) : null;
