@@ -21,7 +21,15 @@ reported as changed, never a SIGBUS), a pair of output paths for one run
 ("outpath": the same file through .., a link or a hard link must be refused; no
 link, device or non-dump replaced), or bytes sent to a `dap --port` server on
 loopback ("daptcp": a stream that is not DAP gets no answer, every connection
-is closed by the server, a clean client is served right after). A model that loads is decoded for two steps on the interpreter with a
+is closed by the server, a clean client is served right after), or issue 39's
+surfaces (tests/fuzzing_trust.py): a kernel with long loops on the GPU engine
+("gpuloop": the reference's value, or a fault saying the driver ended a loop, never
+another value; skipped, and said, where no adapter is found), a hostile
+devices.toml used for a cost analysis ("devices": a positioned error or only finite
+figures and strict JSON), save breakpoints / capture -o / --logits-out aimed at
+victims, links, folders, devices and the run's own inputs ("outputs": nothing but
+an allowed target changes), or a dap --port session with no, a wrong or the right
+token ("dapauth": nothing but initialize is answered without it). A model that loads is decoded for two steps on the interpreter with a
 small instruction budget, and must leave every weight as it was loaded (weights
 are read-only). The only acceptable failure is firscope's own FirError,
 located: in the model file with a line and column, or naming the other file.
@@ -55,15 +63,18 @@ import numpy as np  # noqa: E402
 
 import fuzzing as F  # noqa: E402
 import fuzzing_io as FIO  # noqa: E402
+import fuzzing_trust as FT  # noqa: E402
 from conftest import SEED_FIR, write_random_gpt2  # noqa: E402
 from firscope.debug.expr import DebugExpr  # noqa: E402
 from firscope.errors import FirError  # noqa: E402
 
 # Categories whose cases are not models (their "decoded" outcome means something else).
-NOT_MODELS = ("expr", "script", "reverse", "cli", "dumpfile", "outpath", "daptcp")
+NOT_MODELS = ("expr", "script", "reverse", "cli", "dumpfile", "outpath", "daptcp", "gpuloop",
+              "devices", "outputs", "dapauth")
 CATEGORIES = {"fir": 35, "kernel": 12, "program": 10, "store": 6, "tokens": 6, "bytes": 4,
               "ckpt": 13, "config": 12, "expr": 8, "script": 6, "reverse": 6, "cli": 6,
-              "overlap": 3, "dumpfile": 10, "outpath": 4, "daptcp": 6}
+              "overlap": 3, "dumpfile": 10, "outpath": 4, "daptcp": 6, "gpuloop": 4,
+              "devices": 8, "outputs": 6, "dapauth": 4}
 
 
 class StrayWarning(Exception):
@@ -184,7 +195,17 @@ def main() -> int:
     cli_folder, cli_script = work / "cli-out", work / "cmds.gdb"
     cli_script.write_text("print 1+1\nnext\nbogus\nprint 2\n")
     dumps = FIO.base_dumps(work)
-    dap_server = FIO.TcpServer() if args.only in (None, "daptcp") else None
+    dap_server = FIO.TcpServer() if args.only in (None, "daptcp", "dapauth") else None
+    gpu = None
+    if args.only in (None, "gpuloop"):
+        try:
+            from firscope.gpu import open_device
+            gpu = open_device()
+        except FirError as e:
+            print(f"gpuloop: skipped, no GPU adapter ({e})")
+    private, victim = work / "private.txt", work / "victim-dap.txt"
+    private.write_text("root:x:0:0:the first line of a private file\n")
+    victim.write_text("IMPORTANT\n")
     keep = Path(args.keep) if args.keep else None
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
@@ -235,6 +256,24 @@ def main() -> int:
                 elif cat == "daptcp":
                     kind = rng.choice(FIO.FRAME_KINDS)
                     outcome, detail = FIO.dap_tcp_case(dap_server, kind, rng.randrange)
+                    shown = kind
+                elif cat == "gpuloop":
+                    if gpu is None:
+                        outcome, detail, shown = "skipped", None, "no GPU"
+                    else:
+                        outcome, detail = FT.gpu_loop_case(gpu, rng.randrange)
+                        shown = "gpuloop"
+                elif cat == "devices":
+                    outcome, detail = FT.devices_case(base_model, work / "devices",
+                                                      rng.randrange)
+                    shown = (work / "devices" / "devices.toml").read_text()[:600]
+                elif cat == "outputs":
+                    outcome, detail = FT.outputs_case(work / "outputs", base, rng.randrange)
+                    shown = "outputs"
+                elif cat == "dapauth":
+                    kind = rng.choice(FT.TOKEN_KINDS)
+                    outcome, detail = FT.dap_auth_case(dap_server.port, dap_server.token, kind,
+                                                       private, victim)
                     shown = kind
                 else:
                     if cat == "fir":

@@ -355,13 +355,15 @@ class TcpServer:
     """One ``serve_tcp`` on a loopback port in a thread of this process, for every case."""
 
     def __init__(self, idle: float = 0.5):
+        import secrets
         from firscope.dap.server import serve_tcp
         self.port = None
+        self.token = secrets.token_urlsafe(24)  # what a client must show (fuzzing_trust)
         ready = threading.Event()
 
         def run():
             serve_tcp(0, ready=lambda p: (setattr(self, "port", p), ready.set()),
-                      idle_timeout=idle)
+                      idle_timeout=idle, token=self.token)
         threading.Thread(target=run, name="fuzz-dap-tcp", daemon=True).start()
         if not ready.wait(30):
             raise RuntimeError("the DAP server did not start")

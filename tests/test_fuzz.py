@@ -241,3 +241,50 @@ def dap_tcp_server():
 def test_dap_tcp_framing_is_answered_or_closed(dap_tcp_server, kind, seed):
     outcome, detail = FIO.dap_tcp_case(dap_tcp_server, kind, _picker(seed))
     check(outcome, detail, (kind, seed))
+
+
+# -- issue 39: long GPU loops, devices.toml, output paths, the DAP token (fuzzing_trust.py) ----
+import fuzzing_trust as FT  # noqa: E402
+
+
+@fuzz_settings(12)
+@given(seed=BIG)
+def test_gpu_loops_are_the_references_value_or_a_fault_that_says_so(seed):
+    from gpu_util import device_or_skip
+    gpu = device_or_skip()
+    outcome, detail = FT.gpu_loop_case(gpu, _picker(seed))
+    check(outcome, detail, seed)
+
+
+@pytest.fixture(scope="session")
+def cost_model(fuzz_folder):
+    from firscope.runtime import load_model
+    return load_model(fuzz_folder / "gpt2.fir")
+
+
+@fuzz_settings(30)
+@given(seed=BIG)
+def test_hostile_devices_files_are_located_errors_or_finite_figures(cost_model,
+                                                                   tmp_path_factory, seed):
+    outcome, detail = FT.devices_case(cost_model, tmp_path_factory.mktemp("dev"), _picker(seed))
+    check(outcome, detail, seed)
+
+
+@fuzz_settings(20)
+@given(seed=BIG)
+def test_outputs_never_clobber_what_they_must_not(tmp_path_factory, seed):
+    from conftest import SAMPLE
+    outcome, detail = FT.outputs_case(tmp_path_factory.mktemp("out"), SAMPLE, _picker(seed))
+    check(outcome, detail, seed)
+
+
+@fuzz_settings(len(FT.TOKEN_KINDS))
+@given(kind=st.sampled_from(FT.TOKEN_KINDS))
+def test_dap_sessions_without_the_token_get_nothing(dap_tcp_server, tmp_path_factory, kind):
+    folder = tmp_path_factory.mktemp("auth")
+    private, victim = folder / "private.txt", folder / "victim.txt"
+    private.write_text("root:x:0:0:the first line of a private file\n")
+    victim.write_text("IMPORTANT\n")
+    outcome, detail = FT.dap_auth_case(dap_tcp_server.port, dap_tcp_server.token, kind,
+                                       private, victim)
+    check(outcome, detail, kind)
