@@ -508,7 +508,9 @@ async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
 
 
 def test_interrupt_key_stops_a_long_run_and_progress_shows(tmp_path):
-    fir = spinning_model(tmp_path, "add 21 21 21")
+    # a store in the spin: a register-only spin is a runaway known before running
+    # (vm/runaway), reported at once instead of run
+    fir = spinning_model(tmp_path, "add 21 21 21\nuconst 22 0\nustoref32 21 22 @out0")
 
     async def go():
         app = make_app(fir)

@@ -342,7 +342,7 @@ def describe_model(model: Model) -> dict:
     q4 = [w for w in model.weights.values() if w.q4 is not None]
     return {
         "model_path": str(model.path),
-        "model_folder": model.folder.name,
+        "model_folder": model.name,
         "model_file": model.path.name,
         "family": model.family,
         "config_model": str(model.config.get("model", "")) if "model" in model.config else None,

@@ -71,6 +71,14 @@ class Model:
     def folder(self) -> Path:
         return self.path.parent
 
+    @property
+    def name(self) -> str:
+        """What the model is called where it is shown (headers, report and breakpoint file
+        names): its folder's name, ``tiny-gpt2``, found from the absolute path (the folder
+        of ``gpt2.fir`` given from inside it is ``.``, whose name is empty)."""
+        resolved = self.path.resolve()
+        return resolved.parent.name or resolved.stem
+
     def buffer_region(self, name: str, layer: int | None) -> Region:
         decl = self.buffers[name]
         return self.regions[str(Ref(name, layer if decl.per_layer else None))]

@@ -420,7 +420,8 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             return
         bottom.active = name
         if name == "console":
-            self.query_one(CommandInput).focus()
+            # now, not after a refresh: the keys typed right after 4 are for the console
+            self.main_screen.set_focus(self.query_one(CommandInput))
 
     def on_tabbed_content_tab_activated(self, event) -> None:
         if event.pane.id == "profile":
@@ -507,6 +508,26 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
             self.notify(f"layer {message.layer} is the model's end", severity="warning")
             return
         self._goto(node, self.view.snapshot.step)
+
+    def _on_key(self, event) -> None:
+        """A key no widget took reaches the app: before the app's own bindings (App._on_key,
+        which Textual calls after this one unless the default is prevented), a key typed
+        ahead (forwarded to the pane that had focus when it arrived, before the box or the
+        console that a previous key opened took focus) goes where the user was typing."""
+        if self._typed_ahead(event):
+            event.stop()
+            event.prevent_default()
+
+    def _typed_ahead(self, event) -> bool:
+        screen = self.screen
+        if isinstance(screen, PromptScreen):
+            return screen.type_ahead(event)
+        focused = self.focused
+        if isinstance(focused, Input) and event.is_printable and event.character:
+            # an Input takes every printable key it is sent: this one was sent elsewhere
+            focused.insert_text_at_cursor(event.character)
+            return True
+        return False
 
     def prefill_console(self, text: str) -> None:
         self.query_one(Bottom).active = "console"

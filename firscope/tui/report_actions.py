@@ -38,7 +38,7 @@ class ReportActions:
         if self.session is None:
             return
         s, tok = self.session, self.tokenizer
-        default = str(default_report_dir(self.model.folder.name))
+        default = str(default_report_dir(self.model.name))
 
         def chosen(value: str) -> None:
             out = Path(value).expanduser().resolve()

@@ -45,7 +45,7 @@ class SaveActions:
             self._quit()
 
     def _save_then_quit(self) -> None:
-        default = default_breakpoints_file(self.model.folder.name)
+        default = default_breakpoints_file(self.model.name)
         ci = self.ci
 
         def chosen(value: str) -> None:

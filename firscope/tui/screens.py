@@ -56,27 +56,63 @@ class HelpScreen(ModalScreen[None]):
 
 
 class PromptScreen(ModalScreen[str | None]):
+    """A one-line box. A pre-filled value is selected, so typing replaces it (as an
+    editor's rename box does) and the old value stays in view as a hint; Enter keeps it.
+    Keys that arrive before the box has focus (typed right after the key that opened it)
+    go into the box, in order (:meth:`type_ahead`): never to the debugger's own bindings,
+    never lost."""
+
     BINDINGS = [Binding("escape", "cancel", "cancel")]
+    AUTO_FOCUS = "#prompt-input"
     DEFAULT_CSS = """
     PromptScreen { align: center middle; }
     PromptScreen > Vertical { width: 72; max-width: 100%; height: auto; border: thick $accent;
                               background: $surface; padding: 0 1; }
+    PromptScreen #prompt-hint { color: $text-muted; }
     """
 
     def __init__(self, question: str, value: str = "") -> None:
         super().__init__()
         self.question = question
         self.value = value
+        self._pending: list | None = []  # keys typed ahead before the box was mounted
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self.question)
-            yield Input(value=self.value, id="prompt-input")
+            yield Input(value=self.value, placeholder=self.value, id="prompt-input")
+            if self.value:
+                yield Label(f"now {self.value}: typing replaces it, Enter keeps it",
+                            id="prompt-hint")
 
     def on_mount(self) -> None:
         inp = self.query_one(Input)
-        inp.focus()
-        inp.cursor_position = len(inp.value)
+        self.set_focus(inp)
+        inp.select_all()
+        pending, self._pending = self._pending, None
+        for key in pending:
+            self.type_ahead(key)
+
+    def type_ahead(self, event) -> bool:
+        """A key typed before the box had focus (the app hands it over, see
+        FirscopeApp._on_key): a character goes into the box, replacing a selected value;
+        Enter submits. False for any other key (the bindings take it)."""
+        if self._pending is not None:  # not mounted yet: in order, once it is
+            if event.key == "enter" or (event.is_printable and event.character):
+                self._pending.append(event)
+                return True
+            return False
+        inp = self.query_one(Input)
+        if event.key == "enter":
+            self.dismiss(inp.value.strip())
+            return True
+        if event.is_printable and event.character:
+            self.set_focus(inp)
+            if inp.selected_text:
+                inp.delete_selection()
+            inp.insert_text_at_cursor(event.character)
+            return True
+        return False
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

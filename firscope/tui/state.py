@@ -161,7 +161,7 @@ def marks_of(session) -> Marks:
 def model_of(session) -> str:
     """The header's model part: ``tiny-gpt2 · q4``."""
     m = session.model
-    return f"{printable(m.folder.name)} · {'f32' if m.fir_f32 else 'q4'}"
+    return f"{printable(m.name)} · {'f32' if m.fir_f32 else 'q4'}"
 
 
 def place_of(session, tokenizer) -> str:
