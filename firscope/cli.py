@@ -232,7 +232,10 @@ def _ui_parser(sub) -> None:
 
 
 def _run_parser(sub) -> None:
-    r = sub.add_parser("run", help="decode tokens headlessly")
+    r = sub.add_parser("run", help="decode tokens headlessly",
+                       description="Feed the prompt one token per step, then generate N "
+                                   "tokens: len(prompt) + max(N - 1, 0) steps (the last "
+                                   "generated token is not fed back).")
     _model_arg(r)
     _input_args(r, required=True, steps=DEFAULT_STEPS)
     r.add_argument("--logits-out", type=path_arg, metavar="FILE",

@@ -230,7 +230,7 @@ def test_lens_at_the_last_layer_is_the_models_own_top_k(model):
     from firscope.debug.lens import lens, top_k
     now = lens(s, k=5)[0].top
     every = lens(s, k=5, every_layer=True)
-    assert [r.layer for r in every] == [0, 1] and every[-1].top == now
+    assert [r.layer for r in every] == [None, 0, 1] and every[-1].top == now  # embed first
     arena = bits(model.arena)
     ci.execute("lens --all 3")
     assert np.array_equal(bits(model.arena), arena)  # the lens puts everything back

@@ -62,3 +62,182 @@ def test_typing_in_a_box_replaces_its_value_and_keys_are_not_lost(size):
             log = "\n".join(app.query_one("#console-view").history)
             assert "$ = 1" in log, log[-500:]
     run(go())
+
+
+# -- 12: the README says how many steps run takes, and it is what run does -------------------
+def test_the_readme_sentence_on_runs_step_count_is_what_run_does(tmp_path):
+    from conftest import REPO
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "It runs `len(prompt) + max(N - 1, 0)` steps" in readme
+    assert "(`--tokens 1,2,3 -n 0`: 3 steps; `-n 2`: 4)" in readme
+    for n, want in [("0", 3), ("1", 3), ("2", 4), ("5", 7)]:
+        out = tmp_path / f"l{n}.npy"
+        done = subprocess.run([sys.executable, "-m", "firscope", "run", "--tokens", "1,2,3",
+                               "-n", n, "--logits-out", str(out)], capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        import numpy as np
+        assert np.load(out).shape[0] == want, n
+        assert f"[{want} steps in" in done.stderr
+    helped = subprocess.run([sys.executable, "-m", "firscope", "run", "--help"],
+                            capture_output=True, text=True)
+    assert "len(prompt) + max(N - 1, 0) steps" in " ".join(helped.stdout.split())
+
+
+# -- 11: the lens right after the embeddings -----------------------------------------------------
+def test_the_lens_after_the_embeddings_is_their_own_prediction():
+    import numpy as np
+    import firscope
+    from firscope.debug.opening import open_session
+    from firscope.runtime.opening import RunInput
+    ci = open_session(RunInput(tokens=(100, 101, 102)), n=1, engine="interp").ci
+    ci.goto("ln1@0", 1)
+    text = ci.run("lens --all").text
+    assert text.splitlines()[0].startswith("embed ") and "layer" not in text
+    ci.goto("ln2@1", 1)
+    labels = [ln.split()[0] + (" " + ln.split()[1] if ln.startswith("layer") else "")
+              for ln in ci.run("lens --all").text.splitlines()]
+    assert labels == ["embed", "layer 0", "layer 1"]  # layer 1: its attention wrote x
+    # the same figures as the Python API's lens of the same step
+    model = firscope.open(engine="interp")
+    run = model.run(tokens=[100, 101, 102], record="embeddings/x,mlp_residual@*/x")
+    api = run.lens(step=1)
+    rows = ci.lens(5, every_layer=True)
+    assert [t for t, _ in rows[0].top] == [t for t, _, _ in api.rows[0][1]]
+    assert np.allclose([p for _, p in rows[0].top], [p for _, _, p in api.rows[0][1]])
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_lens_tab_shows_the_embed_row(size):
+    async def go():
+        app = make_app()
+        async with app.run_test(size=size) as pilot:
+            await wait_loaded(app, pilot)
+            app.run_command("goto ln1@0")
+            await settle(app, pilot)
+            await press(app, pilot, "5")
+            assert "embed" in screen_text(app)
+            assert "nothing has written" not in screen_text(app)
+    run(go())
+
+
+# -- 10: a key that cannot act says why ------------------------------------------------------------
+def test_m_on_a_hidden_pane_and_6_when_wide_say_why():
+    async def go():
+        app = make_app()
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_loaded(app, pilot)
+            await press(app, pilot, "6")
+            assert "the registers are beside the source at this width" in app.status_text
+            # focus a widget of the Buffers tab, then show another tab: m has nothing shown
+            await press(app, pilot, "1")
+            app.query_one("#buf-values").focus()
+            await settle(app, pilot)
+            await press(app, pilot, "2")  # the Buffers tab is hidden: its pane loses focus
+            assert app.focused is None or app.focused.id == "buf-values"
+            await press(app, pilot, "m")
+            assert app.screen.maximized is None
+            assert app.status_text.startswith("m: no pane to maximize"), app.status_text
+    run(go())
+
+
+# -- 8: cost --device list shows each figure and its source ---------------------------------------
+def test_device_list_shows_every_figure_with_its_source():
+    from firscope.cost.devices import NUMBERS, load_devices
+    done = subprocess.run([sys.executable, "-m", "firscope", "cost", "--device", "list"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0
+    h200 = load_devices()["h200"]
+    block = done.stdout.split("\nh200: ")[1].split("\n\n")[0]
+    for key in NUMBERS:
+        line = next(ln for ln in block.splitlines() if ln.split()[0] == key)
+        assert h200.sources[key][:40] in line, key
+    assert "4800 GB/s" in block
+
+
+# -- 1: one preempted call does not top the report's charts ----------------------------------------
+def test_one_slow_call_cannot_top_the_time_charts_or_the_summary():
+    import xml.etree.ElementTree as ET
+    from firscope.profile import figures
+    from firscope.profile.collect import Profiler, make_machine
+    from firscope.profile.export import timing_section
+    from firscope.profile.html import _time
+    from firscope.runtime import load_model
+    model = load_model(SAMPLE / "gpt2.fir")
+    machine, _ = make_machine(model, "compiled")
+    machine.kernel_runner.warmup()
+    for t in (100, 101, 102):  # warm: the timed steps below are the kernels' own time
+        machine.step(t)
+    machine.reset()
+    prof = Profiler(model, attention=False).attach(machine)
+    for t in (100, 101, 102, 32, 105, 110):
+        machine.step(t)
+    data = prof.data()
+    ln2 = model.node_index("ln2@1")
+    data.tokens[3].node_ns[ln2] = 9_000_000  # one call preempted for 9 ms
+    t = timing_section(data)
+    by_name = {r["name"]: r for r in t["by_name"]}
+    assert t["robust"] == "median x calls"
+    raw_share = by_name["ln2"]["total_us"] / t["total_us"]
+    assert raw_share > 0.3  # what the charts showed before
+    assert by_name["ln2"]["share"] < 0.1, by_name["ln2"]
+    top = max(t["by_name"], key=lambda r: r["median_calls_us"])["name"]
+    assert top != "ln2"
+    # the chart draws the same figure, and says which it is
+    svg = ET.fromstring(figures.time_by_name(t))
+    words = " ".join(x.text or "" for x in svg.iter("{http://www.w3.org/2000/svg}text"))
+    assert "median call x calls" in words
+    layer1 = next(r for r in t["by_layer"] if r["layer"] == 1)
+    assert layer1["share"] < 0.5
+    html = _time({"timing": t}, {})
+    assert "median call × calls" in html and "micro" in html
+
+
+# -- 6: one row per layer in the Lens tab, at 80 columns too ---------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+def test_the_lens_tab_keeps_one_row_per_layer(size):
+    async def go():
+        app = make_app()
+        async with app.run_test(size=size) as pilot:
+            await wait_loaded(app, pilot)
+            app.run_command("goto final_norm")
+            await settle(app, pilot)
+            await press(app, pilot, "5")
+            lines = screen_text(app).splitlines()
+            def label(ln):
+                words = ln.split("▊")[-1].split()
+                return words[:2] if words and words[0] in ("embed", "layer") else None
+            rows = [i for i, ln in enumerate(lines) if label(ln)]
+            labels = [label(lines[i]) for i in rows]
+            assert len(rows) >= 3, "\n".join(lines)
+            # consecutive screen lines: no row wrapped onto the next
+            assert rows == list(range(rows[0], rows[0] + len(rows)))
+            assert labels[0][0] == "embed" and labels[1] == ["layer", "0"]
+            for i in rows:
+                assert lines[i].count("0.") >= (4 if size[0] < 100 else 5)
+    run(go())
+
+
+# -- 3: the Profile tab keeps every column whole at 80 columns, units in the headers ---------------
+@pytest.mark.parametrize("size", SIZES)
+def test_the_profile_tab_columns_are_whole_with_units(size):
+    async def go():
+        app = make_app()
+        async with app.run_test(size=size) as pilot:
+            await wait_loaded(app, pilot)
+            await press(app, pilot, "s", "t", "3", "G")
+            await settle(app, pilot)
+            text = screen_text(app)  # as drawn, at this width
+            heads = [ln for ln in text.splitlines() if "total ms" in ln]
+            assert heads, text
+            for col in ("node", "total ms", "ms/run", "share", "GPU µs/call", "bound"):
+                assert col in heads[0], (col, heads[0])
+            lines = plain(app.query_one("#prof-time")).splitlines()  # every row
+            rows = [ln for ln in lines if ln.strip().startswith(("attention ", "ln1 ", "gelu "))]
+            assert rows and all("%" in r for r in rows), rows
+            bounds = ("mem", "cmp", "lat", "lch") if size[0] < 100 else (
+                "memory", "compute", "latency", "launch")
+            assert all(any(b in r for b in bounds) for r in rows), rows
+            if size[0] < 100:
+                assert "bound: mem cmp lat lch = memory" in text  # the abbreviations' legend
+    run(go())

@@ -89,3 +89,16 @@ def test_no_shortcut_where_the_path_is_not_certain():
     for src in (stores, branch, counted):
         program, _, _ = kernel_program(src, {"in0": 4, "out0": 1})
         assert lanes.runaway_stop(program, 1000) is None
+
+
+def test_deeply_nested_loops_are_not_analysed_and_still_run():
+    """The analysis walks each loop's body twice, 2^depth in all: past MAX_DEPTH it is not
+    asked (a fuzzed kernel nested 30 deep hung the suite), and the interpreter runs it."""
+    depth = 30
+    body = ["loadconstf32 10 1"] + ["forbegin 10"] * depth + ["addconst 1 1 1"] + \
+        ["forend"] * depth
+    src = "kernel k in=1 out=0 threads=1 tg=1 tgbytes=0\n" + "\n".join(body) + "\nendkernel\n"
+    program, arena, _ = kernel_program(src, {"in0": 4})
+    assert lanes.runaway_stop(program, 10) is None
+    assert outcome(program, arena, 10, shortcut=True)[0] == "budget"
+    assert outcome(program, arena, 10_000, shortcut=True)[0] == "done"

@@ -28,7 +28,7 @@ def test_profile_tab_predicts_beside_cpu_time():
             assert (cost.position, cost.token) == current_step(app.session.machine)
             text = plain(app.query_one("#prof-time"))
             assert "GPU prediction on AMD Instinct MI300X" in text
-            assert "GPU us" in text and "bound" in text
+            assert "GPU µs/call" in text and "bound" in text
             await press(app, pilot, "t")
             await settle(app, pilot)
             assert pv.cost is not cost and pv.cost.position == cost.position + 1  # kept current

@@ -145,11 +145,11 @@ def test_lens_rows_and_the_end_of_a_layer(sample):
     ci.run("until final_norm")
     v = view()
     rows = lens_rows(v)
-    assert [r[0] for r in rows] == [str(i) for i in range(model.layers)]
+    assert [r[0] for r in rows] == [None] + [str(i) for i in range(model.layers)]  # embed
     assert v.lens.rows[-1].top[0][0] in v.lens.pieces
     assert end_of_layer(model, 1) == "ln1@2"
     s2, ci2, view2 = fresh(sample, Wants(lens=True))
-    assert "no layer" in lens_rows(view2())[0][1].plain
+    assert "nothing has written" in lens_rows(view2())[0][1].plain
 
 
 def test_palette_offers_concrete_forms_and_templates(sample):

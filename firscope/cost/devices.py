@@ -233,7 +233,8 @@ def find_device(name: str | None, devices: dict[str, Device] | None = None) -> D
 
 
 def device_table(devices: dict[str, Device]) -> str:
-    """``--device list``: one line per device with the numbers that matter most."""
+    """``--device list``: one line per device with the numbers that matter most, then every
+    figure of every device with its unit and where it comes from (``sources``)."""
     rows = [("device", "name", "CUs", "SIMD", "GB/s", "TFLOP/s", "launch us", "from")]
     for d in devices.values():
         origin = "shipped" if d.origin == str(SHIPPED) else d.origin
@@ -241,7 +242,16 @@ def device_table(devices: dict[str, Device]) -> str:
                      f"{d.dram_bandwidth_gbs:g}", f"{d.f32_tflops:g}",
                      f"{d.launch_overhead_us:g}", origin))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    lines = ["  ".join(printable(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+             for r in rows]
+    width = max(len(k) for k in NUMBERS)
+    for d in devices.values():
+        lines += ["", f"{printable(d.key)}: {printable(d.name)}"]
+        for key, (_, unit) in NUMBERS.items():
+            value = f"{getattr(d, key):g}{' ' + unit if unit else ''}"
+            source = d.sources.get(key, "(no source given)")
+            lines.append(f"  {key:<{width}}  {value:<14}  {printable(source)}")
+    return "\n".join(lines)
 
 
 def devices_json(devices: dict[str, Device]) -> list[dict]:

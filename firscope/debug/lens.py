@@ -112,11 +112,15 @@ def lens(session, k: int = 5, every_layer: bool = False) -> list[LensRow]:
         return [LensRow(f"before {session.node.full_name}", session.layer,
                         top_k(project(session, path), k))]
     rows = []
-    for layer in range(session.model.layers):
+    # the embeddings' own prediction first (TransformerLens's hook_embed + hook_pos_embed):
+    # what the nodes before the first layer left in the residual (layer key None)
+    for layer in (None, *range(session.model.layers)):
         rec = session.layer_values.get((path.residual, layer))
         if rec is None or rec[0] != session.step or rec[1] >= session.node_index:
             continue  # this layer has not run yet for this token
-        rows.append(LensRow(f"layer {layer}", layer, top_k(project(session, path, rec[2]), k)))
+        rows.append(LensRow("embed" if layer is None else f"layer {layer}", layer,
+                            top_k(project(session, path, rec[2]), k)))
     if not rows:
-        raise FirError(f"no layer has written '{path.residual}' yet in this token")
+        raise FirError(f"nothing has written '{path.residual}' yet in this token (the "
+                       "embeddings run first)")
     return rows

@@ -612,7 +612,9 @@ class Session:
         st.dispatch = st.tape = st.node_before = None
 
     def _observe(self, node: PlanNode) -> None:
-        if node.layer is not None:
+        # what each layer (and, under the key layer None, the embeddings before the first
+        # layer) last wrote into the buffers all layers share: NAME@L and the logit lens
+        if node.layer is not None or node.index < self._first_layer_node():
             names = self._region_names()
             for a, b in self.write_regions(node):
                 name = names.get(a)
@@ -627,6 +629,9 @@ class Session:
                 ref.judge(self.step, node, token, self.machine)
         for f in self._node_observers:
             f(self, node)
+
+    def _first_layer_node(self) -> int:
+        return next((n.index for n in self.nodes if n.layer is not None), len(self.nodes))
 
     def _region_names(self) -> dict[int, str]:
         """Arena base -> buffer name, for buffers shared by all layers."""

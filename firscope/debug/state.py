@@ -37,7 +37,7 @@ class SessionState:
     node_before: list[tuple[int, np.ndarray]] | None = None
     # The last value each layer left in a buffer that all layers share (scores@2,
     # x@3): (step, node index, copy), for the current token.
-    layer_values: dict[tuple[str, int], tuple[int, int, np.ndarray]] = field(
+    layer_values: dict[tuple[str, int | None], tuple[int, int, np.ndarray]] = field(
         default_factory=dict)
     node_times: dict[int, float] = field(default_factory=dict)  # node -> seconds, last run
     line_counts: dict[str, np.ndarray] = field(default_factory=dict)  # kernel -> per-pc counts

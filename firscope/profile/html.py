@@ -155,10 +155,12 @@ def _time(report: dict, figs) -> str:
     if not t:
         out.append("<p class='note'>No timed steps in this profile.</p>")
         return "".join(out)
-    kinds = ", ".join(f"{esc(k['kind'])} {num(k['total_us'] / 1000, '.3f')} ms ({pct(k['share'])})"
-                      for k in t["by_kind"])
-    out.append(f"<p>{num(len(t['steps']))} steps; time inside nodes "
-               f"{num(t['total_us'] / 1000, '.3f')} ms ({kinds}); wall span "
+    kinds = ", ".join(f"{esc(k['kind'])} {num(k['median_calls_us'] / 1000, '.3f')} ms "
+                      f"({pct(k['share'])})" for k in t["by_kind"])
+    out.append(f"<p>{num(len(t['steps']))} steps; time inside nodes, as median call × calls "
+               f"per node (the figure of every chart, share and table below: one preempted "
+               f"call cannot move it far): {num(t['median_calls_us'] / 1000, '.3f')} ms "
+               f"({kinds}); measured total {num(t['total_us'] / 1000, '.3f')} ms; wall span "
                f"{num(t['span_us'] / 1000, '.3f')} ms. Times are per node as the runtime measured "
                f"them (<code>time.perf_counter</code> around each node).</p>")
     for key, alt in (("time_by_name", "time per node name"), ("time_by_layer", "time per layer"),
@@ -177,9 +179,10 @@ def _time(report: dict, figs) -> str:
         ["name"] + header[1:], [_ranked_row(r) for r in ranked["name"]], {0, 1, 2}))
     out.append(f"<p class='note'>{esc(ranked['name_note'])}</p>")
     out.append("<h3>By layer</h3>" + table(
-        ["layer", "total ms", "share"],
+        ["layer", "median×calls ms", "share", "measured total ms"],
         [["outside layers" if r["layer"] is None else num(r["layer"]),
-          num(r["total_us"] / 1000, ".3f"), pct(r["share"])] for r in t["by_layer"]], {0}))
+          num(r["median_calls_us"] / 1000, ".3f"), pct(r["share"]),
+          num(r["total_us"] / 1000, ".3f")] for r in t["by_layer"]], {0}))
     return "".join(out)
 
 

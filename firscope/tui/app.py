@@ -417,6 +417,8 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         bottom = self.query_one(Bottom)
         if name == "regs" and not self.main_screen.has_class("-narrow"):
             self.query_one("#right RegistersPane").focus()  # beside the source when wide
+            self.set_status("6: the registers are beside the source at this width (a tab "
+                            "below 100 columns); focus moved there")
             return
         bottom.active = name
         if name == "console":
@@ -435,8 +437,14 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
     def action_maximize_focused(self) -> None:
         if self.screen.maximized is not None:
             self.screen.minimize()
-        elif self.focused is not None:
-            self.screen.maximize(self.focused)
+            return
+        focused = self.focused
+        if focused is None or not _shown(focused):
+            self.set_status("m: no pane to maximize: the focus is on nothing shown (tab moves "
+                            "it to a pane)", error=True)
+            return
+        if self.screen.maximize(focused) is False or self.screen.maximized is None:
+            self.set_status(f"m: {type(focused).__name__} cannot be maximized", error=True)
 
     def _quit(self, message: str | None = None) -> None:
         if self.busy:  # a thread cannot be killed: ask the run to stop, then leave
@@ -535,6 +543,14 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         inp.value = text
         inp.focus()
         inp.cursor_position = len(text)
+
+
+def _shown(widget) -> bool:
+    """Whether ``widget`` is on screen: it and every container above it displayed (a pane in
+    a tab that is not active is not)."""
+    from textual.widget import Widget
+    return all(w.display for w in widget.ancestors_with_self if isinstance(w, Widget)) \
+        and widget.region.area > 0
 
 
 def _new_stop(out) -> Snapshot | None:

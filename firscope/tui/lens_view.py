@@ -17,8 +17,19 @@ from textual.widgets.option_list import Option
 from .state import StopView
 
 
-def lens_rows(view: StopView) -> list[tuple[str | None, Text]]:
-    """(option id: the layer, text) per row; a message row when there is nothing to show."""
+LABEL = 10  # the row's label column ("layer 11  ")
+CELL = 14  # one candidate: " 'tok'  0.123 "
+
+
+def candidates_for(width: int) -> int:
+    """How many of the top-5 fit on one line of ``width`` cells (at least 1): every layer
+    keeps one row, at 80 columns as at 200."""
+    return max(1, min(5, (width - LABEL) // CELL))
+
+
+def lens_rows(view: StopView, width: int = 200) -> list[tuple[str | None, Text]]:
+    """(option id: the layer, text) per row, as many candidates as fit ``width``; a message
+    row when there is nothing to show."""
     peek = view.lens
     if peek is None:
         return [(None, Text("the lens is computed while this tab is showing", style="dim"))]
@@ -27,8 +38,8 @@ def lens_rows(view: StopView) -> list[tuple[str | None, Text]]:
     rows = []
     for row in peek.rows:
         t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(f"{row.label:<10}", style="bold")
-        for tok, p in row.top:
+        t.append(f"{row.label:<{LABEL}}", style="bold")
+        for tok, p in row.top[: candidates_for(width)]:
             t.append(f" {peek.pieces.get(tok, str(tok))!r:>6}", style="cyan")
             t.append(f" {p:5.3f} ", style="bold" if p >= 0.5 else "")
         rows.append((None if row.layer is None else str(row.layer), t))
@@ -54,13 +65,28 @@ class LensView(OptionList):
         if view is not None:
             self.show(view)
 
+    def _width(self) -> int:
+        """The cells a row has: the list's own width (the app's, before the first layout),
+        less the scrollbar."""
+        return max((self.content_size.width or self.app.size.width - 6) - 2, 20)
+
+    def on_resize(self, event) -> None:
+        if self.view is not None:
+            self.show(self.view)
+
     def show(self, view: StopView) -> None:
         old = self.highlighted
         self.clear_options()
-        head = Text("top-5 next tokens from the residual after each layer of this token "
-                    "(final norm + unembedding) · Enter: go to the end of that layer", style="dim")
+        width = self._width()
+        k = candidates_for(width)
+        wide = ("top-5 next tokens from the residual after each layer of this token "
+                "(final norm + unembedding) · Enter: go to the end of that layer")
+        narrow = f"top-{k} next tokens after each layer · Enter: go to its end"
+        head = Text(wide if len(wide) <= width else narrow, style="dim", no_wrap=True,
+                    overflow="ellipsis")
         self.add_option(Option(head, disabled=True))
-        self.add_options([Option(t, id=i, disabled=i is None) for i, t in lens_rows(view)])
+        self.add_options([Option(t, id=i, disabled=i is None)
+                          for i, t in lens_rows(view, width)])
         if old is not None and old < self.option_count:
             self.highlighted = old
 

@@ -38,7 +38,8 @@ def cost_header(cost) -> Text:
                 style="magenta")
 
 
-STACK_BELOW = 110  # columns under which the layer table goes below the node table
+STACK_BELOW = 150  # columns under which the layer table goes below the node table
+NARROW_BELOW = 100  # columns under which the node table gives up its least needed columns
 
 
 def time_tables(model, times: Mapping[int, float], cost=None, width: int | None = None):
@@ -50,27 +51,37 @@ def time_tables(model, times: Mapping[int, float], cost=None, width: int | None 
     for i, t in times.items():
         by_name[nodes[i].name].append(t)
         by_layer[nodes[i].layer] += t
-    narrow = width is not None and width < STACK_BELOW
+    stacked = width is not None and width < STACK_BELOW
+    narrow = width is not None and width < NARROW_BELOW
     grid = _node_table(nodes, by_name, sum(times.values()),
                        _predicted(cost) if cost is not None else None, narrow)
     layers = _layer_table(by_layer)
     head = [cost_header(cost)] if cost is not None else []
-    if narrow:
+    if stacked:
         return Group(*head, grid, Text(""), layers)
     outer = Table.grid(padding=(0, 4))
     outer.add_row(grid, layers)
     return Group(*head, outer) if head else outer
 
 
+BOUND_SHORT = {"memory": "mem", "compute": "cmp", "latency": "lat", "launch": "lch"}
+
+
 def _node_table(nodes, by_name: dict[str, list[float]], total: float, gpu, narrow: bool):
-    """One row per node name: runs, CPU times, share; GPU prediction and bound when given."""
-    bar = 8 if narrow else 20  # share bar cells
-    grid = Table(title="time per node name (last run of each node)", title_justify="left",
-                 expand=False, box=None, padding=(0, 1))
+    """One row per node name: runs, CPU times, share; GPU prediction (per call) and bound
+    when given. Narrow (below STACK_BELOW columns) with the GPU columns, the kind and runs
+    columns give way and the bound is abbreviated, with a legend: every column stays whole
+    at 80 columns."""
+    bar = 6 if narrow else 20  # share bar cells
+    lean = narrow and gpu is not None
+    title = "time per node name (last run of each node)"
+    if lean:
+        title += "\nbound: mem cmp lat lch = memory compute latency launch"
+    grid = Table(title=title, title_justify="left", expand=False, box=None, padding=(0, 1))
     for name in gpu or ():
         by_name.setdefault(name, [])  # predicted, not (yet) timed here
-    cols = ("node", "kind", "runs", "total ms", "mean ms", "share") + \
-        (("GPU us", "bound") if gpu is not None else ())
+    cols = ("node",) + (() if lean else ("kind", "runs")) + ("total ms", "ms/run", "share") + \
+        (("GPU µs/call", "bound") if gpu is not None else ())
     for col in cols:
         # names whole on one line: the kind gives way (cut with …) at a narrow width
         grid.add_column(col, justify="right" if col not in ("node", "kind", "bound") else "left",
@@ -83,8 +94,10 @@ def _node_table(nodes, by_name: dict[str, list[float]], total: float, gpu, narro
         extra = ()
         if gpu is not None:
             us, bound = gpu.get(name, (None, ""))
-            extra = ("-" if us is None else f"{us:.2f}", bound)
-        grid.add_row(name, kinds[name], str(len(ts)), f"{sum(ts) * 1e3:.3f}" if ts else "-",
+            extra = ("-" if us is None else f"{us:.2f}",
+                     BOUND_SHORT.get(bound, bound) if lean else bound)
+        first = () if lean else (kinds[name], str(len(ts)))
+        grid.add_row(name, *first, f"{sum(ts) * 1e3:.3f}" if ts else "-",
                      f"{sum(ts) / len(ts) * 1e3:.3f}" if ts else "-",
                      Text("█" * int(share * bar) + f" {share:.0%}", style="cyan"), *extra)
     return grid
