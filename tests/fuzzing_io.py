@@ -291,10 +291,10 @@ def outputs_case(model: str, folder: Path, old_dump: bytes, pick):
     problems = []
     if outcome == DECODED and same:
         problems.append("two outputs naming one file were accepted")
-    # --logits-out replaces a regular file as a shell redirection would; --dump only a dump
-    if Path(dump_at).name in ("a_file", "hard") and \
-            (folder / Path(dump_at).name).read_bytes() != b"a file":
-        problems.append("--dump replaced a file that is not a dump")
+    # --logits-out replaces only a .npy (issue 39.4), --dump only a dump
+    for name in ("a_file", "hard"):  # plain text: neither output may replace it
+        if (folder / name).exists() and (folder / name).read_bytes() != b"a file":
+            problems.append(f"an output replaced {name}, which is not a dump or a .npy")
     if not os.path.islink(folder / "devlink") or not os.path.exists("/dev/null") \
             or os.path.isfile("/dev/null"):
         problems.append("a link or device was replaced")

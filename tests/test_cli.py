@@ -56,14 +56,15 @@ def test_run_prompt_is_byte_level_and_sampling_is_seeded(random_model):
     assert a.stdout.startswith("104,105,")
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--tokens", "1,999"], "token id 999 is outside the vocabulary 0..255"),
-    (["--tokens", "1,x"], "--tokens: item 2 ('x') is not an integer"),
-    (["--tokens", "1", "-n", "40"], "past n_positions 32"),
+@pytest.mark.parametrize("args,msg,code", [
+    (["--tokens", "1,999"], "token id 999 is outside the vocabulary 0..255", 1),
+    # malformed ids are a usage error, before the model loads (issue 39.11)
+    (["--tokens", "1,x"], "argument --tokens: item 2 ('x') is not an integer", 2),
+    (["--tokens", "1", "-n", "40"], "past n_positions 32", 1),
 ])
-def test_run_input_errors(random_model, args, msg):
+def test_run_input_errors(random_model, args, msg, code):
     p = fs("run", random_model, "--engine", "interp", *args)
-    assert p.returncode == 1 and msg in p.stderr, p.stderr
+    assert p.returncode == code and msg in p.stderr, p.stderr
 
 
 def test_prompt_needs_a_tokenizer_when_not_byte_level(make_model):

@@ -186,7 +186,7 @@ def test_one_slow_call_cannot_top_the_time_charts_or_the_summary():
     # the chart draws the same figure, and says which it is
     svg = ET.fromstring(figures.time_by_name(t))
     words = " ".join(x.text or "" for x in svg.iter("{http://www.w3.org/2000/svg}text"))
-    assert "median call x calls" in words
+    assert "median call × calls" in words
     layer1 = next(r for r in t["by_layer"] if r["layer"] == 1)
     assert layer1["share"] < 0.5
     html = _time({"timing": t}, {})

@@ -135,7 +135,8 @@ def test_tick_labels_stay_inside_the_figure():
     # the y labels of a bar chart by name once had room for 18 px only: "attention" read
     # "ation" (the margin rule treated unrotated y labels as rotated ones)
     from firscope.profile.svgplot import text_width
-    rows = [{"name": n, "kind": "micro", "total_us": 10.0 * (i + 1), "share": 0.1}
+    rows = [{"name": n, "kind": "micro", "total_us": 10.0 * (i + 1),
+             "median_calls_us": 10.0 * (i + 1), "share": 0.1}
             for i, n in enumerate(("attention_residual", "ln1", "a_rather_long_node_name"))]
     root = parsed(F.time_by_name({"by_name": rows, "by_layer": []}))
     width = float(root.get("width"))

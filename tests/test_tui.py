@@ -324,8 +324,9 @@ def test_lens_tab_updates_and_jumps_to_the_end_of_a_layer():
             lens = app.query_one("#lens-view")
             rows = option_texts(lens)
             assert sum(r.startswith("layer ") for r in rows) == s.model.layers
+            assert rows[1].startswith("embed ")  # the embeddings' own prediction first
             lens.focus()
-            lens.highlighted = 2  # header row, then layer 0, layer 1
+            lens.highlighted = 3  # header row, embed, then layer 0, layer 1
             await press(app, pilot, "enter")
             assert s.node.full_name == "ln1@2" and s.step == 0
             rows = option_texts(lens)  # updated at this stop: layers 0 and 1 only

@@ -44,8 +44,7 @@ def time_by_name(timing: dict | None) -> bytes | None:
     vals = [r["median_calls_us"] / 1000 for r in rows]
     ax.barh(vals, [KIND_COLORS.get(r["kind"], "gray") for r in rows])
     ax.set_ticks("y", range(len(rows)), [r["name"] for r in rows])
-    ax.set(xlabel="median call x calls, summed over the layers (ms): one slow call cannot "
-                  "top it",
+    ax.set(xlabel="median call × calls, all steps and layers (ms)",
            title="Time per node name (blue: ext, orange: micro)")
     ax.margin["x"] = 0.12
     for i, r in enumerate(rows):
