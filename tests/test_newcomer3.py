@@ -241,3 +241,23 @@ def test_the_profile_tab_columns_are_whole_with_units(size):
             if size[0] < 100:
                 assert "bound: mem cmp lat lch = memory" in text  # the abbreviations' legend
     run(go())
+
+
+# -- 9: the cost figures a GPU kernel author questions -------------------------------------------
+def test_cost_figures_say_what_one_lane_threadgroups_cost():
+    import json
+    done = subprocess.run([sys.executable, "-m", "firscope", "cost", "--tokens", "3,7",
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    nodes = {n["node"]: n for n in report["nodes"]}
+    # ext ops: lanes in full warps, never 0 warps beside 384 lanes
+    qkv = nodes["qkv_linear@0"]
+    assert qkv["lanes"] == 384 and qkv["warps"] == 12 and qkv["tg"] == 32
+    # a tg=1 kernel: 'coalesced' per warp of one lane, yet 4 of 32 bytes used per sector
+    add = nodes["qkv_bias@0"]
+    assert add["coalescing_efficiency"] == 1.0 and add["bytes_per_sector"] == 4.0
+    assert "31 of 32 lanes of each warp idle" in add["advice"] and "tg=32" in add["advice"]
+    text = subprocess.run([sys.executable, "-m", "firscope", "cost", "--tokens", "3,7"],
+                          capture_output=True, text=True, timeout=300).stdout
+    assert "B/sector" in text and "per warp (a warp of one lane is coalesced by itself)" in text

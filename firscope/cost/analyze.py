@@ -60,7 +60,8 @@ def counts_dict(c: Counts) -> dict:
             "bytes_written": c.bytes_written, "unique_bytes": c.unique_bytes,
             "dram_bytes": c.dram_bytes, "requests": c.requests, "sectors": c.sectors,
             "sectors_per_request": c.sectors_per_request,
-            "coalescing_efficiency": c.coalescing_efficiency}
+            "coalescing_efficiency": c.coalescing_efficiency,
+            "bytes_per_sector": c.bytes_per_sector}
 
 
 def line_dict(ls: LineStats, width: int) -> dict:
@@ -128,6 +129,8 @@ class CostReport:
             k["sectors_per_request"] = k["sectors"] / k["requests"] if k["requests"] else None
             k["coalescing_efficiency"] = (k["ideal_sectors"] / k["sectors"] if k["sectors"]
                                           else None)
+            k["bytes_per_sector"] = ((k["bytes_read"] + k["bytes_written"]) / k["sectors"]
+                                     if k["sectors"] else None)
             k["arithmetic_intensity"] = k["flops"] / k["dram_bytes"] if k["dram_bytes"] else None
             k["lines"] = [line_dict(ls, w) for _, ls in sorted(k["lines"].items())]
         return dict(sorted(out.items(), key=lambda kv: -kv[1]["predicted_us"]))

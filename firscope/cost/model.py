@@ -93,6 +93,12 @@ def predict(c: Counts, dev: Device, *, library: bool = False, op: str = "") -> P
 
 def advice(c: Counts, bound: str, dev: Device, library: bool = False, op: str = "") -> str:
     """One line of plain advice for the bound."""
+    if bound == "launch" and not library and c.tg < dev.simd_width:
+        idle = dev.simd_width - c.tg
+        return (f"launch-bound: the work is smaller than one launch; fuse this kernel into "
+                f"its neighbour. Its threadgroups of {c.tg} lane{'s' if c.tg > 1 else ''} "
+                f"also leave {idle} of {dev.simd_width} lanes of each warp idle (SIMD "
+                f"efficiency {_pct(c.simd_efficiency)}): tg={dev.simd_width} fills them")
     if bound == "launch":
         if op == "fir.embedding":
             return ("launch-bound: a row copy; gather the token and position rows and add "
@@ -165,7 +171,15 @@ def ext_counts(node, width: int) -> Counts:
         c.bytes_written = 4 * n_out
         c.flops = 2 * n_in * n_out
         c.lanes = n_out
+    # a tuned library kernel: its lanes in full warps, one warp a threadgroup (the geometry
+    # is not recorded for an ext op; 0 warps beside 512 lanes read as nothing running)
+    c.tg = width
+    c.threadgroups = c.warps = -(-c.lanes // width)
     c.unique_bytes = c.bytes_read + c.bytes_written
     c.dram_bytes = -(-c.unique_bytes // SECTOR_BYTES) * SECTOR_BYTES
     c.lane_instructions = c.flops
     return c
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"

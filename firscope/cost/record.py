@@ -139,6 +139,15 @@ class Counts(_Coalescing):
         return self.lane_instructions / (self.warp_instructions * self.simd_width)
 
     @property
+    def bytes_per_sector(self) -> float | None:
+        """Bytes the lanes asked for per 32-byte sector the requests fetched: 32 when every
+        byte of every sector is used, 4 when each lane reads its own sector alone (a warp of
+        one lane is 'coalesced' by itself: coalescing is judged per warp, this is not)."""
+        if not self.sectors:
+            return None
+        return (self.bytes_read + self.bytes_written) / self.sectors
+
+    @property
     def cache_hit_fraction(self) -> float:
         """Sector requests that find their sector already touched by this node (L1/L2 hits
         under the model's assumption of perfect reuse)."""

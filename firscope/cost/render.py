@@ -47,12 +47,16 @@ def node_rows(nodes: list[NodeCost], total: float) -> list[list[str]]:
                      f"{t['launch']:.2f}", str(c.lanes), str(c.warps),
                      _pct(c.simd_efficiency) if n.kind == NodeKind.MICRO else "-",
                      _f(c.sectors_per_request, ".1f"),
-                     _pct(c.coalescing_efficiency), _bytes(c.dram_bytes)])
+                     _pct(c.coalescing_efficiency), _f(c.bytes_per_sector, ".0f"),
+                     _bytes(c.dram_bytes)])
     return rows
 
 
+# "coalesced" is per warp (a warp of one lane is coalesced by itself); "B/sector" is what
+# the lanes use of each 32-byte sector fetched, whatever the warp
 NODE_HEADER = ["node", "kernel", "pred us", "share", "bound", "mem us", "alu us", "lat us",
-               "launch", "lanes", "warps", "SIMD eff", "sect/req", "coalesced", "DRAM"]
+               "launch", "lanes", "warps", "SIMD eff", "sect/req", "coalesced", "B/sector",
+               "DRAM"]
 
 
 def render(report: CostReport, *, limit: int | None = None) -> str:
@@ -71,9 +75,14 @@ def render(report: CostReport, *, limit: int | None = None) -> str:
     rows = [[printable(k), str(v["nodes"]), f"{v['predicted_us']:.1f}", _pct(v["share"]),
              v["bound"], _pct(v["simd_efficiency"]) if v["kind"] == NodeKind.MICRO else "-",
              _f(v["sectors_per_request"], ".1f"), _pct(v["coalescing_efficiency"]),
-             _f(v["arithmetic_intensity"], ".2f")] for k, v in kernels.items()]
+             _f(v["bytes_per_sector"], ".0f"), _f(v["arithmetic_intensity"], ".2f")]
+            for k, v in kernels.items()]
     out += ["per kernel"] + text_table(["kernel", "nodes", "pred us", "share", "bound",
-                                        "SIMD eff", "sect/req", "coalesced", "flop/B"], rows)
+                                        "SIMD eff", "sect/req", "coalesced", "B/sector",
+                                        "flop/B"], rows)
+    out.append("coalesced: sectors a warp needs at least over those it fetched, per warp "
+               "(a warp of one lane is coalesced by itself); B/sector: bytes the lanes use "
+               "of each 32-byte sector fetched")
     out.append("")
     layers = sorted(report.by_layer().items(), key=lambda kv: -1 if kv[0] is None else kv[0])
     out += ["per layer"] + text_table(["layer", "pred us"],
@@ -149,7 +158,10 @@ def node_text(n: NodeCost, device, *, where: str = "") -> str:
     out.append(f"  memory: read {_bytes(c.bytes_read)}, written {_bytes(c.bytes_written)}, "
                f"unique {_bytes(c.unique_bytes)}, DRAM (sectors) {_bytes(c.dram_bytes)}"
                + (f", {c.sectors_per_request:.2f} sectors/request, coalescing "
-                  f"{_pct(c.coalescing_efficiency)}" if c.requests else ""))
+                  f"{_pct(c.coalescing_efficiency)} (per warp of {min(c.tg, c.simd_width)} "
+                  f"lane{'s' if min(c.tg, c.simd_width) > 1 else ''}), "
+                  f"{c.bytes_per_sector:.0f} of 32 bytes used per sector"
+                  if c.requests else ""))
     worst = sorted((ls for ls in c.lines.values() if ls.sectors),
                    key=lambda ls: ls.coalescing_efficiency or 1)[:3]
     for ls in worst:
