@@ -261,3 +261,69 @@ def test_cost_figures_say_what_one_lane_threadgroups_cost():
     text = subprocess.run([sys.executable, "-m", "firscope", "cost", "--tokens", "3,7"],
                           capture_output=True, text=True, timeout=300).stdout
     assert "B/sector" in text and "per warp (a warp of one lane is coalesced by itself)" in text
+
+
+# -- 4: the report's GPU tables, as headless Chromium lays them out ----------------------------
+LAYOUT_PROBE = """<script>
+window.addEventListener('load', () => {
+  const gpu = document.getElementById('gpu');
+  const details = [], nodeRows = [], kernelRows = [], advice = [];
+  for (let el = gpu.nextElementSibling; el && el.tagName !== 'H2'; el = el.nextElementSibling) {
+    if (el.tagName === 'DETAILS') details.push(el.open);
+    if (el.tagName === 'TABLE') {
+      const rows = [...el.querySelectorAll('tbody tr')].map(
+        (tr) => tr.getBoundingClientRect().height);
+      (el.querySelector('.advice') ? kernelRows : nodeRows).push(...rows);
+    }
+    if (el.querySelectorAll) for (const a of el.querySelectorAll('.advice'))
+      advice.push(a.getBoundingClientRect().width);
+  }
+  const out = document.createElement('pre');
+  out.id = 'firscope-layout';
+  out.textContent = JSON.stringify({details, nodeRows, kernelRows, advice,
+    line: parseFloat(getComputedStyle(document.body).lineHeight)});
+  document.body.appendChild(out);
+});
+</script></body>"""
+
+
+def chromium_layout(html: Path) -> dict:
+    import json
+    import re
+    import shutil
+    import tempfile
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("headless Chromium is not installed (apt-get install chromium; .ci/run "
+                    "installs it): the report's layout is not checked")
+    probe = html.with_name("probe.html")
+    probe.write_text(html.read_text().replace("</body>", LAYOUT_PROBE))
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu",
+                               "--disable-quic", "--no-first-run",
+                               "--disable-background-networking", "--disable-component-update",
+                               "--disable-sync", f"--user-data-dir={profile}",
+                               "--window-size=1400,900", "--virtual-time-budget=5000",
+                               "--dump-dom", probe.as_uri()],
+                              capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="firscope-layout">([^<]*)</pre>', done.stdout)
+    assert m, done.stderr[-1000:]
+    return json.loads(m.group(1).replace("&quot;", '"'))
+
+
+def test_the_reports_gpu_tables_are_collapsed_and_readable(tmp_path):
+    out = tmp_path / "rep"
+    done = subprocess.run([sys.executable, "-m", "firscope", "profile", "--tokens", "3,7",
+                           "-n", "2", "-o", str(out), "--device", "h200"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    html = (out / "report.html").read_text()
+    gpu = html[html.index("id='gpu'"):]
+    gpu = gpu[: gpu.index("<h2", 10)]
+    assert "<details open" not in gpu and "The 8 slowest of 61 nodes" in gpu
+    layout = chromium_layout(out / "report.html")
+    line = layout["line"]
+    assert layout["details"] and not any(layout["details"])  # every long table collapsed
+    assert max(layout["nodeRows"]) <= 1.5 * line  # a node is one line (advice per kernel)
+    assert layout["advice"] and min(layout["advice"]) >= 250  # advice a column one can read
+    assert max(layout["kernelRows"]) <= 6 * line

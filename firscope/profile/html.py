@@ -25,6 +25,7 @@ img{max-width:100%;display:block;margin:.5em 0}
 .note{background:#fff6d5;border-left:4px solid #e0b000;padding:.4em .8em}
 .muted{color:#777}.bar{background:#8172b3;height:.7em;display:inline-block}
 details{margin:.4em 0}summary{cursor:pointer}
+.advice{display:inline-block;min-width:22em;max-width:40em;white-space:normal}
 """
 
 
@@ -264,24 +265,34 @@ def gpu_section(report: dict, figs) -> str:
            f"({num(gpu['tokens_per_s'], '.0f')} tokens/s).</p>",
            img(figs.get("gpu_split"), "predicted time per token by kernel"),
            img(figs.get("roofline"), "roofline")]
+    advice = _kernel_advice(gpu["nodes"])
     out.append(table(
         ["kernel", "nodes", "predicted µs", "share", "bound", "SIMD eff.", "sectors/request",
-         "coalescing", "flop/byte"],
+         "coalescing", "B/sector", "flop/byte", "advice"],
         [[esc(k["kernel"]), num(k["nodes"]), num(k["predicted_us"], ".2f"), pct(k["share"]),
           esc(k["bound"]), pct(k["simd_efficiency"]), num(k["sectors_per_request"], ".2f"),
-          pct(k["coalescing_efficiency"]), num(k["arithmetic_intensity"], ".3g")]
-         for k in gpu["kernels"]], {0, 4}))
+          pct(k["coalescing_efficiency"]), num(k.get("bytes_per_sector"), ".0f"),
+          num(k["arithmetic_intensity"], ".3g"),
+          f"<span class='advice'>{esc(advice.get(k['kernel'], ''))}</span>"]
+         for k in gpu["kernels"]], {0, 4, 10}))
+    # every node: the top rows shown, the rest one click away; no advice per row (it is the
+    # kernel's, above): 61 rows of advice squeezed to 8 characters were 16 lines each
     ranked = sorted(gpu["nodes"], key=lambda n: -n["predicted_us"])
     rows = [[esc(n["node"]), esc(n["kernel"]), num(n["predicted_us"], ".2f"), esc(n["bound"]),
              num(n["terms"]["memory"], ".3f"), num(n["terms"]["compute"], ".3f"),
              num(n["terms"]["latency"], ".3f"), num(n["terms"]["launch"], ".2f"),
              num(n["lanes"]), num(n["warps"]), pct(n["simd_efficiency"]),
              num(n["sectors_per_request"], ".2f"), pct(n["coalescing_efficiency"]),
-             num(n["dram_bytes"]), esc(n["advice"])] for n in ranked]
-    out.append("<details open><summary>every node, ranked by predicted time</summary>" + table(
-        ["node", "kernel", "µs", "bound", "memory", "compute", "latency", "launch", "lanes",
-         "warps", "SIMD eff.", "sect/req", "coalescing", "DRAM bytes", "advice"], rows,
-        {0, 1, 3, 14}) + "</details>")
+             num(n["dram_bytes"])] for n in ranked]
+    header = ["node", "kernel", "µs", "bound", "memory µs", "compute µs", "latency µs",
+              "launch µs", "lanes", "warps", "SIMD eff.", "sect/req", "coalescing",
+              "DRAM bytes"]
+    top = min(TOP_NODES, len(rows))
+    out.append(f"<h3>The {top} slowest of {len(rows)} nodes</h3>"
+               + table(header, rows[:top], {0, 1, 3}))
+    if len(rows) > top:
+        out.append(f"<details><summary>every node ({len(rows)}), ranked by predicted time"
+                   "</summary>" + table(header, rows, {0, 1, 3}) + "</details>")
     for k in gpu["kernels"]:
         if not k.get("lines"):
             continue
@@ -292,6 +303,18 @@ def gpu_section(report: dict, figs) -> str:
                    + table(["line", "source", "executions", "sectors/request", "coalescing",
                             "SIMD eff."], lines, {1}) + "</details>")
     return "".join(out)
+
+
+TOP_NODES = 8  # GPU rows shown before the collapsed table of every node
+
+
+def _kernel_advice(nodes: list[dict]) -> dict[str, str]:
+    """The advice most of a kernel's predicted time carries, per kernel."""
+    weight: dict[str, dict[str, float]] = {}
+    for n in nodes:
+        acc = weight.setdefault(n["kernel"], {})
+        acc[n["advice"]] = acc.get(n["advice"], 0.0) + n["predicted_us"]
+    return {k: max(acc, key=acc.get) for k, acc in weight.items()}
 
 
 def _quant(report: dict, figs) -> str:
