@@ -327,3 +327,22 @@ def test_the_reports_gpu_tables_are_collapsed_and_readable(tmp_path):
     assert max(layout["nodeRows"]) <= 1.5 * line  # a node is one line (advice per kernel)
     assert layout["advice"] and min(layout["advice"]) >= 250  # advice a column one can read
     assert max(layout["kernelRows"]) <= 6 * line
+
+
+# -- 13: the cold start says what it compiles and how long is left ---------------------------------
+def test_the_compile_progress_names_kernel_driver_and_time_left():
+    from firscope.runtime import Machine, load_model
+    from firscope.vm.compiled import _compiling
+    said = []
+    machine = Machine(load_model(SAMPLE / "gpt2.fir"), engine="compiled")
+    machine.kernel_runner.warmup(progress=lambda what, frac: said.append((what, frac)))
+    steps = [w for w, _ in said if w.startswith("compiling ")]
+    assert steps and said[-1] == ("compiled", 1.0)
+    total = len(steps)
+    assert steps[0].startswith("compiling g2.") and f"1 of {total})" in steps[0]
+    assert any("driver" in w for w in steps)
+    # once a driver took seconds (numba compiling, not loading its cache): the time left
+    assert _compiling("g2.attn_decode", "run_par", 2, 6, [0.01, 12.0]) == (
+        "compiling g2.attn_decode (the threaded driver, 3 of 6), about 48 s left (a first "
+        "run; later runs load them from the cache)")
+    assert "left" not in _compiling("g2.add", "run_plain", 1, 6, [0.01])

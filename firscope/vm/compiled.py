@@ -503,10 +503,14 @@ class CompiledRunner:
                         todo.setdefault((p.gen.sha, "run_par"), p)
                 if p.infallible is None:
                     todo.setdefault((p.gen.sha, "run_lanes"), p)
+        spent: list[float] = []  # seconds each driver took (numba's cache: milliseconds)
         for i, ((_, name), p) in enumerate(todo.items()):
             if progress:
-                progress(f"compiling {p.program.name}", i / max(len(todo), 1))
+                progress(_compiling(p.program.name, name, i, len(todo), spent),
+                         i / max(len(todo), 1))
+            t = time.perf_counter()
             p.driver(name)
+            spent.append(time.perf_counter() - t)
         if progress:
             progress("compiled", 1.0)
 
@@ -846,3 +850,19 @@ class CompiledRunner:
             lane = min(by_code[F_STOP], key=key)
             return interrupted_error(program, program.ops[int(self._rec[lane, 2])], lane=lane)
         return FirError(f"kernel '{program.name}' at node {program.node} was aborted")
+
+
+DRIVER_WORDS = {"run_plain": "the plain driver", "run_par": "the threaded driver",
+                "run_lanes": "the checked driver"}
+
+
+def _compiling(kernel: str, driver: str, done: int, total: int, spent: list[float]) -> str:
+    """The load's progress line while a driver compiles: which kernel and driver, how many
+    are left, and, once one took seconds (numba compiling rather than loading its cache),
+    about how long the rest will take at that pace."""
+    text = (f"compiling {kernel} ({DRIVER_WORDS.get(driver, driver)}, {done + 1} of {total})")
+    slow = [t for t in spent if t > 0.5]
+    if slow and done < total:
+        left = sum(slow) / len(slow) * (total - done)
+        text += f", about {left:.0f} s left (a first run; later runs load them from the cache)"
+    return text
