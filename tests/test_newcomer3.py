@@ -346,3 +346,16 @@ def test_the_compile_progress_names_kernel_driver_and_time_left():
         "compiling g2.attn_decode (the threaded driver, 3 of 6), about 48 s left (a first "
         "run; later runs load them from the cache)")
     assert "left" not in _compiling("g2.add", "run_plain", 1, 6, [0.01])
+
+
+def test_the_ui_load_shows_each_kernel_as_it_compiles():
+    from firscope.tui.jobs import Probe
+    from firscope.tui.loading import UiOptions, open_session
+    from firscope.tui.state import Wants
+    said = []
+    open_session(SAMPLE / "gpt2.fir", UiOptions(engine="compiled", n=1, prompt_text="d"), None,
+                 Probe(), Wants(), lambda what, frac: said.append((what, frac)))
+    compiling = [(w, f) for w, f in said if w.startswith("compiling g2.")]
+    assert compiling, said  # not one silent "compiling kernels 75%"
+    assert all(0.75 <= f < 1.0 for _, f in compiling)
+    assert [f for _, f in compiling] == sorted(f for _, f in compiling)

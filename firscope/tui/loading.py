@@ -70,7 +70,8 @@ def open_session(path: Path, options: UiOptions, carried, probe, wants,
     runner = session.machine.kernel_runner
     if runner is not None and hasattr(runner, "warmup"):
         progress("compiling kernels", 0.75)
-        runner.warmup()
+        # each driver as it compiles: which kernel, which driver, k of N, the time left
+        runner.warmup(progress=lambda what, frac: progress(what, 0.75 + 0.24 * frac))
     tok = ci.tok
     recorder = AttentionRecorder(session)
     notes = restore(ci, carried) if carried is not None else []
