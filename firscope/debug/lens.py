@@ -86,9 +86,7 @@ def project_on(machine, path: LensPath, residual: np.ndarray | None = None) -> n
     res_region = m.regions[path.residual]
     spans = [(res_region.base, res_region.base + res_region.size)]
     for node in (path.norm, path.head):
-        regs = [o.region for o in node.outs] if node.kind == NodeKind.EXT else \
-            node.program.written_regions()
-        spans += [(r.base, r.base + r.size) for r in regs]
+        spans += node.written_spans()
     saved = copy_regions(arena, list(dict.fromkeys(spans)))
     try:
         if residual is not None:

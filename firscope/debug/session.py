@@ -110,6 +110,9 @@ class Session:
         self.cancel = self.machine.stop_flag  # set it (from any thread) to interrupt a run
         self._write_cache: dict[int, list[tuple[int, int]]] = {}
         self._shared_names: dict[int, str] | None = None
+        # the first node of a layer: those before it (the embeddings) are recorded too
+        self._first_layer = next((n.index for n in self.nodes if n.layer is not None),
+                                 len(self.nodes))
         # Called as f(session, node) after every node completes, however it ran
         # (observe_nodes).
         self._node_observers: list[Callable] = []
@@ -572,10 +575,7 @@ class Session:
     def write_regions(self, node: PlanNode) -> list[tuple[int, int]]:
         cached = self._write_cache.get(node.index)
         if cached is None:
-            regs = [o.region for o in node.outs] if node.kind == NodeKind.EXT else \
-                node.program.written_regions()
-            cached = list(dict.fromkeys((r.base, r.base + r.size) for r in regs))
-            self._write_cache[node.index] = cached
+            cached = self._write_cache[node.index] = node.written_spans()
         return cached
 
     def _enter_dispatch(self, node: PlanNode) -> None:
@@ -614,7 +614,7 @@ class Session:
     def _observe(self, node: PlanNode) -> None:
         # what each layer (and, under the key layer None, the embeddings before the first
         # layer) last wrote into the buffers all layers share: NAME@L and the logit lens
-        if node.layer is not None or node.index < self._first_layer_node():
+        if node.layer is not None or node.index < self._first_layer:
             names = self._region_names()
             for a, b in self.write_regions(node):
                 name = names.get(a)
@@ -629,9 +629,6 @@ class Session:
                 ref.judge(self.step, node, token, self.machine)
         for f in self._node_observers:
             f(self, node)
-
-    def _first_layer_node(self) -> int:
-        return next((n.index for n in self.nodes if n.layer is not None), len(self.nodes))
 
     def _region_names(self) -> dict[int, str]:
         """Arena base -> buffer name, for buffers shared by all layers."""

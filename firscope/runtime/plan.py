@@ -79,6 +79,13 @@ class PlanNode:
     def full_name(self) -> str:
         return str(self.ref)
 
+    def written_spans(self) -> list[tuple[int, int]]:
+        """Arena (start, end) of everything this node may write: an ext op's outputs, a
+        kernel's store targets (undo logs, the logit lens's put-back)."""
+        regs = [o.region for o in self.outs] if self.kind == NodeKind.EXT else \
+            self.program.written_regions()
+        return list(dict.fromkeys((r.base, r.base + r.size) for r in regs))
+
 
 # -- kernels -----------------------------------------------------------------------------
 def assemble_kernels(fir: S.FirFile, buffers: Buffers,
