@@ -58,7 +58,8 @@ class Plan:
         return {n for nodes in self.by_step.values() for n in nodes}
 
 
-def _instance_hint(model: Model, instance: str) -> str:
+def instance_hint(model: Model, instance: str) -> str:
+    """What to say after "no node X": its layers, the @ it lacks, or the closest names."""
     names = [n.full_name for n in model.nodes]
     base, _, layer = instance.partition("@")
     if layer and any(n.name == base for n in model.nodes):
@@ -92,7 +93,7 @@ def match_dump(model: Model, dump: Dump, steps: int) -> Plan:
         if node is None:
             plan.mismatches.append(Mismatch(key, f"no node instance '{shown(e.instance)}' in "
                                                  f"{model.path.name}"
-                                                 f"{_instance_hint(model, e.instance)}"))
+                                                 f"{instance_hint(model, e.instance)}"))
             continue
         out = next((i for i, o in enumerate(node.outs) if o.name == e.buffer), None)
         if out is None:

@@ -98,7 +98,7 @@ def advice(c: Counts, bound: str, dev: Device, library: bool = False, op: str = 
         return (f"launch-bound: the work is smaller than one launch; fuse this kernel into "
                 f"its neighbour. Its threadgroups of {c.tg} lane{'s' if c.tg > 1 else ''} "
                 f"also leave {idle} of {dev.simd_width} lanes of each warp idle (SIMD "
-                f"efficiency {_pct(c.simd_efficiency)}): tg={dev.simd_width} fills them")
+                f"efficiency {c.simd_efficiency or 0:.0%}): tg={dev.simd_width} fills them")
     if bound == "launch":
         if op == "fir.embedding":
             return ("launch-bound: a row copy; gather the token and position rows and add "
@@ -180,6 +180,3 @@ def ext_counts(node, width: int) -> Counts:
     c.lane_instructions = c.flops
     return c
 
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.0%}"

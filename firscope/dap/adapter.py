@@ -40,9 +40,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..debug.commands import CommandInterpreter
+from ..debug.commands import CommandInterpreter, Result
 from ..debug.info import fmt_scalar
-from ..debug.commands import Result
 from ..debug.snapshot import Snapshot, Stop, StopReason
 from ..errors import FirError
 from .breakpoints import BreakpointMap

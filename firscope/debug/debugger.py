@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..compare.sources import instance_hint
 from ..errors import FirError
 from ..model.tokens import ByteTokenizer, Tokenizer
 from . import diverge, info
@@ -148,7 +149,7 @@ class Debugger:
         try:
             idx = self.model.node_index(node)
         except KeyError:
-            raise FirError(f"no node '{node}'{_did_you_mean(node, self.model)}") from None
+            raise FirError(f"no node '{node}'{instance_hint(self.model, node)}") from None
         step = self.session.step if token is None else _index(token, "token")
         return self._moved(self.session.goto((step, idx), lane=self.lane))
 
@@ -468,9 +469,3 @@ def _expression(value) -> str:
         return repr(float(np.float32(value)))
     raise FirError(f"set takes a number or an expression, not {type(value).__name__}")
 
-
-def _did_you_mean(name: str, model) -> str:
-    import difflib
-    names = [n.full_name for n in model.nodes]
-    close = difflib.get_close_matches(name, names, n=3)
-    return f" (did you mean {', '.join(close)}?)" if close else ""
