@@ -359,3 +359,18 @@ def test_the_ui_load_shows_each_kernel_as_it_compiles():
     assert compiling, said  # not one silent "compiling kernels 75%"
     assert all(0.75 <= f < 1.0 for _, f in compiling)
     assert [f for _, f in compiling] == sorted(f for _, f in compiling)
+
+
+def test_a_lane_typed_as_a_non_ascii_digit_is_an_error_not_a_crash():
+    async def go():
+        app = make_app()
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_loaded(app, pilot)
+            app.run_command("until attention@0")
+            await settle(app, pilot)
+            await press(app, pilot, "s")
+            app._focus_lane("\u00b2")  # '²'.isdigit() is True; int('²') raises
+            await settle(app, pilot)
+            assert app.is_running and app.ci.lane == 0
+            assert app.status_text.startswith("error: expected a lane number")
+    run(go())

@@ -295,9 +295,7 @@ class CommandInterpreter(Debugger):
     def c_lane(self, rest):
         if not rest:
             return f"focused lane: {self.lane}"
-        if not _NUMBER.match(rest):
-            raise FirError(f"expected a lane number, found {rest!r}")
-        lane = int(rest)
+        lane = parse_lane(rest)
         self.set_lane(lane)
         return f"[Switching to lane {lane}]"
 
@@ -391,6 +389,14 @@ class CommandInterpreter(Debugger):
         if len(nums) != 1:
             raise FirError("usage: restart N")
         return self.restart(nums[0]).description
+
+
+def parse_lane(text: str) -> int:
+    """``lane N``'s N: ASCII digits only (``int`` takes '²' and '٣' too)."""
+    text = text.strip()
+    if not _NUMBER.match(text):
+        raise FirError(f"expected a lane number, found {text!r}")
+    return int(text)
 
 
 def parse_goto(text: str) -> tuple[str, int | None]:

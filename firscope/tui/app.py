@@ -26,7 +26,7 @@ from textual.widgets import Input, Label, ProgressBar, Static
 
 from ..text import printable
 from ..debug.commands import (Result, deleted_text, display_text, history_text, made_text,
-                              parse_goto, patch_text)
+                              parse_goto, parse_lane, patch_text)
 from ..debug.snapshot import Snapshot
 from ..errors import FirError, Interrupted
 from .buffers_view import BuffersView
@@ -362,11 +362,11 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
 
     def _focus_lane(self, typed: str | int) -> None:
         ci = self.ci
-        text = str(typed).strip()
-        if not text.isdigit() or len(text) > 12:
-            self.set_status(f"error: expected a lane number, found {text!r}", error=True)
+        try:
+            lane = parse_lane(str(typed))
+        except FirError as e:
+            self.set_status(f"error: {e.message}", error=True)
             return
-        lane = int(text)
 
         def focus() -> str:
             ci.set_lane(lane)
