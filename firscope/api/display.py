@@ -225,16 +225,14 @@ class Lens:
 
 
 def lens_of(run, step: int, k: int) -> Lens:
-    from ..debug.lens import find_path, project_on, top_k
+    from ..debug.lens import find_path, project_on, residual_writers, top_k
     api = run.model
     m = api.names.model
     s = api.names.step(step, run.steps)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise FirError(f"k must be an integer >= 1, not {k!r}")
     path = find_path(m)
-    residual = m.regions[path.residual]
-    writers = [n for n in m.nodes if n.index < path.norm.index
-               and any(o.region == residual for o in n.outs)]
+    writers = residual_writers(m, path)
     sites = []  # (label, node)
     before = [n for n in writers if n.layer is None]
     if before:

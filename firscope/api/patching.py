@@ -42,12 +42,10 @@ def logit_diff(good: int, bad: int, step: int = -1) -> Metric:
 
 def residual_targets(model) -> list[tuple[str, str]]:
     """(node, buffer) for every node that writes the residual stream before the final norm."""
-    from ..debug.lens import find_path
+    from ..debug.lens import find_path, residual_writers
     m = model.names.model
     path = find_path(m)
-    region = m.regions[path.residual]
-    return [(n.full_name, path.residual) for n in m.nodes
-            if n.index < path.norm.index and any(o.region == region for o in n.outs)]
+    return [(n.full_name, path.residual) for n in residual_writers(m, path)]
 
 
 class PatchingResult:

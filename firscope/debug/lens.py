@@ -61,6 +61,14 @@ def find_path(model) -> LensPath:
     return LensPath(norm, head, residual.name)
 
 
+def residual_writers(model, path: LensPath) -> list:
+    """Every node before the final norm that writes the residual stream, in plan order (the
+    embeddings, then each layer's residual adds): where the lens can read it."""
+    region = model.regions[path.residual]
+    return [n for n in model.nodes[: path.norm.index]
+            if any(o.region == region for o in n.outs)]
+
+
 def top_k(logits: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
     z = logits.astype(np.float64)
     finite = np.isfinite(z)
