@@ -251,10 +251,10 @@ def _weights(model, node, inputs, tensors, decls) -> str | None:
             continue
         w = a.weight
         shape = ",".join(map(str, w.shape))
-        if w.dtype == "q4":
+        if w.region is None:  # a q4 weight, or one layer of it made f32 by 'except'
             ckpt = ckpt or Checkpoint(model.folder)
             tensors[w.tensor] = np.asarray(ckpt.read(w.tensor), dtype=np.float32)
-            decls.append(f"weight {a.name} q4 {w.tensor} tensor [{shape}]")
+            decls.append(f"weight {a.name} {w.declared or w.dtype} {w.tensor} tensor [{shape}]")
             continue
         values = model.view(w.region).reshape(w.shape)
         if row is not None:

@@ -217,17 +217,25 @@ class _Parser:
 
     def d_weight(self, line):
         toks = line.toks
-        usage = "weight NAME f32|q4 SOURCE tensor [SHAPE]"
+        usage = "weight NAME f32|q4|q4:gN SOURCE tensor [SHAPE] [except LAYERS:DTYPE ...]"
         self.want(line, 5, usage, at_least=True)
         name = self.ident(toks[1], "weight name")
-        if toks[2].text not in ("f32", "q4"):
-            raise FirError(f"unknown weight dtype {toks[2].text!r} (f32 or q4)", toks[2].loc)
+        _check_dtype(toks[2])
         if toks[4].text != "tensor":
             raise FirError(f"expected 'tensor' after the source name, found {toks[4].text!r}",
                            toks[4].loc)
         if len(toks) < 6:
             raise FirError("missing shape, e.g. [n_embd,3*n_embd]", line.end_loc())
-        text, loc = line.rest_after(toks[4])
+        at = next((i for i in range(5, len(toks)) if toks[i].text == "except"), None)
+        exceptions = ()
+        if at is not None:
+            exceptions = _parse_exceptions(toks[at], toks[at + 1:])
+            text, loc = line.rest_after(toks[4])
+            text = text[: toks[at].loc.col - loc.col].rstrip()
+            if not text:
+                raise FirError("missing shape, e.g. [n_embd,3*n_embd]", toks[at].loc)
+        else:
+            text, loc = line.rest_after(toks[4])
         if not (text.startswith("[") and text.endswith("]")):
             raise FirError("shape must be written [DIM,DIM,...]", loc)
         dims = []
@@ -236,7 +244,7 @@ class _Parser:
                 raise FirError("empty dimension in shape", loc.shifted(1 + off))
             lead = len(piece) - len(piece.lstrip())
             dims.append(parse_expr(piece.strip(), loc.shifted(1 + off + lead)))
-        return S.Weight(toks[0].loc, name, toks[2], toks[3], tuple(dims))
+        return S.Weight(toks[0].loc, name, toks[2], toks[3], tuple(dims), exceptions)
 
     # -- kernels ---------------------------------------------------------
     def d_kernel(self, line):
@@ -341,6 +349,47 @@ class _Parser:
         if end is None:
             raise FirError("'repeat' has no 'endrepeat'", line.toks[0].loc)
         return S.Repeat(line.toks[0].loc, count, tuple(body), end)
+
+
+DTYPES_TEXT = "f32, q4 or q4:gN with N 2..4096"
+
+
+def _check_dtype(tok: S.Tok) -> None:
+    if S.weight_dtype(tok.text) is None:
+        raise FirError(f"unknown weight dtype {tok.text!r} ({DTYPES_TEXT})", tok.loc)
+
+
+def _parse_exceptions(keyword: S.Tok, groups: list[S.Tok]) -> tuple[S.WeightException, ...]:
+    """``except 0,11:f32 4-6:q4:g16``: each group is LAYERS:DTYPE, LAYERS numbers or
+    ranges joined by commas (whether a layer exists, or is named twice, is checked where
+    the number of layers is known: model/decls)."""
+    if not groups:
+        raise FirError("'except' needs at least one LAYERS:DTYPE group, e.g. except 0,11:f32",
+                       keyword.loc.shifted(len(keyword.text) + 1))
+    out = []
+    for g in groups:
+        if ":" not in g.text:
+            raise FirError(f"expected LAYERS:DTYPE (e.g. 0,11:f32 or 4-6:q4:g16), found "
+                           f"{g.text!r}", g.loc)
+        layers_text, dtype_text = g.text.split(":", 1)
+        dtype = S.Tok(dtype_text, g.loc.shifted(len(layers_text) + 1))
+        _check_dtype(dtype)
+        spans = []
+        offset = 0
+        for piece in layers_text.split(","):
+            where = g.loc.shifted(offset)
+            lo, sep, hi = piece.partition("-")
+            if not (lo.isascii() and lo.isdigit() and (not sep or (hi.isascii() and hi.isdigit()))):
+                raise FirError(f"expected a layer number or a range like 4-6, found {piece!r}",
+                               where)
+            first, last = int(lo), int(hi) if sep else int(lo)
+            if last < first:
+                raise FirError(f"layer range {piece} runs backwards (write {last}-{first})",
+                               where)
+            spans.append(S.LayerSpan(first, last, where))
+            offset += len(piece) + 1
+        out.append(S.WeightException(tuple(spans), dtype))
+    return tuple(out)
 
 
 def _split_commas(text: str) -> list[tuple[str, int]]:

@@ -84,12 +84,45 @@ class Buf(Directive):
     output_key: Tok | None
 
 
+MAX_Q4_GROUP = 4096
+
+
+def weight_dtype(text: str) -> tuple[str, int | None] | None:
+    """``f32`` -> ("f32", None), ``q4`` -> ("q4", None: the --group default), ``q4:g16`` ->
+    ("q4", 16); None for anything else (a group outside 2..MAX_Q4_GROUP too)."""
+    if text in ("f32", "q4"):
+        return text, None
+    if text.startswith("q4:g") and text[4:].isascii() and text[4:].isdigit():
+        group = int(text[4:])
+        if 2 <= group <= MAX_Q4_GROUP and not text[4:].startswith("0"):
+            return "q4", group
+    return None
+
+
+@dataclass(frozen=True)
+class LayerSpan:
+    """``4-6`` (or ``11``) in an ``except`` clause: layers first..last, where it was written."""
+
+    first: int
+    last: int
+    loc: Loc
+
+
+@dataclass(frozen=True)
+class WeightException:
+    """One group of an ``except`` clause, ``0,11:f32``: these layers take this dtype."""
+
+    layers: tuple[LayerSpan, ...]
+    dtype: Tok  # f32, q4 or q4:gN
+
+
 @dataclass(frozen=True)
 class Weight(Directive):
     name: Tok
-    dtype: Tok
+    dtype: Tok  # f32, q4 or q4:gN
     source: Tok
     shape: tuple[Expr, ...]
+    exceptions: tuple[WeightException, ...] = ()  # ``except 0,11:f32 4-6:q4:g16``
 
     @property
     def per_layer(self) -> bool:

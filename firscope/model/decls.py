@@ -14,7 +14,7 @@ Order (each needs the ones before): :func:`read_header` ->
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Mapping
@@ -253,9 +253,25 @@ class WeightDecl:
     """A ``weight`` line with its shape evaluated."""
 
     name: str
-    dtype: str  # "f32" or "q4"
+    dtype: str  # "f32" or "q4": how the line declares every instance but its exceptions
     shape: tuple[int, ...]  # declared (checkpoint) shape
     syntax: S.Weight
+    group: int | None = None  # q4:gN's N; None: the --group default
+    # ``except 0,11:f32 4-6:q4:g16``: layer -> (dtype, group) for the layers that differ
+    overrides: Mapping[int, tuple[str, int | None]] = field(
+        default_factory=lambda: MappingProxyType({}))
+
+    def precision(self, layer: int | None) -> tuple[str, int | None]:
+        """(dtype, group) of one instance: "f32" or "q4", and q4's group (None: --group)."""
+        if layer is not None and layer in self.overrides:
+            return self.overrides[layer]
+        return self.dtype, self.group
+
+    def dtype_at(self, layer: int | None, default_group: int | None = None) -> str:
+        """One instance's dtype as a .fir line spells it: f32, q4 or q4:gN (q4 with the
+        ``default_group`` given spelled q4)."""
+        kind, group = self.precision(layer)
+        return precision_text(kind, group, default_group)
 
     @property
     def per_layer(self) -> bool:
@@ -295,5 +311,43 @@ def declare_weights(fir: S.FirFile, symbols: Mapping, repeats: Repeats,
         if w.per_layer and not repeats.any:
             raise FirError(f"weight '{name}' uses {{i}} but the file has no 'repeat'",
                            w.source.loc)
-        decls[name] = WeightDecl(name, w.dtype.text, shape, w)
+        kind, group = S.weight_dtype(w.dtype.text)
+        overrides = _overrides(w, kind, repeats.layers)
+        decls[name] = WeightDecl(name, kind, shape, w, group, overrides)
     return MappingProxyType(decls)
+
+
+def precision_text(kind: str, group: int | None, default_group: int | None = None) -> str:
+    """("q4", 16) -> ``q4:g16``; ("q4", None) or the default group -> ``q4``; ``f32``."""
+    if kind == "q4" and group is not None and group != default_group:
+        return f"q4:g{group}"
+    return kind
+
+
+def _overrides(w: S.Weight, kind: str, layers: int) -> Mapping[int, tuple[str, int | None]]:
+    """The ``except`` clause as layer -> (dtype, group), every layer checked."""
+    if not w.exceptions:
+        return MappingProxyType({})
+    first = w.exceptions[0].layers[0].loc
+    if kind != "q4":
+        raise FirError(f"weight '{w.name.text}' is f32: only q4 weights take another dtype per "
+                       "layer (f32 weights live in the arena, where kernels read them)", first)
+    if not w.per_layer:
+        raise FirError(f"weight '{w.name.text}' has one instance: 'except' needs a per-layer "
+                       "weight (a source with {i})", first)
+    out: dict[int, tuple[str, int | None]] = {}
+    where: dict[int, Loc] = {}
+    for group in w.exceptions:
+        precision = S.weight_dtype(group.dtype.text)
+        for span in group.layers:
+            if span.last >= layers:
+                bad = span.first if span.first >= layers else span.last
+                raise FirError(f"layer {bad} is out of range: the file repeats {layers} layers "
+                               f"(0..{layers - 1})", span.loc)
+            for layer in range(span.first, span.last + 1):
+                if layer in out:
+                    raise FirError(f"layer {layer} is given a dtype twice (first at column "
+                                   f"{where[layer].col})", span.loc)
+                out[layer] = precision
+                where[layer] = span.loc
+    return MappingProxyType(dict(sorted(out.items())))

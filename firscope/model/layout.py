@@ -102,9 +102,18 @@ def size_memory(fir: S.FirFile, buffers: Buffers, weights: Mapping[str, WeightDe
             arena_elems += n
             nbytes = 4 * n
         else:
-            # packed codes + scales/mins + the dequantized f32 cache
-            # packed codes + scales/mins (+ the dequantized f32 copy on the dequant path)
-            nbytes = n // 2 + 2 * 4 * (n // group + 1) + (4 * n if q4_path == "dequant" else 0)
+            # per instance (an ``except`` clause may change its dtype or group): packed codes
+            # + scales/mins (+ the dequantized f32 copy on the dequant path), or 4 bytes a
+            # weight for an f32 instance
+            each = math.prod(w.shape)
+            nbytes = 0
+            for layer in (range(layers) if w.per_layer else (None,)):
+                kind, g = w.precision(layer)
+                if kind == "f32":
+                    nbytes += 4 * each
+                else:
+                    nbytes += (each // 2 + 2 * 4 * (each // (g or group) + 1)
+                               + (4 * each if q4_path == "dequant" else 0))
             q4_bytes += nbytes
         largest = max(largest, (nbytes, f"weight '{w.name}'", w.loc), key=lambda t: t[0])
     budget = MemoryBudget(arena_elems * 4, q4_bytes, limit)

@@ -41,6 +41,9 @@ class WeightEntry:
     region: Region | None = None  # arena placement (f32 weights)
     q4: Q4Matrix | None = None  # q4 weights: codes, scales, mins ([out, in])
     matrix: np.ndarray | None = None  # [out, in] f32: --fir-f32 copy, or q4 with q4_path="dequant"
+    # the instance's dtype as the file declares it (its ``except`` clause applied): f32, q4
+    # or q4:gN; a q4 one loaded with --fir-f32 still says q4
+    declared: str = ""
 
     def dense(self) -> np.ndarray | None:
         """[out, in] f32 for a viewer: the stored matrix, or the q4 one dequantized on demand
@@ -103,16 +106,17 @@ def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt
     def load_one(slot: WeightSlot) -> WeightEntry | None:
         tensor = tensors[slot.name]
         q4 = matrix = None
+        kind, own_group = slot.decl.precision(slot.layer)
         if slot.region is not None:  # read straight into the arena
             view = arena[slot.region.base: slot.region.stop]
             ckpt.load(tensor, out=view)
             finite = count_nonfinite(view) == 0
-        elif fir_f32:
+        elif fir_f32 or kind == "f32":  # every q4 weight (--fir-f32), or an except'd layer
             matrix = np.ascontiguousarray(ckpt.load(tensor).T)  # Conv1D [in, out] -> [out, in]
             finite = count_nonfinite(matrix) == 0
         else:
             try:  # quantized from the checkpoint's [in, out] layout: no transposed copy
-                q4 = quantize_conv1d(ckpt.load(tensor), group)
+                q4 = quantize_conv1d(ckpt.load(tensor), own_group or group)
                 finite = True
             except Q4NonFiniteError:
                 finite = False
@@ -123,7 +127,7 @@ def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt
                 matrix = q4.dequantize()
         d = slot.decl
         entry = WeightEntry(slot.name, d.name, slot.layer, d.dtype, tensor, d.shape, d.loc,
-                            slot.region, q4, matrix)
+                            slot.region, q4, matrix, d.dtype_at(slot.layer, group))
         return entry if finite else None
 
     entries: dict[str, WeightEntry] = {}

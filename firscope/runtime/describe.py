@@ -58,9 +58,14 @@ def _weight_lines(model) -> list[str]:
         nbytes = sum(e.nbytes for e in entries)
         total_w += nbytes
         inst = f"x{len(entries)}" if len(entries) > 1 else ""
+        stored = {e.stored for e in entries}
         lines.append(f"  {decl:<8} {w.dtype:<4} {str(list(w.shape)):<14}{inst:>5}  "
-                     f"{nbytes:>12,} B  {w.stored:<12} "
+                     f"{nbytes:>12,} B  {w.stored if len(stored) == 1 else 'mixed':<12} "
                      f"{w.tensor if len(entries) == 1 else w.tensor + ' ...'}")
+        declared = [e for e in entries if e.declared and e.declared != (model.weight_decls[decl]
+                                                                        .dtype_at(None, model.group))]
+        for e in declared:  # an 'except' clause's layers, one line each
+            lines.append(f"    @{e.layer}: {e.declared:<8} {e.nbytes:>24,} B  {e.stored}")
     lines.append(f"  total: {total_w:,} bytes")
     return lines
 
