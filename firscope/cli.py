@@ -9,7 +9,7 @@ usage error (argparse style) or a bug in firscope, 130 interrupted (ctrl+c).
 Only light modules are imported here: NumPy, numba and the model layer load
 inside the commands, where ctrl+c is already turned into exit 130.
 
-size: the argument parsers of all fourteen subcommands live here, because argparse
+size: the argument parsers of all sixteen subcommands live here, because argparse
 stops at this module; the commands themselves are a few lines each.
 """
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 from . import __version__
 from .defaults import (DEFAULT_ENGINE, DEFAULT_GROUP, DEFAULT_STEPS, ENGINES, SANITIZE_STEPS,
                        STEPPING_ENGINES, UI_STEPS)
-from .errors import FirError, Interrupted
+from .errors import FirError, Interrupted, UsageError
 from .text import printable, token_ids, undecodable
 
 SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "cost",
-               "dap", "serve", "gpu", "wgsl")
+               "dap", "serve", "gpu", "wgsl", "eval", "quant")
 # Commands that stop at instructions (or watch every access): not on a GPU
 NO_GPU_COMMANDS = ("debug", "ui", "serve", "sanitize")
 
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     _ui_parser(sub)
+    _quant_parsers(sub)
 
     c = sub.add_parser("check", help="load and validate a model; print a summary")
     _model_arg(c)
@@ -382,6 +383,82 @@ def _diff_parser(sub) -> None:
                          "compare only its outputs (finds every wrong node, not just the first)")
 
 
+def _corpus_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", type=path_arg,
+                   help="the .fir model file, or a folder holding one "
+                        "(default: the bundled sample)")
+    p.add_argument("--corpus", type=path_arg, required=True, metavar="FILE",
+                   help="text to score, tokenized with the model's tokenizer")
+    p.add_argument("--ctx", type=count_arg, default=None, metavar="N",
+                   help="tokens per chunk (default: the model's n_positions, at most 512)")
+    p.add_argument("--chunks", type=count_arg, default=None, metavar="K",
+                   help="score only the first K chunks")
+    p.add_argument("--second-half", action="store_true",
+                   help="score only the second half of each chunk, as llama-perplexity does")
+    p.add_argument("--group", type=int, default=DEFAULT_GROUP, metavar="G",
+                   help=f"q4 group size of weights declared plain q4 (default {DEFAULT_GROUP})")
+    _engine_arg(p, gpu=False)
+    p.add_argument("--json", action="store_true", help="print every figure as JSON")
+    p.add_argument("--workers", type=count_arg, default=None, metavar="N",
+                   help="worker processes (default: one per core, at most one per work item)")
+
+
+def _quant_parsers(sub) -> None:
+    ev = sub.add_parser("eval", help="perplexity and KL divergence of q4 against f32 over a "
+                                     "corpus (llama-perplexity's figures)")
+    _corpus_args(ev)
+    ev.add_argument("-o", dest="out", type=path_arg, metavar="DIR",
+                    help="also write eval.json and tokens.csv (every scored token) there")
+    q = sub.add_parser("quant", help="quantization workbench: per-weight sensitivity and a "
+                                     "mixed-precision plan")
+    qs = q.add_subparsers(dest="quant_command", metavar="ACTION", required=True)
+    s = qs.add_parser("sensitivity", help="KLD against f32 per q4 weight instance, alone and "
+                                          "recovered; activation importance")
+    _corpus_args(s)
+    s.add_argument("-o", dest="out", type=path_arg, metavar="DIR",
+                   help="also write sensitivity.json and a bar chart there")
+    pl = qs.add_parser("plan", help="choose f32 or q4 per weight instance within a byte budget "
+                                    "or a KLD target, and write the plan as a .fir")
+    _corpus_args(pl)
+    g = pl.add_mutually_exclusive_group(required=True)
+    g.add_argument("--budget", type=bytes_arg, metavar="BYTES",
+                   help="bytes for the q4-declared weights as loaded (e.g. 2500000, 2.5MB, 12MiB)")
+    g.add_argument("--kld", type=kld_arg, metavar="TARGET",
+                   help="the mean KLD against f32 to stay under, with the fewest bytes")
+    pl.add_argument("-o", dest="out", type=path_arg, required=True, metavar="NEW.fir",
+                    help="the plan's model file (beside the original's config and checkpoint)")
+    pl.add_argument("--baseline", action="store_true",
+                    help="also measure the same bytes made f32 by size alone (largest first)")
+
+
+_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1024,
+          "mib": 1024 ** 2, "gib": 1024 ** 3}
+
+
+def bytes_arg(text: str) -> int:
+    t = text.strip().lower().replace("_", "")
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = t[len(num):]
+    try:
+        value = float(num) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (e.g. 2500000, 2.5MB, "
+                                         "12MiB)") from None
+    if not math.isfinite(value) or value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte (got {text!r})")
+    return int(value)
+
+
+def kld_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"a KLD target is a finite number >= 0 (got {text!r})")
+    return v
+
+
 def with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """``argv`` with ``ui`` in front when no subcommand is named.
 
@@ -472,6 +549,9 @@ def _main(argv: list[str]) -> int:
     except Interrupted as e:  # ctrl+c during a run: say which kernel and line it was in
         print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
         return 130
+    except UsageError as e:  # a value only the model or corpus could judge
+        print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
+        return 2
     except FirError as e:
         print(f"firscope: {e}" if e.loc is None else str(e), file=sys.stderr)
         return 1
@@ -625,7 +705,28 @@ def cmd_cost(args) -> int:
                     top=args.top, engine=args.engine)
 
 
-COMMANDS = {"check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
+def _eval_options(args):
+    from .quant.commands import EvalOptions
+    return EvalOptions(model=args.model, corpus=args.corpus, group=args.group,
+                       engine=args.engine, ctx=args.ctx, chunks=args.chunks,
+                       second_half=args.second_half, as_json=args.json,
+                       out=getattr(args, "out", None), workers=args.workers)
+
+
+def cmd_eval(args) -> int:
+    from .quant.commands import run_eval
+    return run_eval(_eval_options(args))
+
+
+def cmd_quant(args) -> int:
+    from .quant import planning
+    if args.quant_command == "sensitivity":
+        return planning.run_sensitivity(_eval_options(args))
+    return planning.run_plan(_eval_options(args), budget=args.budget, kld=args.kld,
+                             out=args.out, baseline=args.baseline)
+
+
+COMMANDS = {"eval": cmd_eval, "quant": cmd_quant, "check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
             "serve": cmd_serve, "capture": cmd_capture, "cost": cmd_cost, "gpu": cmd_gpu,
             "wgsl": cmd_wgsl}

@@ -78,3 +78,8 @@ class BudgetExceeded(FirError):
 
 class Interrupted(FirError):
     """The user stopped a long run (ctrl+c, a key in the UI)."""
+
+
+class UsageError(FirError):
+    """A command-line value outside its bounds that only the loaded model or corpus can
+    judge (``--ctx`` above n_positions): exit 2, as argparse's own usage errors."""
