@@ -91,7 +91,9 @@ def cut(path: str | Path, tokenizer, *, vocab: int, n_positions: int | None,
     left = len(ids) - n * want
     if left:
         notes.append(f"{left} token(s) after the last whole chunk are not scored")
-    first = want // 2 if second_half else 1
+    # llama-perplexity's KL divergence scores logits ctx/2 .. ctx-2, that is tokens
+    # ctx/2+1 .. ctx-1 (ctx-1-ctx/2 a chunk); without --second-half every token but the first
+    first = want // 2 + 1 if second_half else 1
     if first >= want:
         first = want - 1
     parts = tuple(ids[i * want:(i + 1) * want] for i in range(n))

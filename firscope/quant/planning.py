@@ -1,0 +1,391 @@
+"""Per-weight sensitivity and a mixed-precision plan written back as a .fir.
+
+Sensitivity, per q4-declared instance W (``fcw@3``), each a mean KLD against all-f32 over
+the corpus's scored tokens:
+
+- **alone**: every instance f32 but W, which is q4 (what quantizing W by itself costs);
+- **recovered**: every instance q4 but W, which is f32 (what keeping W in f32 saves:
+  ``gain`` = KLD(all q4) - recovered).
+
+The f32 side runs once per chunk (and is cached across commands); each variant runs only
+its quantized side: 2N + 2 one-sided runs per chunk for N instances, not 2N evals of both
+sides. Activation importance (llama-imatrix's): the mean of x^2 per input channel of W's
+linear over the f32 run; the importance-weighted error of W's q4 form is
+sqrt(sum_j imp_j sum_i (w_ij - w'_ij)^2 / sum_j imp_j sum_i w_ij^2) beside the plain
+relative error (imp = 1).
+
+A plan keeps a set F of instances f32 and the rest q4. Its predicted KLD is
+KLD(all q4) - sum of the gains of F (floored at 0: the gains are measured one at a time
+and assumed to add); its bytes are those of every q4-declared instance as loaded. For a
+byte budget, F is filled by gain per extra byte (a greedy knapsack); for a KLD target, by
+the same order until the predicted KLD is under it, then measured, and more instances
+added while the measurement is above the target.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import FirError, UsageError
+from ..text import json_text, printable
+from .commands import Bar, EvalOptions, _check_out, _doc_head, _key, evaluate, open_bank, \
+    open_corpus
+from .stats import TokenStats, summarize
+from .work import Setup, Task, cache_file, run_tasks, workers_for
+
+PLAN_MARK = "# quant plan:"
+
+
+@dataclass
+class Row:
+    name: str
+    layer: int | None
+    q4_form: str
+    q4_bytes: int
+    f32_bytes: int
+    alone: float = 0.0
+    alone_err: float = 0.0
+    recovered: float = 0.0
+    recovered_err: float = 0.0
+    gain: float = 0.0
+    weight_err: float = 0.0  # relative L2 of w' - w
+    weighted_err: float = 0.0  # the same weighted by activation importance
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Sensitivity:
+    rows: list[Row]
+    all_q4: dict  # summary of every instance q4
+    chunks: int
+    tokens: int
+
+
+def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> Sensitivity:
+    setup = Setup(path, opts.group, opts.engine)
+    names = bank.instances
+    all_q4, all_f32 = bank.all_q4(), bank.all_f32()
+    alone = [_key({**all_f32, n: bank.q4_form(n)}) for n in names]
+    recovered = [_key({**all_q4, n: "f32"}) for n in names]
+    caches = [cache_file(bank.model, c, corpus.first_scored) for c in corpus.chunks]
+    # phase 1, per chunk: the f32 base (cached) with the importance taps, and all-q4
+    first = [Task(i, i, c, corpus.first_scored, (_key(all_q4),), caches[i], importance=True)
+             for i, c in enumerate(corpus.chunks)]
+    variants = alone + recovered
+    n_workers, _ = workers_for(len(corpus.chunks) * len(variants))
+    if opts.workers is not None:
+        n_workers = max(1, opts.workers)
+    # phase 2: chunks x slices of the variants, enough pieces to keep every worker busy
+    pieces = max(1, min(len(variants), -(-2 * n_workers // max(len(corpus.chunks), 1))))
+    size = -(-len(variants) // pieces)
+    second = []
+    for i, c in enumerate(corpus.chunks):
+        for s in range(0, len(variants), size):
+            second.append(Task(len(second), i, c, corpus.first_scored,
+                               tuple(variants[s: s + size]), caches[i]))
+    bar = None if quiet else Bar("sensitivity", len(corpus.chunks) * (1 + len(variants)))
+    q4_parts: list[TokenStats] = []
+    imp: dict[str, list] = {}
+    for r in run_tasks(setup, first, workers=opts.workers):
+        q4_parts.append(r.stats[0])
+        for k, (s, n) in r.importance.items():
+            acc = imp.setdefault(k, [np.zeros_like(s), 0])
+            acc[0] += s
+            acc[1] += n
+        if bar:
+            bar.step()
+    per_variant: list[list[TokenStats]] = [[] for _ in variants]
+    for r in run_tasks(setup, second, workers=opts.workers):
+        task = second[r.index]
+        start = variants.index(task.variants[0])
+        for j, st in enumerate(r.stats):
+            per_variant[start + j].append(st)
+        if bar:
+            bar.step(len(r.stats))
+    if bar:
+        bar.clear()
+    q4_summary = summarize(TokenStats.concat(q4_parts))
+    rows = []
+    for k, n in enumerate(names):
+        e = bank.model.weights[n]
+        a = summarize(TokenStats.concat(per_variant[k]))
+        rc = summarize(TokenStats.concat(per_variant[len(names) + k]))
+        row = Row(n, e.layer, bank.q4_form(n), bank.nbytes(n, bank.q4_form(n)),
+                  bank.nbytes(n, "f32"), a["kld_mean"], a["kld_mean_err"], rc["kld_mean"],
+                  rc["kld_mean_err"], q4_summary["kld_mean"] - rc["kld_mean"])
+        row.weight_err, row.weighted_err = _weight_errors(bank, n, imp.get(n))
+        rows.append(row)
+    return Sensitivity(rows, q4_summary, len(corpus.chunks), q4_summary["tokens"])
+
+
+def _weight_errors(bank, name: str, acc) -> tuple[float, float]:
+    """Relative L2 error of the q4 form, plain and weighted by importance per input channel."""
+    f32 = bank.form(name, "f32").matrix.astype(np.float64)  # [out, in]
+    q = bank.form(name, bank.q4_form(name)).q4.dequantize().astype(np.float64)
+    d2 = ((q - f32) ** 2).sum(axis=0)  # per input channel
+    w2 = (f32 ** 2).sum(axis=0)
+    plain = math.sqrt(d2.sum() / w2.sum()) if w2.sum() > 0 else 0.0
+    if acc is None or acc[1] == 0:
+        return plain, float("nan")
+    imp = acc[0] / acc[1]
+    den = float((imp * w2).sum())
+    return plain, (math.sqrt(float((imp * d2).sum()) / den) if den > 0 else 0.0)
+
+
+# -- sensitivity command ----------------------------------------------------------------------
+def table(sens: Sensitivity) -> list[str]:
+    rows = sorted(sens.rows, key=lambda r: -r.alone)
+    lines = [f"KLD(f32 || q4) with every instance q4: {sens.all_q4['kld_mean']:.6f} ± "
+             f"{sens.all_q4['kld_mean_err']:.6f} over {sens.tokens} scored tokens",
+             "alone: only this instance q4; recovered: only this instance f32 (gain = all-q4 "
+             "KLD - recovered)",
+             "",
+             f"{'rank':>4}  {'weight':<12} {'q4 form':<8} {'alone KLD':>10} {'recovered':>10} "
+             f"{'gain':>10} {'q4 B':>9} {'f32 B':>9}  {'w err':>7} {'imp err':>7}",
+             f"{'-' * 4}  {'-' * 12} {'-' * 8} {'-' * 10} {'-' * 10} {'-' * 10} {'-' * 9} "
+             f"{'-' * 9}  {'-' * 7} {'-' * 7}"]
+    for i, r in enumerate(rows, 1):
+        lines.append(f"{i:>4}  {printable(r.name):<12} {r.q4_form:<8} {r.alone:10.6f} "
+                     f"{r.recovered:10.6f} {r.gain:10.6f} {r.q4_bytes:9,} {r.f32_bytes:9,}  "
+                     f"{r.weight_err:7.4f} {r.weighted_err:7.4f}")
+    return lines
+
+
+def run_sensitivity(opts: EvalOptions) -> int:
+    bank, path = open_bank(opts)
+    corpus = open_corpus(bank, opts)
+    out = _check_out(opts.out)
+    if not bank.instances:
+        raise FirError(f"{printable(bank.model.path)}: the model declares no q4 weight")
+    if not opts.as_json:
+        print(f"{printable(bank.model.path)}: {len(bank.instances)} q4 weight instances, "
+              f"{len(corpus.chunks)} chunk(s) of {corpus.ctx} tokens from "
+              f"{printable(corpus.path)}")
+        for n in corpus.notes:
+            print(f"  note: {n}")
+    sens = sensitivity(bank, path, corpus, opts)
+    doc = {**_doc_head(bank, corpus, opts), "all_q4": sens.all_q4,
+           "weights": [r.as_dict() for r in sorted(sens.rows, key=lambda r: -r.alone)]}
+    if opts.as_json:
+        print(json_text(json.dumps(doc, indent=1)))
+    else:
+        print("\n".join(table(sens)))
+    if out is not None:
+        from ..runtime.opening import write_into_folder
+        write_into_folder(out, "sensitivity.json", json_text(json.dumps(doc, indent=1)) + "\n")
+        write_into_folder(out, "sensitivity.svg", sensitivity_chart(sens, bank.model.layers))
+        if not opts.as_json:
+            print(f"wrote {printable(out)}/sensitivity.json and sensitivity.svg")
+    return 0
+
+
+def sensitivity_chart(sens: Sensitivity, layers: int) -> str:
+    """Grouped bars per layer (one bar per weight name): alone KLD, as an SVG (matplotlib)."""
+    import io
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    decls = list(dict.fromkeys(r.name.split("@")[0] for r in sens.rows))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    width = 0.8 / max(len(decls), 1)
+    for k, d in enumerate(decls):
+        rows = [r for r in sens.rows if r.name.split("@")[0] == d]
+        xs = [(r.layer or 0) + k * width for r in rows]
+        ax1.bar(xs, [r.alone for r in rows], width, label=d)
+        ax2.bar(xs, [r.gain for r in rows], width, label=d)
+    for ax, title in ((ax1, "alone: only this weight q4"),
+                      (ax2, "gain: KLD saved keeping it f32")):
+        ax.set_xlabel("layer")
+        ax.set_ylabel("mean KLD against f32")
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(layers)], [str(i) for i in range(layers)])
+    ax1.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# -- plan -----------------------------------------------------------------------------------------
+def choose(sens: Sensitivity, *, budget: int | None = None, kld: float | None = None,
+           skip: set[str] | None = None) -> list[Row]:
+    """The instances to keep f32, in the order they were taken (gain per extra byte)."""
+    base = sum(r.q4_bytes for r in sens.rows)
+    order = sorted((r for r in sens.rows if r.gain > 0 and not (skip and r.name in skip)),
+                   key=lambda r: -r.gain / max(r.f32_bytes - r.q4_bytes, 1))
+    chosen, used, predicted = [], base, sens.all_q4["kld_mean"]
+    for r in order:
+        extra = r.f32_bytes - r.q4_bytes
+        if budget is not None:
+            if used + extra <= budget:
+                chosen.append(r)
+                used += extra
+        elif predicted > kld:
+            chosen.append(r)
+            predicted -= r.gain
+    return chosen
+
+
+def predicted_kld(sens: Sensitivity, f32: list[Row]) -> float:
+    return max(sens.all_q4["kld_mean"] - sum(r.gain for r in f32), 0.0)
+
+
+def plan_bytes(sens: Sensitivity, f32: set[str]) -> int:
+    return sum(r.f32_bytes if r.name in f32 else r.q4_bytes for r in sens.rows)
+
+
+def run_plan(opts: EvalOptions, *, budget: int | None, kld: float | None, out: str,
+             baseline: bool = False) -> int:
+    bank, path = open_bank(opts)
+    target = _check_plan_out(out, bank.model.path)
+    corpus = open_corpus(bank, opts)
+    if not bank.instances:
+        raise FirError(f"{printable(bank.model.path)}: the model declares no q4 weight")
+    names = bank.instances
+    all_q4_bytes = sum(bank.nbytes(n, bank.q4_form(n)) for n in names)
+    all_f32_bytes = sum(bank.nbytes(n, "f32") for n in names)
+    if budget is not None and budget < all_q4_bytes:
+        raise UsageError(f"--budget {budget:,} is below the all-q4 size of the q4-declared "
+                         f"weights, {all_q4_bytes:,} bytes (all f32: {all_f32_bytes:,})")
+    print(f"{printable(bank.model.path)}: {len(names)} q4 weight instances: all q4 "
+          f"{all_q4_bytes:,} B, all f32 {all_f32_bytes:,} B; {len(corpus.chunks)} chunk(s) of "
+          f"{corpus.ctx} tokens from {printable(corpus.path)}")
+    sens = sensitivity(bank, path, corpus, opts)
+    f32 = choose(sens, budget=budget, kld=kld)
+    quiet_opts = EvalOptions(**{**opts.__dict__, "as_json": True})
+    measured, _ = evaluate(bank, path, corpus, quiet_opts, {r.name: "f32" for r in f32},
+                           quiet=True)
+    if kld is not None:  # the gains need not add: measure, and keep going while above
+        taken = {r.name for r in f32}
+        for _ in range(3):
+            if measured["kld_mean"] <= kld:
+                break
+            more = [r for r in choose(sens, kld=0.0) if r.name not in taken][:max(1, len(f32) // 4)]
+            if not more:
+                break
+            f32 += more
+            taken |= {r.name for r in more}
+            measured, _ = evaluate(bank, path, corpus, quiet_opts, {r.name: "f32" for r in f32},
+                                   quiet=True)
+    chosen = {r.name for r in f32}
+    nbytes = plan_bytes(sens, chosen)
+    why = (f"budget {budget:,} B" if budget is not None else f"KLD target {kld:g}")
+    text = write_plan_text(bank.model, chosen, why, corpus, sens)
+    lines = [
+        f"plan ({why}): keep {len(chosen)} of {len(names)} instances f32"
+        + (f": {', '.join(sorted(chosen, key=names.index))}" if chosen else ""),
+        f"  bytes of the q4-declared weights as loaded: {nbytes:,} (all q4 {all_q4_bytes:,}, "
+        f"all f32 {all_f32_bytes:,})",
+        f"  KLD against f32: all q4 {sens.all_q4['kld_mean']:.6f}, plan predicted "
+        f"{predicted_kld(sens, f32):.6f}, measured {measured['kld_mean']:.6f} ± "
+        f"{measured['kld_mean_err']:.6f}",
+    ]
+    if kld is not None and measured["kld_mean"] > kld:
+        lines.append(f"  note: measured KLD is still above the target {kld:g}")
+    if baseline:
+        by_size = by_size_alone(sens, nbytes)
+        b, _ = evaluate(bank, path, corpus, quiet_opts, {n: "f32" for n in by_size}, quiet=True)
+        lines.append(f"  by size alone (largest first, {plan_bytes(sens, set(by_size)):,} B): "
+                     f"measured KLD {b['kld_mean']:.6f} ± {b['kld_mean_err']:.6f}")
+    from ..runtime.opening import write_output
+    write_output(target, text.encode("utf-8"), "the plan")
+    lines.append(f"wrote {printable(target)}")
+    print("\n".join(lines))
+    return 0
+
+
+def by_size_alone(sens: Sensitivity, nbytes: int) -> list[str]:
+    """f32 instances chosen by size alone (largest f32 first) within ``nbytes``."""
+    used = sum(r.q4_bytes for r in sens.rows)
+    out = []
+    for r in sorted(sens.rows, key=lambda r: (-r.f32_bytes, r.name)):
+        extra = r.f32_bytes - r.q4_bytes
+        if used + extra <= nbytes:
+            out.append(r.name)
+            used += extra
+    return out
+
+
+def _check_plan_out(out: str, original: Path) -> Path:
+    """``-o``: a new file, or one a plan wrote before (never the original or another file)."""
+    from ..runtime.opening import check_output_file
+    target = check_output_file(out, "-o")
+    if target.parent.resolve() != original.parent.resolve():
+        raise FirError(f"{printable(target)}: a plan is written beside the model it changes "
+                       f"(in {printable(original.parent)}), where its config, checkpoint and "
+                       "tokenizer are found")
+    if target.exists():
+        if target.resolve() == original.resolve():
+            raise FirError(f"{printable(target)}: is the model file itself; write the plan "
+                           "to a new file")
+        try:
+            head = target.read_bytes()[:1 << 20].decode("utf-8", errors="replace")
+        except OSError as e:
+            raise FirError(f"{printable(target)}: cannot read it: {e.strerror}") from None
+        if PLAN_MARK not in head and "# written by firscope quant plan" not in head:
+            raise FirError(f"{printable(target)}: exists and was not written by firscope quant "
+                           "plan; choose a new name (or remove it)")
+    return target
+
+
+_WEIGHT = re.compile(r"^(\s*weight\s+(\S+)\s+\S+\s.*?)(\s+except\s[^#]*?)?(\s*)(#.*)?$")
+
+
+def write_plan_text(model, f32: set[str], why: str, corpus, sens: Sensitivity) -> str:
+    """The model file with the plan applied: each weight line whose instances change gets an
+    ``except`` clause and a comment saying why; every other line is the original's."""
+    gains = {r.name: r.gain for r in sens.rows}
+    by_decl: dict[str, list[int]] = {}
+    for n in f32:
+        e = model.weights[n]
+        by_decl.setdefault(e.decl, []).append(e.layer)
+    src = model.path.read_text(encoding="utf-8")
+    out = []
+    for line in src.split("\n"):
+        m = _WEIGHT.match(line)
+        name = m.group(2) if m else None
+        d = model.weight_decls.get(name) if name else None
+        if d is None or d.dtype != "q4" or not d.per_layer:
+            out.append(line)
+            continue
+        wanted = sorted(by_decl.get(name, []))
+        # what the plan gives each layer: f32 where chosen, the q4 form otherwise
+        groups: dict[str, list[int]] = {}
+        for layer in range(model.layers):
+            kind, group = d.precision(layer)
+            q4 = d.dtype_at(layer, None) if kind == "q4" else d.dtype_at(None, None)
+            dtype = "f32" if layer in wanted else q4
+            if dtype != d.dtype_at(None, None):
+                groups.setdefault(dtype, []).append(layer)
+        old_clause = (m.group(3) or "").strip()
+        new_clause = ("except " + " ".join(f"{_spans(ls)}:{dt}" for dt, ls in groups.items())
+                      if groups else "")
+        if new_clause == old_clause:
+            out.append(line)
+            continue
+        kept = ", ".join(f"{layer} (gain {gains[f'{name}@{layer}']:.2e})" for layer in wanted)
+        note = (f"{PLAN_MARK} {why}, {corpus.path.name} ctx {corpus.ctx}: "
+                + (f"layers kept f32: {kept}" if wanted else "every layer q4"))
+        comment = m.group(5) or ""
+        body = m.group(1) + (" " + new_clause if new_clause else "")
+        out.append(f"{body}  {note}" + (f" {comment}" if comment else ""))
+    return "\n".join(out)
+
+
+def _spans(layers: list[int]) -> str:
+    parts, i = [], 0
+    while i < len(layers):
+        j = i
+        while j + 1 < len(layers) and layers[j + 1] == layers[j] + 1:
+            j += 1
+        parts.append(str(layers[i]) if i == j else f"{layers[i]}-{layers[j]}")
+        i = j + 1
+    return ",".join(parts)
