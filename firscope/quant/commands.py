@@ -144,7 +144,8 @@ def evaluate(bank, model_path: str, corpus: Corpus, opts: EvalOptions, choice: d
     parts: list[TokenStats] = []
     if bar and not opts.as_json:
         bar.say(CHUNK_HEAD)
-    for r in run_tasks(setup, tasks, workers=opts.workers):
+    for r in run_tasks(setup, tasks, workers=opts.workers,
+                         load_seconds=bank.model.timings["total"]):
         parts.append(r.stats[0])
         if bar:
             bar.step()

@@ -35,12 +35,14 @@ def encode_corpus(path: Path, tokenizer, vocab: int) -> tuple[np.ndarray, str]:
     if not raw:
         raise FirError(f"{printable(path)}: the corpus is empty")
     digest = hashlib.sha256(raw).hexdigest()
-    if tokenizer.kind == "bytes":  # byte-level: every byte is its own token, UTF-8 or not
+    if path.suffix == ".npy":  # token ids already: any model, tokenizer or not
+        ids = _npy_ids(path, raw)
+    elif tokenizer.kind == "bytes":  # byte-level: every byte is its own token, UTF-8 or not
         ids = np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
     elif tokenizer.kind == "none":
         raise FirError(f"{printable(path)}: the model has no tokenizer (no tokenizer.json beside "
                        "it and a vocabulary other than 256 bytes), so a text corpus cannot be "
-                       "encoded")
+                       "encoded; give it as token ids instead, a 1-D integer .npy file")
     else:
         try:
             text = raw.decode("utf-8")
@@ -56,6 +58,20 @@ def encode_corpus(path: Path, tokenizer, vocab: int) -> tuple[np.ndarray, str]:
         raise FirError(f"{printable(path)}: token {int(ids[bad[0]])} (the corpus's token "
                        f"{int(bad[0])}) is outside the vocabulary 0..{vocab - 1}")
     return ids, digest
+
+
+def _npy_ids(path: Path, raw: bytes) -> np.ndarray:
+    import io
+    try:
+        a = np.load(io.BytesIO(raw), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise FirError(f"{printable(path)}: not a readable .npy file ({e})") from None
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise FirError(f"{printable(path)}: a .npy corpus holds token ids: a 1-D integer array "
+                       f"(this one is {a.dtype} with shape {list(a.shape)})")
+    if len(a) == 0:
+        raise FirError(f"{printable(path)}: the corpus is empty")
+    return a.astype(np.int64)
 
 
 def cut(path: str | Path, tokenizer, *, vocab: int, n_positions: int | None,

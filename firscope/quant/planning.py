@@ -93,7 +93,8 @@ def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> S
     bar = None if quiet else Bar("sensitivity", len(corpus.chunks) * (1 + len(variants)))
     q4_parts: list[TokenStats] = []
     imp: dict[str, list] = {}
-    for r in run_tasks(setup, first, workers=opts.workers):
+    for r in run_tasks(setup, first, workers=opts.workers,
+                         load_seconds=bank.model.timings["total"]):
         q4_parts.append(r.stats[0])
         for k, (s, n) in r.importance.items():
             acc = imp.setdefault(k, [np.zeros_like(s), 0])
@@ -102,7 +103,8 @@ def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> S
         if bar:
             bar.step()
     per_variant: list[list[TokenStats]] = [[] for _ in variants]
-    for r in run_tasks(setup, second, workers=opts.workers):
+    for r in run_tasks(setup, second, workers=opts.workers,
+                         load_seconds=bank.model.timings["total"]):
         task = second[r.index]
         start = variants.index(task.variants[0])
         for j, st in enumerate(r.stats):

@@ -152,23 +152,39 @@ def workers_for(tasks: int) -> int:
     return max(1, min(cores, tasks)), cores
 
 
+START_SECONDS = 1.5  # a spawned worker's interpreter, NumPy and numba, before its model load
+
+
 def run_tasks(setup: Setup, tasks: Sequence[Task], *, workers: int | None = None,
-              ) -> Iterator[Result]:
-    """Results in task order. One worker (or one task): in this process."""
+              load_seconds: float = 0.0) -> Iterator[Result]:
+    """Results in task order. The first task runs in this process (its model is loaded);
+    the rest go to worker processes only when that pays: when starting them (an interpreter
+    and a model load each, ``load_seconds`` being this process's) costs less than a quarter
+    of running the rest here. ``workers``: a fixed count (0 or 1: all in this process)."""
     n, cores = workers_for(len(tasks))
     if workers is not None:
         n = max(1, min(workers, len(tasks)))
+    if not tasks:
+        return
+    first = run_task(setup, tasks[0])
+    yield first
+    rest = tasks[1:]
+    if workers is None and n > 1:
+        start = START_SECONDS + load_seconds
+        if start > 0.25 * first.seconds * len(rest):
+            n = 1
+    n = min(n, len(rest))
     if n <= 1:
-        for t in tasks:
+        for t in rest:
             yield run_task(setup, t)
         return
     import multiprocessing
     wsetup = Setup(setup.model, setup.group, setup.engine, threads=max(1, cores // n))
     pending: dict[int, Result] = {}
-    want = 0
+    want = rest[0].index
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_init_worker, initargs=(wsetup,)) as pool:
-        futures = [pool.submit(_worker_task, wsetup, t) for t in tasks]
+        futures = [pool.submit(_worker_task, wsetup, t) for t in rest]
         try:
             for f in futures:
                 r = f.result()
