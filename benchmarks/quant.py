@@ -46,7 +46,6 @@ def child(args) -> int:
     ids = np.load(corpus)
     chunks = [ids[i * args.ctx:(i + 1) * args.ctx] for i in range(args.chunks)]
     if args.child == "run":
-        from api import decode_cli  # noqa: F401 - the same opening as firscope run
         from firscope.runtime import Machine
         from firscope.runtime.interrupt import stop_between_nodes
         from firscope.runtime.opening import RunInput

@@ -417,6 +417,9 @@ def _quant_parsers(sub) -> None:
     _corpus_args(s)
     s.add_argument("-o", dest="out", type=path_arg, metavar="DIR",
                    help="also write sensitivity.json and a bar chart there")
+    s.add_argument("--full", action="store_true",
+                   help="run every variant from the first layer (default: from the layer it "
+                        "changes, from the base run's records; the figures are the same)")
     pl = qs.add_parser("plan", help="choose f32 or q4 per weight instance within a byte budget "
                                     "or a KLD target, and write the plan as a .fir")
     _corpus_args(pl)
@@ -710,7 +713,8 @@ def _eval_options(args):
     return EvalOptions(model=args.model, corpus=args.corpus, group=args.group,
                        engine=args.engine, ctx=args.ctx, chunks=args.chunks,
                        second_half=args.second_half, as_json=args.json,
-                       out=getattr(args, "out", None), workers=args.workers)
+                       out=getattr(args, "out", None), workers=args.workers,
+                       full=getattr(args, "full", False))
 
 
 def cmd_eval(args) -> int:

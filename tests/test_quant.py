@@ -164,6 +164,17 @@ def test_sensitivity_alone_matches_an_independent_computation(corpus_ids, tmp_pa
     assert rows["qkvw@0"]["weighted_err"] > 0 and rows["qkvw@0"]["weight_err"] > 0
 
 
+def test_suffix_replay_gives_the_figures_of_full_runs_bit_for_bit():
+    """Variants run from the layer they change, from the base's records (verified per
+    layer), or from position 0 of every layer (--full): the same figures to the last bit."""
+    args = ("quant", "sensitivity", "--corpus", CORPUS, "--ctx", 64, "--chunks", 2, "--json")
+    a, b = firscope(*args, timeout=600), firscope(*args, "--full", timeout=600)
+    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+    text = firscope(*args[:-1], timeout=600).stdout
+    assert "variants of 4 of 4 layers ran from their layer on" in text
+
+
 def test_plan_within_a_budget_beats_all_q4_and_size_alone(tmp_path):
     folder = tmp_path / "tiny"
     shutil.copytree(SAMPLE, folder)

@@ -32,6 +32,8 @@ LAYERS = {
     "cost": 6,
     # the GPU engine: its diff uses compare/ and sanitize/ (a rank between sanitize and debug)
     "gpu": 6.5,
+    # the quantization workbench: runs variants of a model (runtime/) over a corpus
+    "quant": 6,
 }
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80

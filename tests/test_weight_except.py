@@ -94,7 +94,7 @@ def test_check_lists_the_excepted_layers(tmp_path):
     from firscope.runtime.describe import describe_model
     fir = with_line(tmp_path, FCW, FCW + " except 1:f32")
     text = describe_model(load_model(fir))
-    assert "mixed" in text and "@1: f32" in text and "@0:" not in text
+    assert "mixed" in text and "layer 1: f32" in text and "layer 0:" not in text
 
 
 def test_capture_of_an_excepted_layer_runs_the_same(tmp_path):

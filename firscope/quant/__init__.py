@@ -7,3 +7,7 @@
 - :mod:`.work`: chunks and variants run in worker processes (every core), the f32 side cached.
 - :mod:`.commands`: ``firscope eval``, ``firscope quant sensitivity``, ``firscope quant plan``.
 """
+from __future__ import annotations
+
+# commands are reached through the command line (cli.cmd_eval, cmd_quant)
+__all__ = []

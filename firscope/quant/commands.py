@@ -2,19 +2,15 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from ..errors import FirError
 from ..text import json_text, printable
 from .corpus import Corpus, cut
 from .stats import TokenStats, summarize
-from .work import Choice, Setup, Task, cache_file, run_tasks, workers_for
+from .work import Choice, Setup, Task, adopt, cache_file, run_tasks
 
 
 @dataclass(frozen=True)
@@ -29,6 +25,7 @@ class EvalOptions:
     as_json: bool = False
     out: str | None = None
     workers: int | None = None
+    full: bool = False  # sensitivity: run every variant from the first node (no replay)
 
 
 # -- opening -------------------------------------------------------------------------------
@@ -137,6 +134,7 @@ def evaluate(bank, model_path: str, corpus: Corpus, opts: EvalOptions, choice: d
              *, quiet: bool = False, label: str = "eval") -> tuple[dict, list[TokenStats]]:
     """Score the model with ``choice`` applied against all-f32 over the corpus."""
     setup = Setup(model_path, opts.group, opts.engine)
+    adopt(setup, bank)
     tasks = [Task(i, i, c, corpus.first_scored, (_key(choice),),
                   cache_file(bank.model, c, corpus.first_scored))
              for i, c in enumerate(corpus.chunks)]

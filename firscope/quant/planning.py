@@ -32,11 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FirError, UsageError
+from ..model.ref import Ref
 from ..text import json_text, printable
 from .commands import Bar, EvalOptions, _check_out, _doc_head, _key, evaluate, open_bank, \
     open_corpus
 from .stats import TokenStats, summarize
-from .work import Setup, Task, cache_file, run_tasks, workers_for
+from .work import Runner, Setup, Task, adopt, cache_file, workers_for
 
 PLAN_MARK = "# quant plan:"
 
@@ -55,6 +56,7 @@ class Row:
     gain: float = 0.0
     weight_err: float = 0.0  # relative L2 of w' - w
     weighted_err: float = 0.0  # the same weighted by activation importance
+    decl: str = ""  # the weight line's name (fcw of fcw@3)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -66,22 +68,58 @@ class Sensitivity:
     all_q4: dict  # summary of every instance q4
     chunks: int
     tokens: int
+    runs: float = 0.0  # one-sided full runs of a chunk it cost (replayed ones as shares)
+    replayed_layers: list = None  # layers whose variants ran from that layer on
+    layers: int = 0
 
 
 def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> Sensitivity:
     setup = Setup(path, opts.group, opts.engine)
+    adopt(setup, bank)
     names = bank.instances
     all_q4, all_f32 = bank.all_q4(), bank.all_f32()
     alone = [_key({**all_f32, n: bank.q4_form(n)}) for n in names]
     recovered = [_key({**all_q4, n: "f32"}) for n in names]
     caches = [cache_file(bank.model, c, corpus.first_scored) for c in corpus.chunks]
-    # phase 1, per chunk: the f32 base (cached) with the importance taps, and all-q4
-    first = [Task(i, i, c, corpus.first_scored, (_key(all_q4),), caches[i], importance=True)
+    replay = not getattr(opts, "full", False)
+    snaps = [_snapshot_files(cache, all_q4) if replay and cache else () for cache in caches]
+    # phase 1, per chunk: the f32 base with the importance taps, and all-q4; both record
+    # what a suffix replay needs, and the f32 base's replay is verified per layer
+    first = [Task(i, i, c, corpus.first_scored, (_key(all_q4),), caches[i], importance=True,
+                  replay="record" if snaps[i] else "", snapshots=snaps[i])
              for i, c in enumerate(corpus.chunks)]
     variants = alone + recovered
+    origins = ("f32",) * len(alone) + ("q4",) * len(recovered)
     n_workers, _ = workers_for(len(corpus.chunks) * len(variants))
     if opts.workers is not None:
         n_workers = max(1, opts.workers)
+    bar = None if quiet else Bar("sensitivity", len(corpus.chunks) * (1 + len(variants)))
+    runner = Runner(setup, workers=opts.workers, load_seconds=bank.model.timings["total"])
+    with runner:
+        return _sweep(bank, corpus, opts, runner, first, caches, snaps, variants, origins,
+                      n_workers, bar)
+
+
+def _sweep(bank, corpus, opts, runner, first, caches, snaps, variants, origins, n_workers,
+           bar) -> Sensitivity:
+    names = bank.instances
+    q4_parts: list[TokenStats] = []
+    imp: dict[str, list] = {}
+    verified: list[tuple[int, ...]] = []
+    self_steps = 0.0
+    # the second phase in units of a first-phase task (2 full runs and a replay per layer;
+    # a variant is about 0.6 of a run): what starting workers is weighed against
+    later = len(corpus.chunks) * len(variants) * 0.6 / (2 + 0.6 * bank.model.layers)
+    for r in runner.run(first, remaining=int(later)):
+        q4_parts.append(r.stats[0])
+        verified.append(r.verified)
+        self_steps += r.steps
+        for k, (s, n) in r.importance.items():
+            acc = imp.setdefault(k, [np.zeros_like(s), 0])
+            acc[0] += s
+            acc[1] += n
+        if bar:
+            bar.step()
     # phase 2: chunks x slices of the variants, enough pieces to keep every worker busy
     pieces = max(1, min(len(variants), -(-2 * n_workers // max(len(corpus.chunks), 1))))
     size = -(-len(variants) // pieces)
@@ -89,28 +127,19 @@ def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> S
     for i, c in enumerate(corpus.chunks):
         for s in range(0, len(variants), size):
             second.append(Task(len(second), i, c, corpus.first_scored,
-                               tuple(variants[s: s + size]), caches[i]))
-    bar = None if quiet else Bar("sensitivity", len(corpus.chunks) * (1 + len(variants)))
-    q4_parts: list[TokenStats] = []
-    imp: dict[str, list] = {}
-    for r in run_tasks(setup, first, workers=opts.workers,
-                         load_seconds=bank.model.timings["total"]):
-        q4_parts.append(r.stats[0])
-        for k, (s, n) in r.importance.items():
-            acc = imp.setdefault(k, [np.zeros_like(s), 0])
-            acc[0] += s
-            acc[1] += n
-        if bar:
-            bar.step()
+                               tuple(variants[s: s + size]), caches[i],
+                               replay="replay" if snaps[i] else "", snapshots=snaps[i],
+                               origins=origins[s: s + size], verified=verified[i]))
     per_variant: list[list[TokenStats]] = [[] for _ in variants]
-    for r in run_tasks(setup, second, workers=opts.workers,
-                         load_seconds=bank.model.timings["total"]):
+    for r in runner.run(second):
         task = second[r.index]
         start = variants.index(task.variants[0])
         for j, st in enumerate(r.stats):
             per_variant[start + j].append(st)
+        self_steps += r.steps
         if bar:
             bar.step(len(r.stats))
+    self_full_steps = sum(len(c) - 1 for c in corpus.chunks)
     if bar:
         bar.clear()
     q4_summary = summarize(TokenStats.concat(q4_parts))
@@ -123,8 +152,18 @@ def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> S
                   bank.nbytes(n, "f32"), a["kld_mean"], a["kld_mean_err"], rc["kld_mean"],
                   rc["kld_mean_err"], q4_summary["kld_mean"] - rc["kld_mean"])
         row.weight_err, row.weighted_err = _weight_errors(bank, n, imp.get(n))
+        row.decl = e.decl
         rows.append(row)
-    return Sensitivity(rows, q4_summary, len(corpus.chunks), q4_summary["tokens"])
+    return Sensitivity(rows, q4_summary, len(corpus.chunks), q4_summary["tokens"],
+                       self_steps / max(self_full_steps, 1), sorted(set().union(*verified)),
+                       bank.model.layers)
+
+
+def _snapshot_files(cache: str, all_q4: dict) -> tuple[tuple[str, str], ...]:
+    import hashlib
+    stem = cache[:-len(".npy")]
+    tag = hashlib.sha256(repr(sorted(all_q4.items())).encode()).hexdigest()[:12]
+    return (("f32", f"{stem}-rec-f32.npz"), ("q4", f"{stem}-rec-q4-{tag}.npz"))
 
 
 def _weight_errors(bank, name: str, acc) -> tuple[float, float]:
@@ -144,8 +183,13 @@ def _weight_errors(bank, name: str, acc) -> tuple[float, float]:
 # -- sensitivity command ----------------------------------------------------------------------
 def table(sens: Sensitivity) -> list[str]:
     rows = sorted(sens.rows, key=lambda r: -r.alone)
+    n = len(sens.rows)
+    replayed = sens.replayed_layers or []
     lines = [f"KLD(f32 || q4) with every instance q4: {sens.all_q4['kld_mean']:.6f} ± "
              f"{sens.all_q4['kld_mean_err']:.6f} over {sens.tokens} scored tokens",
+             f"cost: {sens.runs:.1f} one-sided runs per chunk for {n} instances (2N evals "
+             f"would be {4 * n}); variants of {len(replayed)} of {sens.layers} layers ran "
+             "from their layer on (suffix replay, verified per chunk)",
              "alone: only this instance q4; recovered: only this instance f32 (gain = all-q4 "
              "KLD - recovered)",
              "",
@@ -194,11 +238,11 @@ def sensitivity_chart(sens: Sensitivity, layers: int) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    decls = list(dict.fromkeys(r.name.split("@")[0] for r in sens.rows))
+    decls = list(dict.fromkeys(r.decl for r in sens.rows))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     width = 0.8 / max(len(decls), 1)
     for k, d in enumerate(decls):
-        rows = [r for r in sens.rows if r.name.split("@")[0] == d]
+        rows = [r for r in sens.rows if r.decl == d]
         xs = [(r.layer or 0) + k * width for r in rows]
         ax1.bar(xs, [r.alone for r in rows], width, label=d)
         ax2.bar(xs, [r.gain for r in rows], width, label=d)
@@ -373,7 +417,7 @@ def write_plan_text(model, f32: set[str], why: str, corpus, sens: Sensitivity) -
         if new_clause == old_clause:
             out.append(line)
             continue
-        kept = ", ".join(f"{layer} (gain {gains[f'{name}@{layer}']:.2e})" for layer in wanted)
+        kept = ", ".join(f"{layer} (gain {gains[str(Ref(name, layer))]:.2e})" for layer in wanted)
         note = (f"{PLAN_MARK} {why}, {corpus.path.name} ctx {corpus.ctx}: "
                 + (f"layers kept f32: {kept}" if wanted else "every layer q4"))
         comment = m.group(5) or ""

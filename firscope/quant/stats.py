@@ -29,9 +29,18 @@ FIELDS = ("nll", "nll_base", "kld", "p_diff", "same_top")
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Rows of float32 logits -> float64 log-probabilities (max subtracted first)."""
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return _log_softmax(logits)[0]
+
+
+def _log_softmax(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log-probabilities, probabilities), float64, in as few passes as NumPy allows."""
+    z = np.array(logits, dtype=np.float64)
+    z -= z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    total = e.sum(axis=-1, keepdims=True)
+    z -= np.log(total)
+    e /= total
+    return z, e
 
 
 @dataclass(frozen=True)
@@ -55,11 +64,12 @@ class TokenStats:
 def token_stats(quant: np.ndarray, base: np.ndarray, targets: np.ndarray) -> TokenStats:
     """``quant`` and ``base``: f32 logits [n, vocab] (row j predicts ``targets[j]``)."""
     targets = np.asarray(targets, dtype=np.int64)
-    lq, lp = log_softmax(quant), log_softmax(base)
     rows = np.arange(len(targets))
+    lq = _log_softmax(quant)[0]
+    lp, p = _log_softmax(base)
     nll, nll_base = -lq[rows, targets], -lp[rows, targets]
-    p = np.exp(lp)
-    kld = (p * (lp - lq)).sum(axis=-1)
+    lp -= lq  # ln p - ln q
+    kld = np.einsum("ij,ij->i", p, lp)
     p_diff = np.exp(-nll) - np.exp(-nll_base)
     same = np.argmax(quant, axis=-1) == np.argmax(base, axis=-1)
     return TokenStats(nll, nll_base, kld, p_diff, same)

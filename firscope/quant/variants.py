@@ -10,6 +10,7 @@ computes exactly what a .fir file declaring those dtypes would (tests/test_quant
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping
@@ -25,12 +26,16 @@ from ..model.q4 import quantize_conv1d
 from ..model.weights import WeightEntry
 
 
+MAX_FORM_THREADS = 4
+
+
 class Bank:
     def __init__(self, model):
         self.model = model
         self._ckpt = Checkpoint(model.folder)
         self._forms: dict[tuple[str, str], WeightEntry] = {}
         self._lock = threading.Lock()
+        self._machines: dict[str, object] = {}
         # every q4-declared instance, in the model's order (the ones a plan can change)
         self.instances: tuple[str, ...] = tuple(
             name for name, e in model.weights.items() if e.region is None)
@@ -76,12 +81,29 @@ class Bank:
         if not choice:
             return self.model
         weights = dict(self.model.weights)
-        for name, precision in choice.items():
+        for name in choice:
             if name not in weights or weights[name].region is not None:
                 raise FirError(f"'{name}' is not a q4-declared weight instance")
-            weights[name] = self.form(name, precision)
+        names = list(choice)
+        if len(names) > 1:  # made side by side: reading and transposing release the GIL
+            with ThreadPoolExecutor(max_workers=MAX_FORM_THREADS) as pool:
+                made = list(pool.map(lambda n: self.form(n, choice[n]), names))
+        else:
+            made = [self.form(n, choice[n]) for n in names]
+        weights.update(zip(names, made))
         nodes = tuple(_renode(n, weights) for n in self.model.nodes)
         return replace(self.model, weights=MappingProxyType(weights), nodes=nodes)
+
+    def machine(self, model, engine: str):
+        """A Machine running ``model`` (a variant) at position 0: one per engine, kept, so the
+        compiled kernels' plans are made once (a new Machine plans every micro node again)."""
+        from ..runtime.machine import Machine
+        m = self._machines.get(engine)
+        if m is None:
+            m = self._machines[engine] = Machine(model, engine=engine)
+        else:
+            m.use_model(model)
+        return m
 
     def all_f32(self) -> dict[str, str]:
         return {name: "f32" for name in self.instances}

@@ -17,11 +17,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..errors import FirError
 from .stats import TokenStats, base_stats, token_stats
 
 Choice = tuple[tuple[str, str], ...]  # sorted (instance, dtype) pairs
@@ -47,6 +46,14 @@ class Task:
     variants: tuple[Choice, ...]
     cache: str | None  # the base's logits file (read if there, else written)
     importance: bool = False  # mean x^2 per input channel of each q4-declared linear
+    # suffix replay (quant/replay.py): "record" runs the f32 base and the first variant
+    # (all q4) in full, records their live-in sets into these files and verifies each
+    # boundary; "replay" runs each variant from the first layer it changes, from the
+    # record of the base it derives from (origins[i]: "f32", "q4" or "" for none)
+    replay: str = ""  # "", "record" or "replay"
+    snapshots: tuple[tuple[str, str], ...] = ()  # (origin, file)
+    origins: tuple[str, ...] = ()
+    verified: tuple[int, ...] = ()  # layers whose replay reproduced the base bit for bit
 
 
 @dataclass
@@ -57,7 +64,8 @@ class Result:
     stats: list[TokenStats]
     importance: dict[str, tuple[np.ndarray, int]] = field(default_factory=dict)
     seconds: float = 0.0
-    steps: int = 0
+    steps: int = 0  # decode steps run (a replayed step counts as the share of nodes it ran)
+    verified: tuple[int, ...] = ()
 
 
 # -- one process's state -----------------------------------------------------------------
@@ -75,6 +83,12 @@ def _bank(setup: Setup):
     return got
 
 
+def adopt(setup: Setup, bank) -> None:
+    """Use ``bank`` (loaded by the command) for tasks of ``setup`` run in this process."""
+    _STATE.clear()
+    _STATE[setup] = bank
+
+
 def _init_worker(setup: Setup) -> None:
     if setup.threads:
         os.environ["FIRSCOPE_THREADS"] = str(setup.threads)
@@ -83,10 +97,14 @@ def _init_worker(setup: Setup) -> None:
 
 
 def chunk_logits(model, engine: str, tokens: np.ndarray, first_scored: int,
-                 taps: dict | None = None) -> np.ndarray:
+                 taps: dict | None = None, bank=None) -> np.ndarray:
     """Logits predicting tokens first_scored..ctx-1 of the chunk, [n, vocab] f32."""
     from ..runtime.machine import Hooks, Machine
-    m = Machine(model, engine=engine, hooks=Hooks(at_node=taps or {}))
+    if bank is not None:
+        m = bank.machine(model, engine)
+        m.hooks = Hooks(at_node=taps or {})
+    else:
+        m = Machine(model, engine=engine, hooks=Hooks(at_node=taps or {}))
     rows = []
     for j in range(len(tokens) - 1):
         r = m.step(int(tokens[j]))
@@ -122,24 +140,106 @@ def run_task(setup: Setup, task: Task) -> Result:
     bank = _bank(setup)
     t0 = time.perf_counter()
     targets = task.tokens[task.first_scored:]
-    steps = 0
-    base = _read_cache(task.cache)
+    steps = 0.0
+    full_steps = len(task.tokens) - 1
+    base = None if task.replay == "record" else _read_cache(task.cache)
     sums: dict = {}
+    verified: tuple[int, ...] = task.verified
+    records: dict[str, dict] = {}
+    if task.replay == "replay":
+        records = {origin: _read_records(path) for origin, path in task.snapshots}
     if base is None or task.importance:
-        taps = _importance_taps(bank.model, sums) if task.importance else None
-        base = chunk_logits(bank.variant(bank.all_f32()), setup.engine, task.tokens,
-                            task.first_scored, taps)
-        steps += len(task.tokens) - 1
+        taps = _importance_taps(bank.model, sums) if task.importance else {}
+        f32 = bank.variant(bank.all_f32())
+        rec = None
+        if task.replay == "record":
+            from .replay import Recorder, boundaries
+            bounds = boundaries(bank.model, full_steps)
+            rec = Recorder(bank.model, bounds, full_steps)
+            for k, v in rec.taps().items():
+                taps.setdefault(k, []).extend(v)
+        base = chunk_logits(f32, setup.engine, task.tokens, task.first_scored, taps, bank)
+        steps += full_steps
         _write_cache(task.cache, base)
+        if rec is not None:
+            verified, cost = _verify(bank, f32, setup.engine, task, rec, base)
+            steps += cost
+            _write_records(dict(task.snapshots).get("f32"), rec)
+            records["f32"] = rec.data
     stats = []
-    for choice in task.variants:
-        q = chunk_logits(bank.variant(dict(choice)), setup.engine, task.tokens,
-                         task.first_scored)
-        steps += len(task.tokens) - 1
+    for i, choice in enumerate(task.variants):
+        variant = bank.variant(dict(choice))
+        origin = task.origins[i] if i < len(task.origins) else ""
+        q, cost = None, full_steps
+        if task.replay == "replay" and origin in records:
+            from .replay import boundaries, first_changed_layer, replay_logits
+            layer = first_changed_layer(bank.variant(_origin_choice(bank, origin)), variant)
+            bounds = boundaries(bank.model, full_steps)
+            if layer in verified and layer in bounds and bounds[layer].start > 0:
+                b = bounds[layer]
+                q = replay_logits(variant, setup.engine, task.tokens, task.first_scored, b,
+                                  records[origin][b.layer], bank)
+                cost = full_steps * (len(bank.model.nodes) - b.start) / len(bank.model.nodes)
+        if q is None:
+            rec = None
+            taps = {}
+            if task.replay == "record" and i == 0:  # all q4: its records for "recovered"
+                from .replay import Recorder, boundaries
+                rec = Recorder(bank.model, boundaries(bank.model, full_steps), full_steps)
+                taps = rec.taps()
+            q = chunk_logits(variant, setup.engine, task.tokens, task.first_scored, taps, bank)
+            if rec is not None:
+                _write_records(dict(task.snapshots).get("q4"), rec)
+        steps += cost
         stats.append(token_stats(q, base, targets))
     imp = {k: (v[0], v[1]) for k, v in sums.items()}
     return Result(task.index, task.chunk, base_stats(base, targets), stats, imp,
-                  time.perf_counter() - t0, steps)
+                  time.perf_counter() - t0, steps, verified)
+
+
+def _origin_choice(bank, origin: str) -> dict:
+    return bank.all_f32() if origin == "f32" else bank.all_q4()
+
+
+def _verify(bank, model, engine: str, task: Task, rec,
+            base: np.ndarray) -> tuple[tuple[int, ...], float]:
+    """The layers whose replay of ``model`` from its own records gives ``base`` bit for bit,
+    and the decode steps that cost (as shares of a full step)."""
+    from .replay import replay_logits
+    ok, cost = [], 0.0
+    n = len(model.nodes)
+    for layer, b in rec.bounds.items():
+        if b.start == 0:
+            continue
+        again = replay_logits(model, engine, task.tokens, task.first_scored, b,
+                              rec.data[layer], bank)
+        cost += (len(task.tokens) - 1) * (n - b.start) / n
+        if np.array_equal(again.view(np.uint32), base.view(np.uint32)):
+            ok.append(layer)
+    return tuple(ok), cost
+
+
+def _write_records(path: str | None, rec) -> None:
+    if path is None:
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **{f"l{k}": v for k, v in rec.data.items()})
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _read_records(path: str) -> dict[int, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {int(k[1:]): z[k] for k in z.files}
+    except (OSError, ValueError):
+        return {}
 
 
 def _worker_task(setup: Setup, task: Task) -> Result:
@@ -155,47 +255,83 @@ def workers_for(tasks: int) -> int:
 START_SECONDS = 1.5  # a spawned worker's interpreter, NumPy and numba, before its model load
 
 
-def run_tasks(setup: Setup, tasks: Sequence[Task], *, workers: int | None = None,
-              load_seconds: float = 0.0) -> Iterator[Result]:
-    """Results in task order. The first task runs in this process (its model is loaded);
-    the rest go to worker processes only when that pays: when starting them (an interpreter
-    and a model load each, ``load_seconds`` being this process's) costs less than a quarter
-    of running the rest here. ``workers``: a fixed count (0 or 1: all in this process)."""
-    n, cores = workers_for(len(tasks))
-    if workers is not None:
-        n = max(1, min(workers, len(tasks)))
-    if not tasks:
-        return
-    first = run_task(setup, tasks[0])
-    yield first
-    rest = tasks[1:]
-    if workers is None and n > 1:
-        start = START_SECONDS + load_seconds
-        if start > 0.25 * first.seconds * len(rest):
-            n = 1
-    n = min(n, len(rest))
-    if n <= 1:
-        for t in rest:
-            yield run_task(setup, t)
-        return
-    import multiprocessing
-    wsetup = Setup(setup.model, setup.group, setup.engine, threads=max(1, cores // n))
-    pending: dict[int, Result] = {}
-    want = rest[0].index
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(wsetup,)) as pool:
-        futures = [pool.submit(_worker_task, wsetup, t) for t in rest]
+class Runner:
+    """Runs lists of tasks, results in task order, over one set of worker processes kept
+    for every list (a sensitivity sweep's two phases start them once). The first task runs
+    in this process (its model is loaded); workers start only when that pays: when their
+    start (an interpreter and a model load each, ``load_seconds`` being this process's)
+    costs less than a quarter of running the rest here. ``workers``: a fixed count (0 or 1:
+    everything in this process)."""
+
+    def __init__(self, setup: Setup, *, workers: int | None = None, load_seconds: float = 0.0):
+        self.setup, self.workers, self.load_seconds = setup, workers, load_seconds
+        self.pool = None
+        self.n = 1
+        self.decided = workers is not None and workers <= 1
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+
+    def run(self, tasks: Sequence[Task], remaining: int = 0) -> Iterator[Result]:
+        """``remaining``: tasks of later lists, counted when deciding to start workers."""
+        tasks = list(tasks)
+        if not tasks:
+            return
+        if not self.decided:
+            first = run_task(self.setup, tasks[0])
+            yield first
+            tasks = tasks[1:]
+            self._decide(first.seconds, len(tasks) + remaining)
+        if self.pool is None:
+            for t in tasks:
+                yield run_task(self.setup, t)
+            return
+        pending: dict[int, Result] = {}
+        futures = [self.pool.submit(_worker_task, self.wsetup, t) for t in tasks]
+        want = [t.index for t in tasks]
+        k = 0
         try:
             for f in futures:
                 r = f.result()
                 pending[r.index] = r
-                while want in pending:
-                    yield pending.pop(want)
-                    want += 1
+                while k < len(want) and want[k] in pending:
+                    yield pending.pop(want[k])
+                    k += 1
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
+
+    def _decide(self, seconds: float, rest: int) -> None:
+        self.decided = True
+        n, cores = workers_for(rest)
+        if self.workers is not None:
+            n = max(1, min(self.workers, rest))
+        elif START_SECONDS + self.load_seconds > 0.25 * seconds * rest:
+            n = 1
+        if n <= 1:
+            return
+        import multiprocessing
+        self.wsetup = Setup(self.setup.model, self.setup.group, self.setup.engine,
+                            threads=max(1, cores // n))
+        self.pool = ProcessPoolExecutor(max_workers=n,
+                                        mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_init_worker, initargs=(self.wsetup,))
+
+
+START_SECONDS = 1.5  # a spawned worker's interpreter, NumPy and numba, before its model load
+
+
+def run_tasks(setup: Setup, tasks: Sequence[Task], *, workers: int | None = None,
+              load_seconds: float = 0.0) -> Iterator[Result]:
+    """:class:`Runner` for one list of tasks."""
+    with Runner(setup, workers=workers, load_seconds=load_seconds) as runner:
+        yield from runner.run(tasks)
 
 
 # -- the f32 side's cache ----------------------------------------------------------------
@@ -262,7 +398,14 @@ def _write_cache(path: str | None, logits: np.ndarray) -> None:
 
 
 def _prune(folder: Path) -> None:
-    files = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in folder.glob("*.npy"))
+    files = []
+    for p in [*folder.glob("*.npy"), *folder.glob("*.npz")]:
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        files.append((st.st_mtime, st.st_size, p))
+    files.sort()
     total = sum(s for _, s, _ in files)
     for _, size, p in files:
         if total <= CACHE_LIMIT_BYTES:

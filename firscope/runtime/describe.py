@@ -65,7 +65,7 @@ def _weight_lines(model) -> list[str]:
         declared = [e for e in entries if e.declared and e.declared != (model.weight_decls[decl]
                                                                         .dtype_at(None, model.group))]
         for e in declared:  # an 'except' clause's layers, one line each
-            lines.append(f"    @{e.layer}: {e.declared:<8} {e.nbytes:>24,} B  {e.stored}")
+            lines.append(f"    layer {e.layer}: {e.declared:<8} {e.nbytes:>19,} B  {e.stored}")
     lines.append(f"  total: {total_w:,} bytes")
     return lines
 

@@ -137,6 +137,19 @@ class Machine:
         self.history = []
         self.current_token = None
 
+    def use_model(self, model: Model) -> None:
+        """Run ``model`` from now on: a variant of this machine's model with other weights
+        behind some ext nodes (the quantization workbench's, quant/variants.Bank.variant),
+        on the same arena, with the same micro nodes, so the kernel runner's plans stay
+        good; the ext calls are bound again. Then back to position 0."""
+        if model.arena is not self.arena or len(model.nodes) != len(self.model.nodes) or any(
+                a.program is not b.program for a, b in zip(model.nodes, self.model.nodes)):
+            raise ValueError("use_model takes a variant of the same model (same arena and "
+                             "micro nodes)")
+        self.model = model
+        self._plain = None
+        self.reset()
+
     @property
     def n_positions(self) -> int | None:
         return self.model.n_positions
@@ -264,11 +277,14 @@ class Machine:
 
     def _run_plain(self) -> None:
         """Every node of the plan, with no hook to call: the plain loop."""
+        self._run_calls(self._calls())
+
+    def _run_calls(self, calls: list[tuple]) -> None:
         # One errstate for the step: the ext ops' (NaN/Inf propagate as on a GPU); nothing
         # else in the loop computes with NumPy.
         at_node = self.hooks.at_node  # the taps after chosen nodes (usually none)
         with np.errstate(all="ignore"):
-            for call in self._calls():
+            for call in calls:
                 node, fn, args, plain = call
                 if plain:
                     self._plain_call(call)
@@ -310,6 +326,18 @@ class Machine:
                 self.run_node(node)
         else:
             self._run_plain()
+        return self.finish_token()
+
+    def step_from(self, token: int, start: int,
+                  prepare: Callable[["Machine"], None] | None = None) -> StepResult:
+        """One decode step that runs only the plan's nodes from index ``start`` on (the plain
+        loop, at_node taps included): ``prepare(machine)`` writes, after the input buffers,
+        whatever the skipped nodes would have left for the rest (the quantization
+        workbench's suffix replay, :mod:`firscope.quant.replay`)."""
+        self.begin_token(token)
+        if prepare is not None:
+            prepare(self)
+        self._run_calls(self._calls()[start:])
         return self.finish_token()
 
     # -- generation ------------------------------------------------------------------
