@@ -198,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--sanitize", action="store_true",
                     help="also run the kernel sanitizer on the same tokens and list its "
                          "findings in the report")
+    pr.add_argument("--corpus", type=path_arg, metavar="FILE",
+                    help="also score this corpus: the q4 model's eval figures and every q4 "
+                         "weight's sensitivity in the report (see firscope quant)")
+    pr.add_argument("--ctx", type=count_arg, default=None, metavar="N",
+                    help="--corpus: tokens per chunk (default: n_positions, at most 512)")
+    pr.add_argument("--chunks", type=count_arg, default=None, metavar="K",
+                    help="--corpus: score only the first K chunks")
 
     pr.add_argument("--device", metavar="NAME",
                     help="also predict each node's time on this GPU (report.json 'gpu', "
@@ -230,6 +237,13 @@ def _ui_parser(sub) -> None:
     ui.add_argument("--device", metavar="NAME",
                     help="GPU whose predicted times the Profile tab shows (default: the "
                          "devices.toml default, else h200)")
+    ui.add_argument("--corpus", type=path_arg, metavar="FILE",
+                    help="score this corpus in the background (firscope quant sensitivity) "
+                         "and show the ranking in the Profile tab")
+    ui.add_argument("--ctx", type=count_arg, default=None, metavar="N",
+                    help="--corpus: tokens per chunk (default: n_positions, at most 512)")
+    ui.add_argument("--chunks", type=count_arg, default=None, metavar="K",
+                    help="--corpus: score only the first K chunks")
 
 
 def _run_parser(sub) -> None:
@@ -630,7 +644,8 @@ def cmd_ui(args) -> int:
     return run_app(UiArgs(model=args.model, prompt=args.prompt, tokens=args.tokens, n=args.n,
                           n_given=getattr(args, "n_given", False), fir_f32=args.fir_f32,
                           group=args.group, q4_path=args.q4_path, engine=args.engine,
-                          against=args.against, isolate=args.isolate, device=args.device))
+                          against=args.against, isolate=args.isolate, device=args.device,
+                          corpus=args.corpus, ctx=args.ctx, chunks=args.chunks))
 
 
 def cmd_debug(args) -> int:
@@ -641,14 +656,23 @@ def cmd_debug(args) -> int:
 
 def cmd_profile(args) -> int:
     if args.engine == "gpu":
-        if args.against or args.sanitize:
-            raise FirError("profile --engine gpu times the GPU only: --against and --sanitize "
-                           "need a reference engine (compare with `diff --engine gpu`)")
+        if args.against or args.sanitize or args.corpus:
+            raise FirError("profile --engine gpu times the GPU only: --against, --sanitize "
+                           "and --corpus need a reference engine (compare with "
+                           "`diff --engine gpu`)")
         from .gpu.commands import run_gpu_profile
         return run_gpu_profile(_run_input(args), n=args.n, out=args.out, device=args.device)
     from .profile.report import run_profile
+    corpus = None
+    if args.corpus is not None:
+        from .quant.commands import EvalOptions
+        corpus = EvalOptions(model=args.model, corpus=args.corpus, group=args.group,
+                             engine=args.engine, ctx=args.ctx, chunks=args.chunks)
+    elif args.ctx is not None or args.chunks is not None:
+        raise UsageError("--ctx and --chunks go with --corpus FILE")
     return run_profile(_run_input(args), n=args.n, engine=args.engine, out=args.out,
-                       against=args.against, sanitize=args.sanitize, device=args.device)
+                       against=args.against, sanitize=args.sanitize, device=args.device,
+                       corpus=corpus)
 
 
 def cmd_diff(args) -> int:

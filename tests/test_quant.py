@@ -247,3 +247,23 @@ def test_a_text_tokenizer_refuses_bytes_that_are_not_utf8(tmp_path):
     good.write_text(" ".join(f"w{i % 60}" for i in range(80)))
     doc = eval_json(fir, "--corpus", good)
     assert doc["summary"]["tokens"] == 62 and doc["ctx"] == 32  # n_positions 32: 2 chunks
+
+
+def test_profile_report_carries_the_corpus_section(tmp_path):
+    out = tmp_path / "rep"
+    r = firscope("profile", "--tokens", "1,2", "-n", 1, "-o", out, "--corpus", CORPUS,
+                 "--ctx", 32, "--chunks", 1, timeout=600)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((out / "report.json").read_text())
+    c = report["corpus"]
+    assert (c["ctx"], c["chunks"], len(c["weights"])) == (32, 1, 16)
+    # the same figures as the command gives
+    doc = json.loads(firscope("quant", "sensitivity", "--corpus", CORPUS, "--ctx", 32,
+                              "--chunks", 1, "--json").stdout)
+    assert c["weights"] == doc["weights"] and c["all_q4"] == doc["all_q4"]
+    html = (out / "report.html").read_text()
+    assert "Quantization over a corpus" in html and "href='#corpus'" in html
+    assert "alone: only this weight q4" not in html  # the chart is an image, not text...
+    assert html.count("data:image/svg+xml") >= 2  # ...drawn by matplotlib, embedded
+    r = firscope("profile", "--tokens", "1", "-o", tmp_path / "r2", "--chunks", 2)
+    assert r.returncode == 2 and "go with --corpus" in r.stderr

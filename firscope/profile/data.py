@@ -303,6 +303,7 @@ class ProfileData:
     divergence: Divergence | None = None  # against a dump, when one was given
     sanitizer: dict | None = None  # `profile --sanitize`: the sanitizer's JSON report
     gpu: dict | None = None  # `profile --device`: the cost analysis (firscope/cost) as JSON
+    corpus: dict | None = None  # `profile --corpus`: eval and sensitivity (firscope/quant)
 
     @classmethod
     def for_model(cls, model: Model, **meta) -> "ProfileData":

@@ -281,6 +281,7 @@ def report_dict(data: ProfileData) -> dict:
         "divergence": divergence_section(data),
         "sanitizer": data.sanitizer,  # None: the profile ran without --sanitize
         "gpu": data.gpu,  # None: the profile ran without --device
+        "corpus": data.corpus,  # None: the profile ran without --corpus
     }
 
 

@@ -56,7 +56,7 @@ def img(picture: bytes | None, alt: str) -> str:
     script and fetches nothing."""
     if not picture:
         return ""
-    kind = "svg+xml" if picture.startswith(b"<svg") else "png"
+    kind = "svg+xml" if b"<svg" in picture[:512] else "png"
     b64 = base64.b64encode(picture).decode("ascii")
     return f'<img alt="{esc(alt)}" src="data:image/{kind};base64,{b64}">'
 
@@ -96,7 +96,8 @@ def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = 
              "<a href='#instructions'>Instructions</a>"
              + ("<a href='#gpu'>GPU</a>" if report.get("gpu") else "")
              + "<a href='#quant'>Quantization</a>"
-             "<a href='#attention'>Attention</a>"
+             + ("<a href='#corpus'>Corpus</a>" if report.get("corpus") else "")
+             + "<a href='#attention'>Attention</a>"
              + ("<a href='#divergence'>Divergence</a>" if report.get("divergence") else "")
              + ("<a href='#sanitizer'>Sanitizer</a>" if report.get("sanitizer") is not None
                 else "") + "<a href='#files'>Files</a></nav>"]
@@ -106,6 +107,8 @@ def render_html(report: dict, figs: dict[str, bytes | None], files: list[str] = 
     parts.append(_instructions(report, figs))
     parts.append(gpu_section(report, figs))
     parts.append(_quant(report, figs))
+    if report.get("corpus"):
+        parts.append(_corpus(report["corpus"], figs))
     parts.append(_attention(report, figs))
     if report.get("sanitizer") is not None:
         parts.append(_sanitizer(report["sanitizer"]))
@@ -385,6 +388,38 @@ def _quant(report: dict, figs) -> str:
         out.append("<details><summary>per step</summary>" + table(
             ["step", "pos", "fed token", "KL", "f32 top", "q4 top", "same", "P_f32(top)",
              "P_q4(top)", "Δp"], rows, {2, 4, 5}) + "</details>")
+    return "".join(out)
+
+
+def _corpus(c: dict, figs) -> str:
+    """``profile --corpus``: the eval figures of the all-q4 model and the sensitivity table."""
+    s = c["all_q4"]
+    out = ["<h2 id='corpus'>Quantization over a corpus</h2>",
+           f"<p>{esc(c['corpus'])}: {num(c['chunks'])} chunk(s) of {num(c['ctx'])} tokens, "
+           f"{num(s['tokens'])} scored, every q4 weight q4 against every weight f32 "
+           "(figures as <code>firscope eval</code> and llama-perplexity define them, "
+           "docs/quant.md).</p>"]
+    for note in c.get("notes", []):
+        out.append(f"<p class='note'>{esc(note)}</p>")
+    out.append(table(["PPL(q4)", "PPL(f32)", "ln(PPL ratio)", "mean KLD", "median KLD",
+                      "99% KLD", "max KLD", "RMS Δp", "same top 1"],
+                     [[f"{num(s['ppl_q'])} ± {num(s['ppl_q_err'], '.2g')}",
+                       f"{num(s['ppl_base'])} ± {num(s['ppl_base_err'], '.2g')}",
+                       f"{num(s['ln_ppl_ratio'])} ± {num(s['ln_ppl_ratio_err'], '.2g')}",
+                       f"{num(s['kld_mean'])} ± {num(s['kld_mean_err'], '.2g')}",
+                       num(s["kld_median"]), num(s["kld_p99"]), num(s["kld_max"]),
+                       pct(s["dp_rms"]), pct(s["same_top"])]]))
+    out.append("<h3>Sensitivity per weight</h3><p>alone: mean KLD with only this weight q4; "
+               "recovered: with only this weight f32 (gain = all-q4 KLD − recovered); w err: "
+               "relative L2 error of its q4 form; imp err: the same weighted by the mean x² "
+               "of each input channel over the corpus (llama-imatrix's importance).</p>")
+    out.append(img(figs.get("sensitivity"), "sensitivity per layer"))
+    rows = [[num(i + 1), esc(w["name"]), esc(w["q4_form"]), num(w["alone"]),
+             num(w["recovered"]), num(w["gain"]), num(w["q4_bytes"]), num(w["f32_bytes"]),
+             num(w["weight_err"]), num(w["weighted_err"])]
+            for i, w in enumerate(c["weights"])]
+    out.append(table(["rank", "weight", "q4 form", "alone KLD", "recovered", "gain", "q4 B",
+                      "f32 B", "w err", "imp err"], rows, {1, 2}))
     return "".join(out)
 
 

@@ -138,6 +138,10 @@ def build_figures(report: dict) -> dict[str, bytes | None]:
     figs["attention"] = F.attention(report["attention"])
     figs["roofline"] = F.roofline(report.get("gpu"))
     figs["gpu_split"] = F.gpu_split(report.get("gpu"))
+    corpus = report.get("corpus")
+    if corpus and corpus.get("weights"):
+        from ..quant.planning import sensitivity_chart
+        figs["sensitivity"] = sensitivity_chart(corpus["weights"], corpus["layers"])
     return figs
 
 
@@ -238,9 +242,28 @@ def add_gpu(data: ProfileData, model: Model, device, *, engine: str = "compiled"
     progress.end()
 
 
+def add_corpus(data: ProfileData, model: Model, corpus_opts, *,
+               progress: Progress | None = None) -> None:
+    """Score a corpus (firscope/quant): the all-q4 eval figures and every q4 weight's
+    sensitivity (report.json's ``corpus``). Runs on its own copy of the arena."""
+    from ..quant.commands import open_corpus
+    from ..quant.planning import sensitivity, sensitivity_doc
+    from ..quant.variants import Bank
+    progress = progress or Silent()
+    bank = Bank(model.with_own_arena())
+    corpus = open_corpus(bank, corpus_opts)
+    progress.phase(f"sensitivity over {len(corpus.chunks)} chunk(s) of {corpus.ctx} tokens")
+    sens = sensitivity(bank, str(model.path), corpus, corpus_opts, quiet=True)
+    data.corpus = {"corpus": str(corpus.path), "corpus_sha256": corpus.digest,
+                   "ctx": corpus.ctx, "chunks": len(corpus.chunks),
+                   "first_scored": corpus.first_scored, "notes": list(corpus.notes),
+                   **sensitivity_doc(sens)}
+    progress.end()
+
+
 def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAULT_ENGINE,
                 out: str | Path, against: str | Path | None = None,
-                sanitize: bool = False, device: str | None = None) -> int:
+                sanitize: bool = False, device: str | None = None, corpus=None) -> int:
     """``firscope profile``: the CLI glue (argument parsing lives in cli.py). ``against``: a
     dump the profiled run is compared with (the report's divergence section); ``sanitize``:
     also run the kernel sanitizer on the same tokens; ``device``: add the GPU speed-of-light
@@ -252,6 +275,9 @@ def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAU
         dev = find_device(device)
     # A folder we cannot write is reported before minutes of profiling, not after.
     out = check_report_folder(out)
+    if corpus is not None:  # and a corpus that is not there
+        from ..fir.source import regular_file_size
+        regular_file_size(Path(corpus.corpus), "a corpus file")
     progress = Progress(sys.stderr)
     progress.phase("loading the model")
     opened = source.open()
@@ -268,6 +294,8 @@ def run_profile(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAU
         add_sanitizer(data, opened.model, engine=engine, progress=progress)
     if dev is not None:
         add_gpu(data, opened.model, dev, engine=engine, progress=progress)
+    if corpus is not None:
+        add_corpus(data, opened.model, corpus, progress=progress)
     files = write_report(data, out, progress=progress)
     print(f"wrote {printable(files['report.html'])}")
     for name in sorted(files):

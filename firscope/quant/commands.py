@@ -34,7 +34,11 @@ def open_bank(opts: EvalOptions):
     from ..runtime import load_model
     from .variants import Bank
     path = resolve_model(opts.model)
-    return Bank(load_model(path, group=opts.group)), str(path)
+    bank = Bank(load_model(path, group=opts.group))
+    runner = bank.machine(bank.model, opts.engine).kernel_runner
+    if runner is not None:  # kernels loaded now, as firscope run loads them before its steps
+        runner.warmup()
+    return bank, str(path)
 
 
 def open_corpus(bank, opts: EvalOptions) -> Corpus:

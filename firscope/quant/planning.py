@@ -217,8 +217,7 @@ def run_sensitivity(opts: EvalOptions) -> int:
         for n in corpus.notes:
             print(f"  note: {n}")
     sens = sensitivity(bank, path, corpus, opts)
-    doc = {**_doc_head(bank, corpus, opts), "all_q4": sens.all_q4,
-           "weights": [r.as_dict() for r in sorted(sens.rows, key=lambda r: -r.alone)]}
+    doc = {**_doc_head(bank, corpus, opts), **sensitivity_doc(sens)}
     if opts.as_json:
         print(json_text(json.dumps(doc, indent=1)))
     else:
@@ -226,38 +225,50 @@ def run_sensitivity(opts: EvalOptions) -> int:
     if out is not None:
         from ..runtime.opening import write_into_folder
         write_into_folder(out, "sensitivity.json", json_text(json.dumps(doc, indent=1)) + "\n")
-        write_into_folder(out, "sensitivity.svg", sensitivity_chart(sens, bank.model.layers))
+        write_into_folder(out, "sensitivity.svg",
+                          sensitivity_chart(doc["weights"], bank.model.layers))
         if not opts.as_json:
             print(f"wrote {printable(out)}/sensitivity.json and sensitivity.svg")
     return 0
 
 
-def sensitivity_chart(sens: Sensitivity, layers: int) -> str:
-    """Grouped bars per layer (one bar per weight name): alone KLD, as an SVG (matplotlib)."""
+def sensitivity_chart(rows: list[dict], layers: int) -> bytes:
+    """Bars per layer, one per weight line: the KLD it causes alone, and the KLD keeping it
+    f32 saves (gain); SVG bytes. matplotlib's object API, no pyplot: no global state, so a
+    report can be drawn from a worker thread of the UI."""
     import io
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    decls = list(dict.fromkeys(r.decl for r in sens.rows))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    from matplotlib.figure import Figure
+    decls = list(dict.fromkeys(r["decl"] for r in rows))
+    fig = Figure(figsize=(10, 3.6))
+    FigureCanvasSVG(fig)
+    ax1, ax2 = fig.subplots(1, 2)
     width = 0.8 / max(len(decls), 1)
     for k, d in enumerate(decls):
-        rows = [r for r in sens.rows if r.decl == d]
-        xs = [(r.layer or 0) + k * width for r in rows]
-        ax1.bar(xs, [r.alone for r in rows], width, label=d)
-        ax2.bar(xs, [r.gain for r in rows], width, label=d)
-    for ax, title in ((ax1, "alone: only this weight q4"),
-                      (ax2, "gain: KLD saved keeping it f32")):
+        mine = [r for r in rows if r["decl"] == d]
+        xs = [(r["layer"] or 0) + k * width for r in mine]
+        ax1.bar(xs, [r["alone"] for r in mine], width, label=d)
+        ax2.bar(xs, [r["gain"] for r in mine], width, label=d)
+    for ax, title, ylabel in ((ax1, "alone: only this weight q4", "mean KLD(f32 || q4)"),
+                              (ax2, "gain: KLD saved keeping it f32",
+                               "KLD(all q4) - KLD(it f32)")):
         ax.set_xlabel("layer")
-        ax.set_ylabel("mean KLD against f32")
+        ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(layers)], [str(i) for i in range(layers)])
-    ax1.legend(fontsize=8)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(layers)],
+                      [str(i) for i in range(layers)])
+    ax1.legend(fontsize=8, title="weight")
     fig.tight_layout()
-    buf = io.StringIO()
+    buf = io.BytesIO()
     fig.savefig(buf, format="svg")
-    plt.close(fig)
     return buf.getvalue()
+
+
+def sensitivity_doc(sens: Sensitivity) -> dict:
+    """What the JSON outputs and the profiling report carry."""
+    return {"all_q4": sens.all_q4, "runs_per_chunk": sens.runs,
+            "replayed_layers": sens.replayed_layers, "layers": sens.layers,
+            "weights": [r.as_dict() for r in sorted(sens.rows, key=lambda r: -r.alone)]}
 
 
 # -- plan -----------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from .messages import JobDone, LoadFailed, Loaded, LoadProgress
 from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
 from .cost_actions import CostActions
+from .corpus_actions import CorpusActions
 from .report_actions import ReportActions
 from .save_actions import SaveActions
 from .registers_pane import RegistersPane
@@ -52,7 +53,7 @@ from ..runtime import NodeKind
 
 
 
-class FirscopeApp(CostActions, ReportActions, SaveActions, App):
+class FirscopeApp(CostActions, CorpusActions, ReportActions, SaveActions, App):
     CSS_PATH = "app.tcss"
     ALLOW_IN_MAXIMIZED_VIEW = "Footer, #status"  # a maximized pane keeps the header
     TITLE = "firscope"
@@ -182,6 +183,7 @@ class FirscopeApp(CostActions, ReportActions, SaveActions, App):
         self.set_status(p["view"].status)
         if first or self.focused is None:
             self.query_one(NodeList).focus()
+        self.start_corpus()
 
     # -- status and views --------------------------------------------------------------------
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:

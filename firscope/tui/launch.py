@@ -24,6 +24,9 @@ class UiArgs:
     against: str | None = None
     isolate: bool = False
     device: str | None = None
+    corpus: str | None = None
+    ctx: int | None = None
+    chunks: int | None = None
 
 
 def run_app(args: UiArgs) -> int:
@@ -32,10 +35,15 @@ def run_app(args: UiArgs) -> int:
     ids = parse_token_list(args.tokens) if args.tokens else None
     model = resolve_model(args.model)
     refuse_prompt_early(model, args.prompt, ids)  # not after a minute of loading
+    if args.corpus is not None:  # nor a corpus that is not there
+        from pathlib import Path
+        from ..fir.source import regular_file_size
+        regular_file_size(Path(args.corpus), "a corpus file")
     app = FirscopeApp(model, UiOptions(
         prompt_ids=ids, prompt_text=args.prompt, n=ui_steps(args), fir_f32=args.fir_f32,
         group=args.group, engine=args.engine, q4_path=args.q4_path, against=args.against,
-        isolate=args.isolate, device=args.device))
+        isolate=args.isolate, device=args.device, corpus=args.corpus, corpus_ctx=args.ctx,
+        corpus_chunks=args.chunks))
     app.run()
     return 0
 

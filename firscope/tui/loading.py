@@ -35,6 +35,9 @@ class UiOptions:
     against: str | None = None  # a dump every node is compared with (the Diff tab)
     isolate: bool = False  # with against: nodes coloured by their own error
     device: str | None = None  # the GPU whose predicted times the Profile tab shows
+    corpus: str | None = None  # --corpus: a sensitivity sweep shown in the Profile tab
+    corpus_ctx: int | None = None
+    corpus_chunks: int | None = None
     show_times: bool = True
     time_of: Callable | None = None  # node times as shown (tests: deterministic ones)
 

@@ -158,6 +158,45 @@ def quant_renderable(fir_f32: bool, weights, quant):
     return Group(Text(""), grid, logits)
 
 
+CORPUS_ROWS = 12  # weights listed; the rest are in `firscope quant sensitivity`
+BAR = 24  # cells of the longest per-layer bar
+
+
+def corpus_renderable(doc: dict | None, note: str | None, width: int | None = None):
+    """``ui --corpus``: the all-q4 figures, the weights ranked by the KLD each causes alone,
+    and the per-layer total as bars (what the report's chart shows)."""
+    if doc is None:
+        return Text(f"\n{note}", style="dim") if note else Text("")
+    s = doc["all_q4"]
+    head = Text(f"\ncorpus {doc.get('corpus', '')}: {s['tokens']} tokens, mean KLD(f32‖q4) "
+                f"{s['kld_mean']:.4g} ± {s['kld_mean_err']:.2g}, PPL q4 {s['ppl_q']:.4g} / f32 "
+                f"{s['ppl_base']:.4g}, same top-1 {100 * s['same_top']:.1f}%", style="bold")
+    narrow = width is not None and width < 100
+    title = Text("weights by KLD alone (only it q4); gain: KLD saved keeping it f32")
+    t = Table(box=None, padding=(0, 1))
+    for col in ("weight", "alone", "gain") + (() if narrow else ("q4 B", "f32 B", "imp err")):
+        t.add_column(col, justify="left" if col == "weight" else "right")
+    for w in doc["weights"][:CORPUS_ROWS]:
+        cells = [w["name"], f"{w['alone']:.3g}", f"{w['gain']:.3g}"]
+        if not narrow:
+            cells += [f"{w['q4_bytes']:,}", f"{w['f32_bytes']:,}", f"{w['weighted_err']:.3g}"]
+        t.add_row(*cells)
+    per_layer: dict = defaultdict(float)
+    for w in doc["weights"]:
+        per_layer[w["layer"]] += w["alone"]
+    top = max(per_layer.values(), default=0.0) or 1.0
+    bars = Text("\nKLD alone summed per layer\n")
+    for layer in sorted(per_layer, key=lambda x: (x is None, x)):
+        n = int(round(BAR * per_layer[layer] / top))
+        bars.append(f"  layer {layer!s:>3} ")
+        bars.append("█" * n, style="magenta")
+        bars.append(f" {per_layer[layer]:.3g}\n")
+    rest = len(doc["weights"]) - CORPUS_ROWS
+    more = Text(f"... {rest} more: firscope quant sensitivity --corpus FILE" if rest > 0 else "",
+                style="dim")
+    return Group(head, title, t, more, bars)
+
+
 class ProfileView(VerticalScroll, can_focus=True):
     DEFAULT_CSS = """
     ProfileView { padding: 0 1; }
@@ -175,6 +214,7 @@ class ProfileView(VerticalScroll, can_focus=True):
         super().__init__(*args, **kw)
         self.quant = None  # QuantComparison, once measured
         self.weights = None  # [WeightStats]
+        self.corpus: tuple[dict | None, str | None] = (None, None)  # ui --corpus: (doc, note)
         self._shown = None
 
     def watch_view(self, view: StopView | None) -> None:
@@ -188,6 +228,7 @@ class ProfileView(VerticalScroll, can_focus=True):
     def compose(self):
         yield Static(id="prof-time")
         yield Static(id="prof-quant")
+        yield Static(id="prof-corpus")
 
     def on_resize(self) -> None:
         if self._shown is not None:
@@ -195,6 +236,10 @@ class ProfileView(VerticalScroll, can_focus=True):
 
     def set_quant(self, weights, quant) -> None:
         self.weights, self.quant = weights, quant
+
+    def set_corpus(self, doc: dict | None, note: str | None) -> None:
+        self.corpus = (doc, note)
+        self.query_one("#prof-corpus", Static).update(corpus_renderable(doc, note))
 
     def show(self, model, view: StopView) -> None:
         self._shown = (model, view)
@@ -206,3 +251,5 @@ class ProfileView(VerticalScroll, can_focus=True):
             time_tables(model, times, self.cost, width or None))
         self.query_one("#prof-quant", Static).update(
             quant_renderable(model.fir_f32, self.weights, self.quant))
+        self.query_one("#prof-corpus", Static).update(
+            corpus_renderable(*self.corpus, width or None))
