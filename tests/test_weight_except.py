@@ -110,3 +110,11 @@ def test_capture_of_an_excepted_layer_runs_the_same(tmp_path):
         assert ("weight fcw f32 " in case) if layer else ("weight fcw q4:g16 " in case)
         r = firscope("diff", out / "gpt2.fir", "--against", out / "expected.safetensors")
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_diff_names_the_weight_a_layer_stores_differently(tmp_path):
+    a = write_random_gpt2(tmp_path / "a")
+    b = with_line(tmp_path, FCW, FCW + " except 1:f32", name="b")
+    r = firscope("diff", a, b, "--tokens", "3,1,4")
+    assert r.returncode == 1, r.stderr
+    assert "fc_linear@1 reads weight fcw@1 as q4 in A and f32 in B" in r.stdout

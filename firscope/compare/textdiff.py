@@ -146,9 +146,28 @@ def divergence_link(fd: FirDiff, report, model_a, model_b) -> list[str]:
         elif line in fd.a_to_b.get(kernel, {}):
             out.append(f"the instruction that stored the diverging element is unchanged (A line "
                        f"{line}, B line {fd.a_to_b[kernel][line]}): the change above feeds it")
+    stored = _weight_changes(node_a, node_b)
+    if stored:
+        out.append(f"{f.instance} reads " + "; ".join(stored))
     if not out:
         out.append(f"{f.instance} ({node_a.target}) and its line are unchanged: the divergence "
                    "comes from a changed input (an earlier node, a declaration or a weight)")
+    return out
+
+
+def _weight_changes(node_a, node_b) -> list[str]:
+    """The node's weights that the two files store differently (a q4 weight one file makes
+    f32 or regroups for this layer: ``except``, ``q4:gN``)."""
+    if node_b is None:
+        return []
+    out = []
+    for a, b in zip(node_a.args, node_b.args):
+        wa, wb = a.weight, b.weight
+        if wa is None or wb is None or wa.name != wb.name:
+            continue
+        da, db = wa.declared or wa.dtype, wb.declared or wb.dtype
+        if da != db:
+            out.append(f"weight {printable(wa.name)} as {da} in A and {db} in B")
     return out
 
 
