@@ -159,8 +159,15 @@ def test_help_states_the_default_of_n_and_explains_engine():
         if "n" in acts:
             assert f"(default {acts['n'].default})" in acts["n"].help, name
             defaults[name] = acts["n"].default
-        # dap takes its engine from the launch request; gpu and wgsl are about the GPU engine
-        if name not in ("check", "dap", "gpu", "wgsl"):
+        # dap takes its engine from the launch request; gpu and wgsl are about the GPU engine;
+        # quant's actions (sensitivity, plan) each take one
+        if name == "quant":
+            qsub = next(a for a in sp._actions
+                        if isinstance(a, __import__("argparse")._SubParsersAction))
+            for qname, qp in qsub.choices.items():
+                eng = next(a for a in qp._actions if a.dest == "engine")
+                assert "interp" in eng.help, qname
+        elif name not in ("check", "dap", "gpu", "wgsl"):
             assert acts["engine"].help and "interp" in acts["engine"].help, name
     assert defaults == {"ui": 12, "run": 16, "debug": 16, "profile": 16, "serve": 12,
                         "sanitize": 4}
