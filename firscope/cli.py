@@ -9,7 +9,7 @@ usage error (argparse style) or a bug in firscope, 130 interrupted (ctrl+c).
 Only light modules are imported here: NumPy, numba and the model layer load
 inside the commands, where ctrl+c is already turned into exit 130.
 
-size: the argument parsers of all sixteen subcommands live here, because argparse
+size: the argument parsers of all seventeen subcommands live here, because argparse
 stops at this module; the commands themselves are a few lines each.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .errors import FirError, Interrupted, UsageError
 from .text import printable, token_ids, undecodable
 
 SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "cost",
-               "dap", "serve", "gpu", "wgsl", "eval", "quant")
+               "dap", "serve", "gpu", "wgsl", "eval", "quant", "replay")
 # Commands that stop at instructions (or watch every access): not on a GPU
 NO_GPU_COMMANDS = ("debug", "ui", "serve", "sanitize")
 
@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _ui_parser(sub)
     _quant_parsers(sub)
+    _replay_parser(sub)
 
     c = sub.add_parser("check", help="load and validate a model; print a summary")
     _model_arg(c)
@@ -323,6 +324,9 @@ def _cost_parser(sub) -> None:
                     help="nodes in the ranked table (default 40; 0: all)")
     co.add_argument("--json", action="store_true", help="print the analysis as JSON (with "
                                                          "--device list: the devices)")
+    co.add_argument("--baseline", type=path_arg, metavar="B.fir|SAVED.json",
+                    help="compare with this model file (same tokens, position and device) or "
+                         "a saved cost --json: per kernel and per node before, after, ratio")
     _engine_arg(co, gpu=False)
 
 
@@ -415,6 +419,35 @@ def _corpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print every figure as JSON")
     p.add_argument("--workers", type=count_arg, default=None, metavar="N",
                    help="worker processes (default: one per core, at most one per work item)")
+
+
+def _replay_parser(sub) -> None:
+    rp = sub.add_parser(
+        "replay", help="replay edited kernels on the original run's inputs: identical or not, "
+                       "faults, and the predicted GPU cost before and after",
+        description="FILE holds one or more 'kernel ... endkernel' blocks replacing the "
+                    "model's kernels of the same names. Every node that dispatches one runs "
+                    "with the original and the edited kernel on the same inputs at every step "
+                    "(as diff --isolate). Exit 0 when every output is identical bit for bit, "
+                    "1 when any differs or the edit faults, 2 on usage or parse errors "
+                    "(positioned in FILE).")
+    _model_arg(rp)
+    rp.add_argument("--kernel", type=path_arg, required=True, metavar="FILE",
+                    help="the edited kernel(s)")
+    g = rp.add_mutually_exclusive_group()
+    g.add_argument("--node", metavar="NAME",
+                   help="only this node instance or glob (ln1@0, attention@*); default: all")
+    g.add_argument("--all", action="store_true", help="every node that uses an edited kernel "
+                                                      "(the default)")
+    _input_args(rp, required=True, steps=0)
+    rp.add_argument("--device", metavar="NAME",
+                    help="device profile of the cost before/after (default: the devices.toml "
+                         "default, else h200)")
+    rp.add_argument("--chained", action="store_true",
+                    help="also run the whole decode with the edit and report how the logits "
+                         "change (max |Δ|, same top-1, mean KLD)")
+    rp.add_argument("--json", action="store_true", help="print the report as JSON")
+    _engine_arg(rp, gpu=False)
 
 
 def _quant_parsers(sub) -> None:
@@ -729,7 +762,7 @@ def cmd_capture(args) -> int:
 def cmd_cost(args) -> int:
     from .cost.render import run_cost
     return run_cost(_run_input(args), device=args.device, at=args.at, as_json=args.json,
-                    top=args.top, engine=args.engine)
+                    top=args.top, engine=args.engine, baseline=args.baseline)
 
 
 def _eval_options(args):
@@ -739,6 +772,13 @@ def _eval_options(args):
                        second_half=args.second_half, as_json=args.json,
                        out=getattr(args, "out", None), workers=args.workers,
                        full=getattr(args, "full", False))
+
+
+def cmd_replay(args) -> int:
+    from .edit.command import ReplayOptions, run_replay
+    return run_replay(ReplayOptions(_run_input(args), kernel=args.kernel, node=args.node,
+                                    n=args.n, device=args.device, chained=args.chained,
+                                    as_json=args.json, engine=args.engine))
 
 
 def cmd_eval(args) -> int:
@@ -754,7 +794,7 @@ def cmd_quant(args) -> int:
                              out=args.out, baseline=args.baseline)
 
 
-COMMANDS = {"eval": cmd_eval, "quant": cmd_quant, "check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
+COMMANDS = {"replay": cmd_replay, "eval": cmd_eval, "quant": cmd_quant, "check": cmd_check, "run": cmd_run, "ui": cmd_ui, "debug": cmd_debug,
             "profile": cmd_profile, "sanitize": cmd_sanitize, "diff": cmd_diff, "dap": cmd_dap,
             "serve": cmd_serve, "capture": cmd_capture, "cost": cmd_cost, "gpu": cmd_gpu,
             "wgsl": cmd_wgsl}

@@ -170,7 +170,7 @@ def test_help_states_the_default_of_n_and_explains_engine():
         elif name not in ("check", "dap", "gpu", "wgsl"):
             assert acts["engine"].help and "interp" in acts["engine"].help, name
     assert defaults == {"ui": 12, "run": 16, "debug": 16, "profile": 16, "serve": 12,
-                        "sanitize": 4}
+                        "sanitize": 4, "replay": 0}
     p = quick("run", "--help")
     assert p.returncode == 0 and "tokens to generate (default 16)" in p.stdout
     assert "how micro-kernels run" in quick("debug", "--help").stdout

@@ -34,6 +34,8 @@ LAYERS = {
     "gpu": 6.5,
     # the quantization workbench: runs variants of a model (runtime/) over a corpus
     "quant": 6,
+    # an edited kernel replayed: compare/'s lanes and metrics, sanitize/, cost/, quant's stats
+    "edit": 6.8,
 }
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80

@@ -108,7 +108,7 @@ def render(report: CostReport, *, limit: int | None = None) -> str:
 
 
 def run_cost(opened_input, *, device: str | None, at: int | None, as_json: bool,
-             top: int | None, engine: str = "compiled") -> int:
+             top: int | None, engine: str = "compiled", baseline: str | None = None) -> int:
     """The ``firscope cost`` command; ``device == 'list'`` lists the profiles."""
     devices = load_devices()
     if device == "list":
@@ -122,6 +122,19 @@ def run_cost(opened_input, *, device: str | None, at: int | None, as_json: bool,
     opened = opened_input.open()
     from .analyze import analyse_position
     report = analyse_position(opened.model, dev, list(opened.ids), at, engine=engine)
+    if baseline is not None:
+        from .baseline import baseline_doc, compare
+        from .baseline import render as render_baseline
+        before = baseline_doc(baseline, opened_input, dev, at, engine, list(opened.ids))
+        cmp = compare(before, report.as_dict())
+        if as_json:
+            json.dump({"device": dev.as_dict(), "position": report.position,
+                       "baseline": str(baseline), **cmp}, sys.stdout, indent=1,
+                      default=_jsonable, allow_nan=False)
+            print()
+        else:
+            print(render_baseline(cmp, dev.name, report.position, top))
+        return 0
     if as_json:
         # strict JSON: a figure that is not finite is a bug to report, not "Infinity"
         json.dump(report.as_dict(), sys.stdout, indent=1, default=_jsonable, allow_nan=False)

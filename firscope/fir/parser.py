@@ -52,6 +52,30 @@ def parse_text(text: str, path: str = "<string>") -> S.FirFile:
     return _Parser(text, path).parse()
 
 
+def parse_kernels(path: str | Path) -> tuple[S.Kernel, ...]:
+    """A file of ``kernel ... endkernel`` blocks only (an edit of a model's kernels: firscope
+    replay --kernel, the debugger's ``kernel edit``); positions are the file's."""
+    path = Path(path)
+    raw = read_limited(path, "a kernel file", MAX_FILE_BYTES)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise FirError("file is not UTF-8 text", Loc(str(path), line, col)) from None
+    p = _Parser(text, str(path))
+    out = []
+    while (line := p.next_line()) is not None:
+        if line.toks[0].text != "kernel":
+            raise FirError(f"only 'kernel ... endkernel' blocks belong in a kernel file, found "
+                           f"'{line.toks[0].text}'", line.toks[0].loc)
+        out.append(p.directive(line, in_repeat=False))
+    if not out:
+        raise FirError("the file holds no 'kernel ... endkernel' block",
+                       Loc(str(path), 1, 1, p.raw_lines[0] if p.raw_lines else ""))
+    return tuple(out)
+
+
 class _Line:
     """One source line split into tokens with their columns (comment removed)."""
 

@@ -12,13 +12,15 @@ directive at fault.
 """
 from __future__ import annotations
 
+import difflib
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import FirError
 from ..fir import syntax as S
 from ..fir.expr import SymbolTable
 from ..model.decls import BufferDecl, WeightDecl
@@ -57,6 +59,8 @@ class Model:
     inputs: Mapping[str, Region]  # "token", "position"
     outputs: Mapping[str, Region]  # "logits"
     timings: Mapping[str, float]  # seconds: "parse", "weights", "plan", "total"
+    parts: ModelParts | None = None  # what the plan was made from (with_kernels remakes it)
+    edited: tuple[str, ...] = ()  # kernels replaced by with_kernels, by name
 
     @property
     def vocab(self) -> int:
@@ -149,4 +153,36 @@ def _assemble(parts: ModelParts, kernels: Mapping[str, KernelCode],
         inputs={key: regions[d.name] for key, d in parts.buffers.inputs.items()},
         outputs={key: regions[d.name] for key, d in parts.buffers.outputs.items()},
         timings={"parse": parts.timings["parse"], "weights": parts.timings["weights"],
-                 "plan": plan_seconds, "total": parts.timings["total"] + plan_seconds})
+                 "plan": plan_seconds, "total": parts.timings["total"] + plan_seconds},
+        parts=parts)
+
+
+def with_kernels(model: Model, kernels: Sequence[S.Kernel]) -> Model:
+    """The same model with some kernels replaced by others of the same names (an edit: their
+    positions are the edit's file's), on the same arena and weights: every node that
+    dispatches one is bound again, so a signature its bindings cannot take is a FirError
+    naming the node. Raises FirError for a name the model has no kernel of."""
+    if model.parts is None:
+        raise FirError("this model was not loaded by load_model: its kernels cannot be edited")
+    new = {k.name.text: k for k in kernels}
+    seen: dict[str, S.Kernel] = {}
+    for k in kernels:
+        name = k.name.text
+        if name in seen:
+            raise FirError(f"kernel '{name}' is given twice (first at line {seen[name].loc.line})",
+                           k.name.loc)
+        seen[name] = k
+        if name not in model.kernels:
+            known = sorted(model.kernels)
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f" ({', '.join(known)})"
+            raise FirError(f"the model has no kernel '{name}' to replace{hint}", k.name.loc)
+    directives = tuple(new.get(d.name.text, d) if isinstance(d, S.Kernel) else d
+                       for d in model.fir.directives)
+    fir = replace(model.fir, directives=directives)
+    parts = replace(model.parts, fir=fir)
+    code = assemble_kernels(fir, parts.buffers, parts.weight_decls)
+    nodes = unroll_plan(parts, code)
+    check_lane_memory(nodes, code, parts.budget)
+    return replace(model, fir=fir, kernels=code, nodes=nodes, parts=parts,
+                   edited=tuple(sorted(set(model.edited) | set(new))))

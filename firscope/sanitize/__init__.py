@@ -17,10 +17,10 @@ from .confirm import lane_orders, reorder_outcome, run_in_order
 from .facts import KernelFacts, facts_of
 from .findings import ALL_TOOLS, Finding, Hazard, Site, Tool, parse_tools
 from .report import KernelStatus, SanitizeReport
-from .runner import Sanitizer, sanitize_run
+from .runner import Sanitizer, check_dispatch, sanitize_run
 from .shadow import InitShadow, RaceShadow
 
-__all__ = ["Collector", "DispatchChecker", "Event", "site", "lane_orders", "reorder_outcome",
-           "run_in_order", "KernelFacts", "facts_of", "ALL_TOOLS", "Finding", "Hazard", "Site",
+__all__ = ["check_dispatch", "Collector", "DispatchChecker", "Event", "site", "lane_orders",
+           "reorder_outcome", "run_in_order", "KernelFacts", "facts_of", "ALL_TOOLS", "Finding", "Hazard", "Site",
            "Tool", "parse_tools", "KernelStatus", "SanitizeReport", "Sanitizer", "sanitize_run",
            "InitShadow", "RaceShadow"]

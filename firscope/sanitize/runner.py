@@ -225,6 +225,23 @@ class Sanitizer:
                               dict(meta))
 
 
+def check_dispatch(node, arena, budget: int | None, step: int = 0) -> list[Finding]:
+    """Run ``node``'s kernel once on ``arena`` on the step interpreter, watched for races and
+    out-of-bounds accesses (skipped and reported, as ``firscope sanitize`` does): a node run
+    on its own inputs (an edited kernel replayed, firscope/edit). A fault the tools do not
+    cover (a runaway loop) propagates after what was found before it is kept."""
+    f = facts_of(node.program)
+    checker = DispatchChecker(node, step, race=RaceShadow(), race_bases=f.race_regions)
+    watch = _Watch(checker, True)
+    collector = Collector()
+    try:
+        Dispatch(node.program, arena).run(budget, observer=watch)
+    finally:
+        for event in watch.events + checker.out_of_bounds:
+            collector.add(event, 0)
+    return collector.findings()
+
+
 def _token_col(text: str, name: str, default: int) -> int:
     """1-based column of the argument ``name`` on a node line (after ``ext OP``)."""
     for i, m in enumerate(re.finditer(r"\S+", text)):
