@@ -522,6 +522,27 @@ class Adapter(LifeCycle):
         if self.client.get("supportsInvalidatedEvent"):
             self.out.event("invalidated", {"areas": ["variables"]})
 
+    def r_firscopeKernel(self, req):
+        """Custom request (``session.customRequest('firscopeKernel', {...})``): ``action``
+        edit (``name``, ``file``), replay (``node``, ``all``), revert (``name``) or write;
+        answers ``{"result": text}``, the A/B report for replay."""
+        action = arg(req, "action", str, required=True)
+        if action == "edit":
+            text = self.ci.kernel_edit(arg(req, "name", str, required=True),
+                                       arg(req, "file", str, required=True))
+        elif action == "replay":
+            text = self.ci.kernel_replay(arg(req, "node", str), every=arg(req, "all", bool,
+                                                                            False))
+        elif action == "revert":
+            text = self.ci.kernel_revert(arg(req, "name", str))
+        elif action == "write":
+            text = self.ci.kernel_write()
+        else:
+            raise RequestError(f"unknown action {action!r} (edit, replay, revert, write)")
+        self.out.response(req, {"result": text})
+        if self.client.get("supportsInvalidatedEvent"):
+            self.out.event("invalidated", {"areas": ["variables"]})
+
     def r_readMemory(self, req):
         ref = arg(req, "memoryReference", str, required=True)
         offset = arg(req, "offset", int, 0)

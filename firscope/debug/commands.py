@@ -138,6 +138,11 @@ class CommandInterpreter(Debugger):
                     True),
             Command(("reverse-continue", "rc"), "reverse-continue",
                     "back to the previous node or token breakpoint", self.c_rcontinue, True),
+        ] + self._looking_commands()
+
+    def _looking_commands(self) -> list[Command]:
+        """The rest of the table: what looks, changes values or kernels, and saves."""
+        return [
             Command(("lane",), "lane N", "focus lane N", self.c_lane),
             Command(("set",), "set [--weight] [lane N] TARGET = EXPR",
                     "change a register or buffer here, replayably (R3 = 1.5, x[0:4] = 0, "
@@ -166,6 +171,11 @@ class CommandInterpreter(Debugger):
                     self.c_where),
             Command(("list", "l"), "list", "kernel source around the next instruction",
                     self.c_list),
+            Command(("kernel",), "kernel edit NAME FILE | replay [NODE] [--all] | revert "
+                    "[NAME] | write", "edit a kernel here: the session runs FILE's block from "
+                    "now on; replay judges it on this node's inputs (--all: every node so far) "
+                    "with the cost before/after; revert; write it into the model file",
+                    self.c_kernel),
             Command(("save",), "save breakpoints FILE",
                     "write breakpoints, watchpoints, catchpoints, log points and displays as "
                     "commands", lambda rest: persist.save_command(self, rest)),
@@ -374,6 +384,26 @@ class CommandInterpreter(Debugger):
             cells = "  ".join(f"{self.tok.piece(t)!r} {p:.3f}" for t, p in row.top)
             out.append(f"{row.label:<24} {cells}")
         return "\n".join(out)
+
+    def c_kernel(self, rest):
+        words = rest.split()
+        usage = FirError("usage: kernel edit NAME FILE | kernel replay [NODE] [--all] | "
+                         "kernel revert [NAME] | kernel write")
+        if not words:
+            raise usage
+        action, args = words[0], words[1:]
+        if action == "edit" and len(args) == 2:
+            return self.kernel_edit(args[0], args[1])
+        if action == "replay" and len(args) <= 2:
+            every = "--all" in args
+            nodes = [a for a in args if a != "--all"]
+            if len(nodes) <= 1:
+                return self.kernel_replay(nodes[0] if nodes else None, every=every)
+        if action == "revert" and len(args) <= 1:
+            return self.kernel_revert(args[0] if args else None)
+        if action == "write" and not args:
+            return self.kernel_write()
+        raise usage
 
     def c_checkpoint(self, rest):
         ck, dropped = self.checkpoint()

@@ -33,7 +33,7 @@ import numpy as np
 from ..compare.sources import instance_hint
 from ..errors import FirError
 from ..model.tokens import ByteTokenizer, Tokenizer
-from . import diverge, info
+from . import diverge, info, kernel_edits
 from .breakpoints import Breakpoint, parse_watch
 from .checkpoints import Checkpoint, Checkpoints, restore
 from .element_history import Write, element_history
@@ -305,6 +305,21 @@ class Debugger:
         """The logit lens: the top-``k`` next tokens from the residual now (or after each
         layer of this token)."""
         return lens(self.session, k=_positive(k, 5), every_layer=every_layer)
+
+    # -- kernels edited where the session stands (debug/kernel_edits) -------------------
+    def kernel_edit(self, name: str, path: str | os.PathLike) -> str:
+        """Replace kernel ``name`` with the block of that name in ``path``, from now on."""
+        return kernel_edits.edit(self.s, name, str(path))
+
+    def kernel_replay(self, node: str | None = None, *, every: bool = False) -> str:
+        """The edit judged on the current node's inputs (``every``: all its nodes so far)."""
+        return kernel_edits.replay_here(self.s, node, every)
+
+    def kernel_revert(self, name: str | None = None) -> str:
+        return kernel_edits.revert(self.s, name)
+
+    def kernel_write(self) -> str:
+        return kernel_edits.write(self.s)
 
     def save_breakpoints(self, path: str | os.PathLike) -> str:
         """Write breakpoints and displays as commands ``source FILE`` reads back; returns

@@ -126,6 +126,18 @@ class Session:
         self.diverged_at = None
         self._begin_step()
 
+    def use_model(self, model: Model) -> None:
+        """Go on with ``model``: the same model with some kernels edited (debug/kernel_edits),
+        on the same arena and plan, from where the session is: between two nodes (a live
+        dispatch of the old kernel cannot go on in the new one)."""
+        if self.dispatch is not None:
+            raise FirError("inside a dispatch: finish it first (finish, or next), then edit")
+        self.machine.use_model(model, reset=False)
+        self.model = model
+        self.nodes = model.nodes
+        self._write_cache.clear()
+        self._shared_names = None
+
     # ------------------------------------------------------------------ where
     # The state's fields, read-only here: the session moves them, a checkpoint replaces
     # them all (``session.state = saved.copy()``).

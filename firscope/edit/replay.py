@@ -151,9 +151,7 @@ class _Replayer:
     def before(self, machine, node) -> None:
         if node.index not in self.targets:
             return
-        b = self.edit.edited.nodes[node.index]
-        regions = {r.base: r for r in program_regions(b.program) + program_regions(node.program)}
-        self.start = {base: machine.arena[r.base: r.stop].copy() for base, r in regions.items()}
+        self.start = start_of(node, self.edit.edited.nodes[node.index], machine.arena)
 
     def after(self, machine, node, _seconds) -> None:
         if node.index not in self.targets:
@@ -162,35 +160,61 @@ class _Replayer:
 
     def judge(self, machine, node) -> StepAB:
         b = self.edit.edited.nodes[node.index]
-        regions = program_regions(b.program)
-        layout, scratch = scratch_arena(regions, self.start)
-        moved = replace(b, program=relocate(b.program, layout))
-        faults: list[str] = []
-        from ..sanitize import check_dispatch
-        try:
-            findings = check_dispatch(moved, scratch, self.budget, self.step)
-            faults += [" ".join(f.text_lines()[:2]).replace("    ", " ") for f in findings]
-        except FirError as e:  # a runaway loop, a division the reference refuses, ...
-            faults.append(str(e).splitlines()[0])
-        outs = []
-        for o in node.outs:
-            r = o.region
-            a_val = machine.arena[r.base: r.stop]
-            b_val = scratch[layout[r.base]: layout[r.base] + r.size] if r.base in layout \
-                else self.start.get(r.base, a_val)
-            d = compare_arrays(a_val, b_val, EXACT)
-            out = OutputAB(o.display, d.exact, d.elements, d.differing, d.max_abs, d.max_ulp,
-                           d.rel_l2)
-            if not d.exact:
-                k = d.first_index if d.first_index is not None else d.index
-                out.first, out.a, out.b = k, float(a_val[k]), float(b_val[k])
-                if r.base in layout:
-                    w = writers(b.program, self.start, [r.base + k], self.budget).get(r.base + k)
-                    if w is not None:
-                        out.lane, out.line = w.lane, w.line
-            outs.append(out)
-        faults += _stray_writes(b, node, layout, scratch, self.start)
-        return StepAB(self.step, outs, faults)
+        return judge_edit(node, b, self.start,
+                          lambda r: machine.arena[r.base: r.stop], self.budget, self.step)
+
+
+def start_of(node_a, node_b, arena: np.ndarray) -> dict[int, np.ndarray]:
+    """Copies of every region either program touches, as ``arena`` holds them now."""
+    regions = {r.base: r for r in program_regions(node_b.program) +
+               program_regions(node_a.program)}
+    return {base: arena[r.base: r.stop].copy() for base, r in regions.items()}
+
+
+def run_original(node_a, start: dict[int, np.ndarray], budget: int | None):
+    """The original program on a scratch arena of ``start``: its output region -> values."""
+    from ..vm.interp import Dispatch
+    regions = program_regions(node_a.program)
+    layout, scratch = scratch_arena(regions, start)
+    Dispatch(relocate(node_a.program, layout), scratch).run(budget)
+    return lambda r: scratch[layout[r.base]: layout[r.base] + r.size]
+
+
+def judge_edit(node_a, node_b, start: dict[int, np.ndarray], a_values, budget: int | None,
+               step: int) -> StepAB:
+    """The edited program ``node_b`` from ``start`` against the original's outputs
+    (``a_values(region)``): identical or not per output, the first differing element with
+    the edit's lane and line, the sanitizer's findings, stores outside the outputs."""
+    b = node_b
+    regions = program_regions(b.program)
+    layout, scratch = scratch_arena(regions, start)
+    moved = replace(b, program=relocate(b.program, layout))
+    faults: list[str] = []
+    from ..sanitize import check_dispatch
+    try:
+        findings = check_dispatch(moved, scratch, budget, step)
+        faults += [" ".join(f.text_lines()[:2]).replace("    ", " ") for f in findings]
+    except FirError as e:  # a runaway loop, a division the reference refuses, ...
+        faults.append(str(e).splitlines()[0])
+    outs = []
+    for o in node_a.outs:
+        r = o.region
+        a_val = a_values(r)
+        b_val = scratch[layout[r.base]: layout[r.base] + r.size] if r.base in layout \
+            else start.get(r.base, a_val)
+        d = compare_arrays(a_val, b_val, EXACT)
+        out = OutputAB(o.display, d.exact, d.elements, d.differing, d.max_abs, d.max_ulp,
+                       d.rel_l2)
+        if not d.exact:
+            k = d.first_index if d.first_index is not None else d.index
+            out.first, out.a, out.b = k, float(a_val[k]), float(b_val[k])
+            if r.base in layout:
+                w = writers(b.program, start, [r.base + k], budget).get(r.base + k)
+                if w is not None:
+                    out.lane, out.line = w.lane, w.line
+        outs.append(out)
+    faults += _stray_writes(b, node_a, layout, scratch, start)
+    return StepAB(step, outs, faults)
 
 
 def _stray_writes(b, node, layout, scratch, start) -> list[str]:

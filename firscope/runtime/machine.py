@@ -137,18 +137,23 @@ class Machine:
         self.history = []
         self.current_token = None
 
-    def use_model(self, model: Model) -> None:
-        """Run ``model`` from now on: a variant of this machine's model with other weights
-        behind some ext nodes (the quantization workbench's, quant/variants.Bank.variant),
-        on the same arena, with the same micro nodes, so the kernel runner's plans stay
-        good; the ext calls are bound again. Then back to position 0."""
-        if model.arena is not self.arena or len(model.nodes) != len(self.model.nodes) or any(
-                a.program is not b.program for a, b in zip(model.nodes, self.model.nodes)):
+    def use_model(self, model: Model, *, reset: bool = True) -> None:
+        """Run ``model`` from now on: a variant of this machine's model on the same arena,
+        with other weights behind some ext nodes (the quantization workbench's,
+        quant/variants.Bank.variant) or other kernels (an edit: runtime.load.with_kernels),
+        whose plans the compiled engine then makes again; the calls are bound again.
+        ``reset``: back to position 0 (a debugger swapping kernels mid-run keeps its place)."""
+        if model.arena is not self.arena or len(model.nodes) != len(self.model.nodes):
             raise ValueError("use_model takes a variant of the same model (same arena and "
-                             "micro nodes)")
+                             "plan)")
+        same_kernels = all(a.program is b.program for a, b in zip(model.nodes, self.model.nodes))
         self.model = model
         self._plain = None
-        self.reset()
+        if not same_kernels and self.engine is Engine.COMPILED:
+            from ..vm.compiled import CompiledRunner
+            self.kernel_runner = CompiledRunner(model, parallel=True)
+        if reset:
+            self.reset()
 
     @property
     def n_positions(self) -> int | None:

@@ -1,0 +1,115 @@
+"""Editing a kernel where the debugger stands: ``kernel edit / replay / revert / write`` in a
+batch session and through DAP (the REPL and the ``firscopeKernel`` request)."""
+from __future__ import annotations
+
+import shutil
+
+from conftest import REPO, SAMPLE
+from model_util import firscope
+from test_dap_wire import Client
+
+EDITS = REPO / "tests" / "data" / "edits"
+
+
+def debug(script: str, tmp_path, *args):
+    f = tmp_path / "script.txt"
+    f.write_text(script)
+    return firscope("debug", *args, "--tokens", "3,1,4", "-n", 1, "-x", f, timeout=300)
+
+
+def test_batch_edit_replay_revert(tmp_path):
+    r = debug(f"""goto ln1@0
+kernel edit g2.layernorm {EDITS / 'ln_wrong.fir'}
+kernel replay
+next
+print norm[0]
+kernel revert g2.layernorm
+reverse-next
+next
+print norm[0]
+kernel edit g2.add {EDITS / 'add_regs.fir'}
+goto qkv_bias@0
+kernel replay
+kernel replay --all
+""", tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "kernel g2.layernorm edited from" in out and "9 node(s) dispatch it" in out
+    assert "ln1@0 (g2.layernorm): DIFFERS" in out
+    assert f"stored by lane 0 at {EDITS / 'ln_wrong.fir'}:" in out
+    assert "predicted on" in out and " -> " in out
+    # the session ran the edit (norm from the edited code), then, reverted and gone back,
+    # the original: two different values of norm[0]
+    values = [line for line in out.splitlines() if line.startswith("$ = ")]
+    assert len(values) == 2 and values[0] != values[1]
+    assert "qkv_bias@0 (g2.add): identical at all 1 step(s)" in out
+    assert "mlp_residual@3 (g2.add): identical" in out  # --all: every node that runs it
+
+
+def test_batch_errors_change_nothing(tmp_path):
+    r = debug(f"""kernel edit g2.add {EDITS / 'add_syntax.fir'}
+kernel edit g2.gelu_new {EDITS / 'add_regs.fir'}
+kernel replay
+goto ln1@0
+stepi
+kernel edit g2.layernorm {EDITS / 'ln_wrong.fir'}
+""", tmp_path, "--keep-going")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1
+    assert f"{EDITS / 'add_syntax.fir'}:5:9: register R99 is outside 0..31" in out
+    assert "holds no kernel 'g2.gelu_new'" in out
+    assert "no kernel is edited" in out
+    assert "inside a dispatch: finish it first" in out
+    assert "Traceback" not in out
+
+
+def test_kernel_write_puts_the_edit_in_the_file_with_a_backup(tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(SAMPLE, folder)
+    fir = folder / "gpt2.fir"
+    original = fir.read_text()
+    f = tmp_path / "script.txt"
+    f.write_text(f"kernel edit g2.add {EDITS / 'add_regs.fir'}\nkernel write\n")
+    r = firscope("debug", fir, "--tokens", "3", "-n", 1, "-x", f)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (folder / "gpt2.fir.orig").read_text() == original
+    new = fir.read_text().split("\n")
+    old = original.split("\n")
+    edit = (EDITS / "add_regs.fir").read_text().split("\n")[1:8]  # the block, no comment
+    start = next(i for i, line in enumerate(old) if line.startswith("kernel g2.add "))
+    end = old.index("endkernel", start)
+    assert new[:start] == old[:start] and new[start: start + len(edit)] == edit
+    assert new[start + len(edit):] == old[end + 1:]  # every other line untouched
+    assert firscope("check", fir).returncode == 0  # it loads
+    r = firscope("debug", fir, "--tokens", "3", "-n", 1, "-x", f)
+    assert r.returncode == 0 and (folder / "gpt2.fir.orig.1").exists()  # never replaced
+
+
+def test_dap_edit_replay_revert(sample_fir):
+    c = Client()
+    try:
+        c.response(c.send("initialize", {"adapterID": "firscope"}))
+        assert c.response(c.send("launch", {"model": str(sample_fir), "tokens": [3, 1, 4],
+                                            "steps": 1, "engine": "interp",
+                                            "stopOnEntry": True}))["success"]
+        c.response(c.send("configurationDone", {}))
+        c.wait(lambda m: m.get("event") == "stopped")
+        ask = c.send("evaluate", {"expression": f"kernel edit g2.add {EDITS / 'add_wrong.fir'}",
+                                  "context": "repl"})
+        assert "25 node(s) dispatch it" in c.response(ask)["body"]["result"]
+        res = c.response(c.send("evaluate", {"expression": "goto embeddings",
+                                             "context": "repl"}))
+        assert res["success"], res
+        c.wait(lambda m: m.get("event") == "stopped" and m["seq"] > res["seq"])
+        rep = c.response(c.send("firscopeKernel", {"action": "replay"}))
+        assert rep["success"], rep
+        assert "embeddings (g2.add): DIFFERS" in rep["body"]["result"]
+        assert "add_wrong.fir:" in rep["body"]["result"]
+        back = c.response(c.send("firscopeKernel", {"action": "revert", "name": "g2.add"}))
+        assert "reverted g2.add" in back["body"]["result"]
+        bad = c.response(c.send("firscopeKernel", {"action": "replay"}))
+        assert not bad["success"] and "no kernel is edited" in bad["message"]
+        bad = c.response(c.send("firscopeKernel", {"action": "explode"}))
+        assert not bad["success"] and "unknown action" in bad["message"]
+    finally:
+        c.close()
