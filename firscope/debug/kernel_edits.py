@@ -73,6 +73,42 @@ def edit(session, name: str, path: str) -> str:
             f"on (kernel replay judges it here, kernel revert {name} undoes it)")
 
 
+def preview(session, name: str, path: str) -> str:
+    """The draft in ``path`` assembled (errors positioned in it) and, when the session
+    stands before a node that runs ``name``, judged there against the code running now: the
+    A/B report and the cost before/after. The session is not changed."""
+    from ..fir.parser import parse_kernels
+    from ..runtime.load import with_kernels
+    from ..edit.command import node_lines
+    from ..edit.replay import NodeAB, judge_edit, run_original, start_of
+    edits = edits_of(session)
+    blocks = [k for k in parse_kernels(path) if k.name.text == name]
+    if not blocks:
+        raise FirError(f"the draft holds no kernel '{printable(name)}' (keep its name)")
+    trial = with_kernels(edits.original, [*(v for k, v in edits.blocks.items() if k != name),
+                                          blocks[0]])
+    here = session.node
+    if here is None or here.target != name or session.dispatch is not None:
+        return (f"assembled: {name} has {len(trial.kernels[name].ops)} instructions. The "
+                f"session does not stand before a node that runs it: apply it (ctrl+t) and "
+                "go to one, or kernel replay --all")
+    a, b = session.model.nodes[here.index], trial.nodes[here.index]
+    start = start_of(a, b, session.arena)
+    budget = session.machine.budget
+    res = NodeAB(here.index, here.full_name, name,
+                 [judge_edit(a, b, start, run_original(a, start, budget), budget,
+                             session.step)])
+    lines = node_lines(res, f"{session.model.path.name} (draft)")
+    lines += _cost_pair(session.model, a, trial, b, session.arena)
+    others = [n.full_name for n in trial.nodes if n.target == name and n.index != here.index]
+    if others:
+        shown = ", ".join(others[:6]) + (f", ... ({len(others) - 6} more)" if len(others) > 6
+                                         else "")
+        lines.append(f"  also run by {len(others)} other node(s): {shown}; once applied, "
+                     "kernel replay --all judges every one over the tokens so far")
+    return "\n".join(lines)
+
+
 def revert(session, name: str | None) -> str:
     edits = edits_of(session)
     names = list(edits.blocks) if name in (None, "--all") else [name]
@@ -145,12 +181,17 @@ def _replay_all(session, edits) -> str:
 
 def _cost_lines(session, edits, node) -> list[str]:
     """The node's predicted GPU cost before and after, from its inputs here."""
+    return _cost_pair(edits.original, edits.original.nodes[node.index], session.model, node,
+                      session.arena)
+
+
+def _cost_pair(model_a, node_a, model_b, node_b, arena) -> list[str]:
     from ..cost import find_device
     from ..cost.analyze import analyse_node
     dev = find_device(None)
     try:
-        a = analyse_node(edits.original, edits.original.nodes[node.index], dev, session.arena)
-        b = analyse_node(session.model, node, dev, session.arena)
+        a = analyse_node(model_a, node_a, dev, arena)
+        b = analyse_node(model_b, node_b, dev, arena)
     except FirError as e:
         return [f"  cost: {printable(str(e).splitlines()[0])}"]
     pa, pb = a.prediction, b.prediction

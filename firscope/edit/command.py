@@ -116,7 +116,7 @@ def report_lines(r: ReplayReport) -> list[str]:
     return out
 
 
-def node_lines(n: NodeAB, path: Path) -> list[str]:
+def node_lines(n: NodeAB, path: Path | str) -> list[str]:
     first = n.first_difference()
     if first is None:
         return [f"  {printable(n.instance)} ({printable(n.kernel)}): identical at all "

@@ -41,6 +41,7 @@ from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
 from .cost_actions import CostActions
 from .corpus_actions import CorpusActions
+from .kernel_editor import KernelEditActions
 from .report_actions import ReportActions
 from .save_actions import SaveActions
 from .registers_pane import RegistersPane
@@ -53,7 +54,8 @@ from ..runtime import NodeKind
 
 
 
-class FirscopeApp(CostActions, CorpusActions, ReportActions, SaveActions, App):
+class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, SaveActions,
+                  App):
     CSS_PATH = "app.tcss"
     ALLOW_IN_MAXIMIZED_VIEW = "Footer, #status"  # a maximized pane keeps the header
     TITLE = "firscope"
@@ -244,6 +246,8 @@ class FirscopeApp(CostActions, CorpusActions, ReportActions, SaveActions, App):
             self.pending.clear()
             console.write(f"error: {error}", "red")
             self.set_status(f"error: {error.message.splitlines()[0][:200]}", error=True)
+            if job.on_error is not None:
+                job.on_error(error)
         else:
             self._report(job, out, console)
             if job.then is not None:

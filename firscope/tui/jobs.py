@@ -34,6 +34,7 @@ class Job:
     moves: bool = False  # the command resumes the engine (Command.resumes)
     cancel: threading.Event | None = None  # escape sets it (default: the session's)
     then: Callable[[object], None] | None = None  # on the UI thread, with fn's result
+    on_error: Callable[[FirError], None] | None = None  # on the UI thread, with fn's error
     quiet: bool = False  # write nothing to the console
 
 

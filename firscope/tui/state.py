@@ -161,7 +161,8 @@ def marks_of(session) -> Marks:
 def model_of(session) -> str:
     """The header's model part: ``tiny-gpt2 · q4``."""
     m = session.model
-    return f"{printable(m.name)} · {'f32' if m.fir_f32 else 'q4'}"
+    edited = f" · edited: {', '.join(map(printable, m.edited))}" if m.edited else ""
+    return f"{printable(m.name)} · {'f32' if m.fir_f32 else 'q4'}{edited}"
 
 
 def place_of(session, tokenizer) -> str:
