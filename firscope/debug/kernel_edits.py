@@ -34,6 +34,9 @@ class KernelEdits:
     original: object  # runtime.Model as loaded
     files: dict[str, Path] = field(default_factory=dict)
     blocks: dict[str, object] = field(default_factory=dict)  # name -> fir.syntax.Kernel
+    # the cost of the code running now at the last node previewed: (model, node, step) ->
+    # NodeCost; a draft checked again and again there costs only its own side
+    cost_before: dict = field(default_factory=dict)
 
     def model(self):
         from ..runtime.load import with_kernels
@@ -99,7 +102,8 @@ def preview(session, name: str, path: str) -> str:
                  [judge_edit(a, b, start, run_original(a, start, budget), budget,
                              session.step)])
     lines = node_lines(res, f"{session.model.path.name} (draft)")
-    lines += _cost_pair(session.model, a, trial, b, session.arena)
+    lines += _cost_pair(session.model, a, trial, b, session.arena,
+                        cache=(edits.cost_before, (id(session.model), here.index, session.step)))
     others = [n.full_name for n in trial.nodes if n.target == name and n.index != here.index]
     if others:
         shown = ", ".join(others[:6]) + (f", ... ({len(others) - 6} more)" if len(others) > 6
@@ -185,12 +189,18 @@ def _cost_lines(session, edits, node) -> list[str]:
                       session.arena)
 
 
-def _cost_pair(model_a, node_a, model_b, node_b, arena) -> list[str]:
+def _cost_pair(model_a, node_a, model_b, node_b, arena, cache=None) -> list[str]:
     from ..cost import find_device
     from ..cost.analyze import analyse_node
     dev = find_device(None)
     try:
-        a = analyse_node(model_a, node_a, dev, arena)
+        kept, key = cache if cache is not None else ({}, None)
+        a = kept.get((key, dev.key)) if key is not None else None
+        if a is None:
+            a = analyse_node(model_a, node_a, dev, arena)
+            if key is not None:
+                kept.clear()
+                kept[(key, dev.key)] = a
         b = analyse_node(model_b, node_b, dev, arena)
     except FirError as e:
         return [f"  cost: {printable(str(e).splitlines()[0])}"]
