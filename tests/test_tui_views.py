@@ -256,3 +256,19 @@ def test_views_do_not_change_when_the_session_moves(sample):
     assert np.array_equal(v.buffer.arrays[0], before[1])
     assert v.snapshot.location.node == "attention@0"
     assert re.match(r"stopped at attention@0, line \d+", v.status)
+
+
+def test_reload_applies_kernel_edits_again_before_going_back(sample, tmp_path):
+    model, tok = sample
+    s, ci, view = fresh(sample)
+    edit = REPO / "tests" / "data" / "edits" / "ln_wrong.fir"
+    ci.run(f"kernel edit g2.layernorm {edit}")
+    ci.run("until qkv_linear@0")
+    norm = s.buffer_value("norm").copy()  # made by the edited layernorm
+    carried = carry(s, ci)
+    assert carried.edits == (("g2.layernorm", str(edit)),)
+    m2, s2, ci2 = reloaded(tmp_path, tok, "# Resident", "# reloaded\n# Resident")
+    notes = restore(ci2, carried)
+    assert any(n.startswith("restored: the edit of kernel g2.layernorm") for n in notes)
+    assert s2.model.edited == ("g2.layernorm",) and s2.node.full_name == "qkv_linear@0"
+    assert np.array_equal(s2.buffer_value("norm"), norm)  # the way back ran the edit

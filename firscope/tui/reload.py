@@ -8,7 +8,9 @@ the reloaded session each is made again through the typed debugger API (a
 breakpoint by its own saved command, as ``source`` reads it); what
 no longer resolves is listed, never silently dropped. Patches (``set``) and
 checkpoints are states of the old run's memory, made at places in its history:
-they are not re-applied, and each is listed as not carried, with its text.
+they are not re-applied, and each is listed as not carried, with its text. Kernels edited
+in place (key E, ``kernel edit``) are applied again first, so the way back to the position
+runs the code the session ran.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ class Carried:
     lane: int
     finished: bool
     dropped: tuple[str, ...] = ()  # patches and checkpoints, described for the notes
+    edits: tuple[tuple[str, str], ...] = ()  # kernels edited in place (E): (name, file)
 
 
 def carry(session, ci) -> Carried:
@@ -40,7 +43,9 @@ def carry(session, ci) -> Carried:
                     "set it again where it applies" for p in session.patches)
     dropped += tuple(f"not carried: checkpoint {c.number} ({c.made_at}), a state of the "
                      "old model" for c in ci.checkpoints)
-    return Carried(breaks, displays, position, ci.lane, session.finished, dropped)
+    edits = getattr(session, "kernel_edits", None)
+    applied = tuple((name, str(path)) for name, path in edits.files.items()) if edits else ()
+    return Carried(breaks, displays, position, ci.lane, session.finished, dropped, applied)
 
 
 def restore(ci, carried: Carried) -> list[str]:
@@ -56,6 +61,11 @@ def restore(ci, carried: Carried) -> list[str]:
             notes.append(f"not restored: {what} — {e.message}")
             return None
 
+    for name, path in carried.edits:  # first: the way back to the position runs them
+        if attempt(f"kernel edit {name} (from {path})",
+                   lambda: ci.kernel_edit(name, path)) is not None:
+            notes.append(f"restored: the edit of kernel {name} (not in the file: ctrl+o in "
+                         "the editor, or kernel write, puts it there)")
     model = ci.model
     if carried.position is not None:
         step, node = carried.position
