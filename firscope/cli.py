@@ -199,13 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--sanitize", action="store_true",
                     help="also run the kernel sanitizer on the same tokens and list its "
                          "findings in the report")
-    pr.add_argument("--corpus", type=path_arg, metavar="FILE",
-                    help="also score this corpus: the q4 model's eval figures and every q4 "
-                         "weight's sensitivity in the report (see firscope quant)")
-    pr.add_argument("--ctx", type=count_arg, default=None, metavar="N",
-                    help="--corpus: tokens per chunk (default: n_positions, at most 512)")
-    pr.add_argument("--chunks", type=count_arg, default=None, metavar="K",
-                    help="--corpus: score only the first K chunks")
+    _corpus_option(pr, "also score this corpus: the q4 model's eval figures and every q4 "
+                       "weight's sensitivity in the report (see firscope quant)")
 
     pr.add_argument("--device", metavar="NAME",
                     help="also predict each node's time on this GPU (report.json 'gpu', "
@@ -224,6 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _corpus_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--corpus FILE [--ctx N] [--chunks K]`` of a command that scores a corpus besides."""
+    p.add_argument("--corpus", type=path_arg, metavar="FILE", help=what)
+    p.add_argument("--ctx", type=count_arg, default=None, metavar="N",
+                   help="--corpus: tokens per chunk (default: n_positions, at most 512)")
+    p.add_argument("--chunks", type=count_arg, default=None, metavar="K",
+                   help="--corpus: score only the first K chunks")
+
+
 def _ui_parser(sub) -> None:
     ui = sub.add_parser("ui", help="open the terminal UI (the default)")
     ui.add_argument("--against", type=path_arg, metavar="DUMP",
@@ -238,13 +242,8 @@ def _ui_parser(sub) -> None:
     ui.add_argument("--device", metavar="NAME",
                     help="GPU whose predicted times the Profile tab shows (default: the "
                          "devices.toml default, else h200)")
-    ui.add_argument("--corpus", type=path_arg, metavar="FILE",
-                    help="score this corpus in the background (firscope quant sensitivity) "
-                         "and show the ranking in the Profile tab")
-    ui.add_argument("--ctx", type=count_arg, default=None, metavar="N",
-                    help="--corpus: tokens per chunk (default: n_positions, at most 512)")
-    ui.add_argument("--chunks", type=count_arg, default=None, metavar="K",
-                    help="--corpus: score only the first K chunks")
+    _corpus_option(ui, "score this corpus in the background (firscope quant sensitivity) and "
+                       "show the ranking in the Profile tab")
 
 
 def _run_parser(sub) -> None:

@@ -26,14 +26,18 @@ HEADER_KEYWORDS = ("fir", "model", "config", "runtime", "epsilon", "prefix")
 
 def parse_file(path: str | Path) -> S.FirFile:
     path = Path(path)
-    raw = read_limited(path, "a .fir model file", MAX_FILE_BYTES)
+    return parse_text(_read_text(path, "a .fir model file"), str(path))
+
+
+def _read_text(path: Path, what: str) -> str:
+    """The file's text: bounded, UTF-8 (a byte that is not is reported at its position)."""
+    raw = read_limited(path, what, MAX_FILE_BYTES)
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         raise FirError("file is not UTF-8 text", Loc(str(path), line, col)) from None
-    return parse_text(text, str(path))
 
 
 def source_lines(text: str) -> list[str]:
@@ -56,14 +60,7 @@ def parse_kernels(path: str | Path) -> tuple[S.Kernel, ...]:
     """A file of ``kernel ... endkernel`` blocks only (an edit of a model's kernels: firscope
     replay --kernel, the debugger's ``kernel edit``); positions are the file's."""
     path = Path(path)
-    raw = read_limited(path, "a kernel file", MAX_FILE_BYTES)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise FirError("file is not UTF-8 text", Loc(str(path), line, col)) from None
-    p = _Parser(text, str(path))
+    p = _Parser(_read_text(path, "a kernel file"), str(path))
     out = []
     while (line := p.next_line()) is not None:
         if line.toks[0].text != "kernel":
