@@ -122,3 +122,16 @@ def test_a_store_out_of_bounds_is_a_fault_with_lane_and_line():
     assert "Race hazard" in r.stdout
     # the whole step with the edit faults at its first g2.add: no cost after, said so
     assert "no cost after: the edited model faults" in r.stdout
+
+
+def test_a_runaway_edit_and_a_store_outside_the_outputs_are_faults():
+    r = replay("--kernel", EDITS / "add_runaway.fir", "--tokens", "3", "--node", "qkv_bias@0")
+    assert r.returncode == 1
+    assert "fault:" in r.stdout and "executed more than" in r.stdout
+    assert "line 9: addconst 3 3 1" in r.stdout
+    assert "no cost after: kernel g2.add runs past the instruction budget" in r.stdout
+    r = replay("--kernel", EDITS / "add_stray.fir", "--tokens", "3", "--node", "qkv_bias@0")
+    assert r.returncode == 1
+    assert ("writes outside its outputs: scores[0] changed (384 element(s)), and scores is "
+            "not an output of qkv_bias@0") in r.stdout
+    assert "qkv: identical" in r.stdout  # its own output is right: the stray store is the fault

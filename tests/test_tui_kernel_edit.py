@@ -38,6 +38,10 @@ def test_edit_replay_apply_revert_in_the_app():
             assert "ln1@0 (g2.layernorm): identical" in plain(result)
             assert "predicted on" in plain(result)
 
+            await press(app, pilot, "ctrl+g")  # every node that runs it, tokens so far
+            text = plain(result)
+            assert "ln2@3 (g2.layernorm): identical" in text and "final_norm" in text
+
             bug = original.replace("add 2 2 5", "sub 2 2 5")
             area.text = bug
             await press(app, pilot, "ctrl+s")

@@ -168,17 +168,34 @@ def replay_here(session, node: str | None = None, every: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _replay_all(session, edits) -> str:
+def preview_all(session, name: str, path: str) -> str:
+    """The draft in ``path`` judged against the code running now at every node that runs
+    ``name``, over the tokens fed so far (replayed from token 0 on a copy)."""
+    from ..edit.replay import Edit
+    from ..fir.parser import parse_kernels
+    from ..runtime.load import with_kernels
+    edits = edits_of(session)
+    blocks = [k for k in parse_kernels(path) if k.name.text == name]
+    if not blocks:
+        raise FirError(f"the draft holds no kernel '{printable(name)}' (keep its name)")
+    trial = with_kernels(edits.original, [*(v for k, v in edits.blocks.items() if k != name),
+                                          blocks[0]])
+    return _replay_all(session, edits, Edit(session.model, trial, Path(path), (name,)),
+                       f"{session.model.path.name} (draft)")
+
+
+def _replay_all(session, edits, e=None, where=None) -> str:
     from ..edit.command import node_lines
     from ..edit.replay import Edit, replay
     fed = list(session.sequence[: session.step + 1])
-    e = Edit(edits.original, session.model, next(iter(edits.files.values())),
-             tuple(edits.blocks))
+    if e is None:
+        e = Edit(edits.original, session.model, next(iter(edits.files.values())),
+                 tuple(edits.blocks))
     report = replay(e, fed, 0, engine="interp", budget=session.machine.budget)
     out = [f"every node that runs an edited kernel, over the {len(fed)} token(s) fed so far "
            "(replayed from token 0 on a copy):"]
     for n in report.nodes:
-        out += node_lines(n, edits.files.get(n.kernel, e.path))
+        out += node_lines(n, where or edits.files.get(n.kernel, e.path))
     out.append("identical" if report.identical else "DIFFERENT")
     return "\n".join(out)
 
@@ -192,6 +209,10 @@ def _cost_lines(session, edits, node) -> list[str]:
 def _cost_pair(model_a, node_a, model_b, node_b, arena, cache=None) -> list[str]:
     from ..cost import find_device
     from ..cost.analyze import analyse_node
+    from ..runtime.machine import DEFAULT_BUDGET
+    from ..vm.runaway import runaway_stop
+    if runaway_stop(node_b.program, DEFAULT_BUDGET) is not None:
+        return ["  cost: the edit runs past the instruction budget: no prediction"]
     dev = find_device(None)
     try:
         kept, key = cache if cache is not None else ({}, None)

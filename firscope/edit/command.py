@@ -58,6 +58,13 @@ def add_cost(report: ReplayReport, device, prompt: list[int], engine: str) -> No
     before = analyse_position(edit.original.with_own_arena(), device, prompt, engine=engine)
     report.device = device.name
     report.cost_position = before.position
+    from ..runtime.machine import DEFAULT_BUDGET
+    from ..vm.runaway import runaway_stop
+    for n in edit.edited.nodes:  # a certain runaway is not run for its cost
+        if n.target in edit.kernels and runaway_stop(n.program, DEFAULT_BUDGET) is not None:
+            report.cost_note = (f"no cost after: kernel {n.target} runs past the instruction "
+                                f"budget at {n.full_name}")
+            return
     try:
         after = analyse_position(edit.edited.with_own_arena(), device, prompt, engine="interp")
     except FirError as e:  # the edit faults when the whole step runs with it

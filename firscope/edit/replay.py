@@ -190,12 +190,14 @@ def judge_edit(node_a, node_b, start: dict[int, np.ndarray], a_values, budget: i
     layout, scratch = scratch_arena(regions, start)
     moved = replace(b, program=relocate(b.program, layout))
     faults: list[str] = []
+    ended = False  # the edit stopped short: no replay to look up a lane in
     from ..sanitize import check_dispatch
     try:
         findings = check_dispatch(moved, scratch, budget, step)
         faults += [" ".join(f.text_lines()[:2]).replace("    ", " ") for f in findings]
     except FirError as e:  # a runaway loop, a division the reference refuses, ...
         faults.append(str(e).splitlines()[0])
+        ended = True
     outs = []
     for o in node_a.outs:
         r = o.region
@@ -208,7 +210,7 @@ def judge_edit(node_a, node_b, start: dict[int, np.ndarray], a_values, budget: i
         if not d.exact:
             k = d.first_index if d.first_index is not None else d.index
             out.first, out.a, out.b = k, float(a_val[k]), float(b_val[k])
-            if r.base in layout:
+            if r.base in layout and not ended:
                 w = writers(b.program, start, [r.base + k], budget).get(r.base + k)
                 if w is not None:
                     out.lane, out.line = w.lane, w.line

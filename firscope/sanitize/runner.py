@@ -230,6 +230,10 @@ def check_dispatch(node, arena, budget: int | None, step: int = 0) -> list[Findi
     out-of-bounds accesses (skipped and reported, as ``firscope sanitize`` does): a node run
     on its own inputs (an edited kernel replayed, firscope/edit). A fault the tools do not
     cover (a runaway loop) propagates after what was found before it is kept."""
+    from ..vm.runaway import runaway_stop
+    if budget is not None and runaway_stop(node.program, max(budget, 0)) is not None:
+        # a certain runaway: the plain interpreter names it at once, without running it
+        Dispatch(node.program, arena).run(budget)
     f = facts_of(node.program)
     checker = DispatchChecker(node, step, race=RaceShadow(), race_bases=f.race_regions)
     watch = _Watch(checker, True)

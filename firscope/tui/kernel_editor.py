@@ -1,6 +1,7 @@
 """Edit a kernel where the debugger stands (key E): the kernel's text in an editor inside
 the app, with the model file's line numbers; ctrl+s assembles it and replays it on the
-current node's inputs (the A/B report below the text), ctrl+t applies it to the session,
+current node's inputs (the A/B report below the text; ctrl+g: at every node that runs the
+kernel, over the tokens so far), ctrl+t applies it to the session,
 ctrl+r reverts an applied edit, ctrl+o writes it into the model file (after a y/n prompt,
 keeping a backup), escape closes the editor and keeps the draft for the next E.
 
@@ -43,6 +44,7 @@ def kernel_block(session, name: str) -> tuple[int, str]:
 class KernelEditScreen(ModalScreen[None]):
     # ctrl+y and ctrl+w are the text area's redo and delete-word
     BINDINGS = [Binding("ctrl+s", "check", "assemble + replay", priority=True),
+                Binding("ctrl+g", "check_all", "every node", priority=True),
                 Binding("ctrl+t", "apply", "apply", priority=True),
                 Binding("ctrl+r", "revert", "revert", priority=True),
                 Binding("ctrl+o", "write", "write into the .fir", priority=True),
@@ -72,8 +74,8 @@ class KernelEditScreen(ModalScreen[None]):
                            line_number_start=self.first_line, id="edit-text")
             yield Static(Text("ctrl+s: assemble and replay on this node's inputs", style="dim"),
                          id="edit-result")
-            yield Label("ctrl+s check · ctrl+t apply · ctrl+r revert · ctrl+o write · esc "
-                        "close", id="edit-keys")
+            yield Label("ctrl+s check · ctrl+g every node · ctrl+t apply · ctrl+r revert · "
+                        "ctrl+o write · esc", id="edit-keys")
 
     def on_mount(self) -> None:
         self.set_focus(self.query_one(TextArea))
@@ -110,6 +112,23 @@ class KernelEditScreen(ModalScreen[None]):
             self.show(Text(report))
 
         app.submit(Job("kernel replay", work, then=done, quiet=True, on_error=self.failed))
+
+    def action_check_all(self) -> None:
+        """The same A/B at every node that runs the kernel, over the tokens so far."""
+        app = self.app
+        path = self._file()
+        name = self.kernel
+
+        def work():
+            from ..debug.kernel_edits import preview_all
+            return preview_all(app.session, name, str(path))
+
+        def done(report):
+            self.checked = path
+            self.show(Text(report))
+
+        app.submit(Job("kernel replay --all", work, then=done, quiet=True,
+                       on_error=self.failed))
 
     def failed(self, e: FirError) -> None:
         loc = e.loc
