@@ -505,6 +505,11 @@ ALLOWED_DYNAMIC = {
     # with a constant signal; nothing from a model or a browser reaches the call)
     ("dap/webserve.py", "import ctypes"),
     ("dap/webserve.py", "ctypes.CDLL"),
+    # `firscope --corpus FILE` runs `python -m firscope quant sensitivity` beside the UI: an
+    # argument list (no shell), this interpreter, the model's and the corpus's paths as
+    # arguments; its JSON output is read with json.loads
+    ("tui/corpus_actions.py", "import subprocess"),
+    ("tui/corpus_actions.py", "subprocess.Popen"),
 }
 _DANGEROUS_BUILTINS = {"eval", "exec", "compile", "__import__", "breakpoint"}
 _DANGEROUS_MODULES = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "joblib",

@@ -102,18 +102,18 @@ def size_memory(fir: S.FirFile, buffers: Buffers, weights: Mapping[str, WeightDe
             arena_elems += n
             nbytes = 4 * n
         else:
-            # per instance (an ``except`` clause may change its dtype or group): packed codes
-            # + scales/mins (+ the dequantized f32 copy on the dequant path), or 4 bytes a
-            # weight for an f32 instance
+            # by dtype (an ``except`` clause may give layers another dtype or group): packed
+            # codes + scales/mins (+ the dequantized f32 copy on the dequant path), or 4 bytes
+            # a weight for f32 layers
             each = math.prod(w.shape)
-            nbytes = 0
+            kinds: dict[tuple[str, int | None], int] = {}
             for layer in (range(layers) if w.per_layer else (None,)):
-                kind, g = w.precision(layer)
-                if kind == "f32":
-                    nbytes += 4 * each
-                else:
-                    nbytes += (each // 2 + 2 * 4 * (each // (g or group) + 1)
-                               + (4 * each if q4_path == "dequant" else 0))
+                kinds[w.precision(layer)] = kinds.get(w.precision(layer), 0) + each
+            nbytes = 0
+            for (kind, g), m in kinds.items():
+                nbytes += 4 * m if kind == "f32" else (
+                    m // 2 + 2 * 4 * (m // (g or group) + 1)
+                    + (4 * m if q4_path == "dequant" else 0))
             q4_bytes += nbytes
         largest = max(largest, (nbytes, f"weight '{w.name}'", w.loc), key=lambda t: t[0])
     budget = MemoryBudget(arena_elems * 4, q4_bytes, limit)
