@@ -270,3 +270,21 @@ def test_profile_report_carries_the_corpus_section(tmp_path):
     assert html.count("data:image/svg+xml") >= 2  # ...drawn by matplotlib, embedded
     r = firscope("profile", "--tokens", "1", "-o", tmp_path / "r2", "--chunks", 2)
     assert r.returncode == 2 and "go with --corpus" in r.stderr
+
+
+def test_plan_for_a_kld_target_measures_under_it_with_fewer_bytes_than_all_f32(tmp_path):
+    folder = tmp_path / "tiny"
+    shutil.copytree(SAMPLE, folder)
+    args = ("--corpus", CORPUS, "--ctx", 64, "--chunks", 2)
+    base = eval_json(folder, *args)["summary"]["kld_mean"]
+    target = base / 2
+    out = folder / "half.fir"
+    r = firscope("quant", "plan", folder, *args, "--kld", f"{target:.6f}", "-o", out,
+                 timeout=600)
+    assert r.returncode == 0, r.stderr
+    measured = float(r.stdout.split("measured ")[1].split()[0])
+    nbytes = int(r.stdout.split("as loaded: ")[1].split()[0].replace(",", ""))
+    assert measured <= target or "still above the target" in r.stdout
+    assert 589_824 < nbytes < 3_145_728  # some f32, not all
+    doc = eval_json(out, *args)
+    assert doc["summary"]["kld_mean"] == pytest.approx(measured, abs=1e-6)
