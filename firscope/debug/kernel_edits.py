@@ -80,29 +80,17 @@ def preview(session, name: str, path: str) -> str:
     """The draft in ``path`` assembled (errors positioned in it) and, when the session
     stands before a node that runs ``name``, judged there against the code running now: the
     A/B report and the cost before/after. The session is not changed."""
-    from ..fir.parser import parse_kernels
-    from ..runtime.load import with_kernels
     from ..edit.command import node_lines
-    from ..edit.replay import NodeAB, judge_edit, run_original, start_of
     edits = edits_of(session)
-    blocks = [k for k in parse_kernels(path) if k.name.text == name]
-    if not blocks:
-        raise FirError(f"the draft holds no kernel '{printable(name)}' (keep its name)")
-    trial = with_kernels(edits.original, [*(v for k, v in edits.blocks.items() if k != name),
-                                          blocks[0]])
+    trial = _draft(edits, name, path)
     here = session.node
     if here is None or here.target != name or session.dispatch is not None:
         return (f"assembled: {name} has {len(trial.kernels[name].ops)} instructions. The "
                 f"session does not stand before a node that runs it: apply it (ctrl+t) and "
                 "go to one, or kernel replay --all")
-    a, b = session.model.nodes[here.index], trial.nodes[here.index]
-    start = start_of(a, b, session.arena)
-    budget = session.machine.budget
-    res = NodeAB(here.index, here.full_name, name,
-                 [judge_edit(a, b, start, run_original(a, start, budget), budget,
-                             session.step)])
-    lines = node_lines(res, f"{session.model.path.name} (draft)")
-    lines += _cost_pair(session.model, a, trial, b, session.arena,
+    lines = node_lines(_judge_here(session, session.model, trial),
+                       f"{session.model.path.name} (draft)")
+    lines += _cost_pair(session.model, trial, here.index, session.arena,
                         cache=(edits.cost_before, (id(session.model), here.index, session.step)))
     others = [n.full_name for n in trial.nodes if n.target == name and n.index != here.index]
     if others:
@@ -111,6 +99,31 @@ def preview(session, name: str, path: str) -> str:
         lines.append(f"  also run by {len(others)} other node(s): {shown}; once applied, "
                      "kernel replay --all judges every one over the tokens so far")
     return "\n".join(lines)
+
+
+def _draft(edits: KernelEdits, name: str, path: str):
+    """The model with the applied edits and the draft of ``name`` in ``path`` (assembled:
+    errors positioned in the file); nothing is applied."""
+    from ..fir.parser import parse_kernels
+    from ..runtime.load import with_kernels
+    blocks = [k for k in parse_kernels(path) if k.name.text == name]
+    if not blocks:
+        raise FirError(f"the draft holds no kernel '{printable(name)}' (keep its name)")
+    return with_kernels(edits.original, [*(v for k, v in edits.blocks.items() if k != name),
+                                         blocks[0]])
+
+
+def _judge_here(session, model_a, model_b):
+    """The node the session stands before, run by ``model_a``'s and ``model_b``'s code on the
+    inputs it has now (copies: the session is not changed)."""
+    from ..edit.replay import NodeAB, judge_edit, run_original, start_of
+    here = session.node
+    a, b = model_a.nodes[here.index], model_b.nodes[here.index]
+    start = start_of(a, b, session.arena)
+    budget = session.machine.budget
+    return NodeAB(here.index, here.full_name, here.target,
+                  [judge_edit(a, b, start, run_original(a, start, budget), budget,
+                              session.step)])
 
 
 def revert(session, name: str | None) -> str:
@@ -154,17 +167,9 @@ def replay_here(session, node: str | None = None, every: bool = False) -> str:
     if session.dispatch is not None:
         raise FirError("inside a dispatch: kernel replay judges a node from its start "
                        "(finish it, or reverse-next)")
-    from ..edit.replay import NodeAB, judge_edit, run_original, start_of
-    a = edits.original.nodes[here.index]
-    b = session.model.nodes[here.index]
-    start = start_of(a, b, session.arena)
-    budget = session.machine.budget
-    res = NodeAB(here.index, here.full_name, here.target,
-                 [judge_edit(a, b, start, run_original(a, start, budget), budget,
-                             session.step)])
-    path = edits.files[here.target]
-    lines = node_lines(res, path)
-    lines += _cost_lines(session, edits, here)
+    lines = node_lines(_judge_here(session, edits.original, session.model),
+                       edits.files[here.target])
+    lines += _cost_pair(edits.original, session.model, here.index, session.arena)
     return "\n".join(lines)
 
 
@@ -172,14 +177,8 @@ def preview_all(session, name: str, path: str) -> str:
     """The draft in ``path`` judged against the code running now at every node that runs
     ``name``, over the tokens fed so far (replayed from token 0 on a copy)."""
     from ..edit.replay import Edit
-    from ..fir.parser import parse_kernels
-    from ..runtime.load import with_kernels
     edits = edits_of(session)
-    blocks = [k for k in parse_kernels(path) if k.name.text == name]
-    if not blocks:
-        raise FirError(f"the draft holds no kernel '{printable(name)}' (keep its name)")
-    trial = with_kernels(edits.original, [*(v for k, v in edits.blocks.items() if k != name),
-                                          blocks[0]])
+    trial = _draft(edits, name, path)
     return _replay_all(session, edits, Edit(session.model, trial, Path(path), (name,)),
                        f"{session.model.path.name} (draft)")
 
@@ -200,17 +199,14 @@ def _replay_all(session, edits, e=None, where=None) -> str:
     return "\n".join(out)
 
 
-def _cost_lines(session, edits, node) -> list[str]:
-    """The node's predicted GPU cost before and after, from its inputs here."""
-    return _cost_pair(edits.original, edits.original.nodes[node.index], session.model, node,
-                      session.arena)
-
-
-def _cost_pair(model_a, node_a, model_b, node_b, arena, cache=None) -> list[str]:
+def _cost_pair(model_a, model_b, index: int, arena, cache=None) -> list[str]:
+    """Node ``index``'s predicted GPU cost in ``model_a`` and ``model_b``, from its inputs in
+    ``arena``; ``cache``: (dict, key) keeping model_a's side for the same stop."""
     from ..cost import find_device
     from ..cost.analyze import analyse_node
     from ..runtime.machine import DEFAULT_BUDGET
     from ..vm.runaway import runaway_stop
+    node_a, node_b = model_a.nodes[index], model_b.nodes[index]
     if runaway_stop(node_b.program, DEFAULT_BUDGET) is not None:
         return ["  cost: the edit runs past the instruction budget: no prediction"]
     dev = find_device(None)

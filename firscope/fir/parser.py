@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import FirError, Loc
 from . import syntax as S
 from .expr import parse_expr
-from .source import read_limited
+from .source import read_limited, undecodable_at
 
 _WORD = re.compile(r"\S+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*$")
@@ -35,9 +35,8 @@ def _read_text(path: Path, what: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise FirError("file is not UTF-8 text", Loc(str(path), line, col)) from None
+        raise FirError("file is not UTF-8 text", Loc(str(path), *undecodable_at(raw, e))) \
+            from None
 
 
 def source_lines(text: str) -> list[str]:

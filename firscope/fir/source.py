@@ -59,6 +59,12 @@ def _is_pseudo_file(path: Path, st: os.stat_result) -> bool:
     return any(real == root or real.startswith(root + "/") for root in PSEUDO_ROOTS)
 
 
+def undecodable_at(raw: bytes, e: UnicodeDecodeError) -> tuple[int, int]:
+    """(line, column) of the byte a UTF-8 decode of ``raw`` stopped at, as an editor counts."""
+    line = raw[: e.start].count(b"\n") + 1
+    return line, e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+
+
 def read_limited(path: Path, what: str, limit: int, missing: str | None = None) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes."""
     size = regular_file_size(path, what, missing)

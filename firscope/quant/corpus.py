@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FirError, UsageError
-from ..fir.source import read_limited
+from ..fir.source import read_limited, undecodable_at
 from ..text import printable
 
 MAX_CORPUS_BYTES = 512 * 1024 * 1024
@@ -47,8 +47,7 @@ def encode_corpus(path: Path, tokenizer, vocab: int) -> tuple[np.ndarray, str]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            line = raw[: e.start].count(b"\n") + 1
-            col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+            line, col = undecodable_at(raw, e)
             raise FirError(f"{printable(path)}:{line}:{col}: byte 0x{raw[e.start]:02x} is not "
                            f"UTF-8, and the model's tokenizer ({tokenizer.kind}) reads text") \
                 from None

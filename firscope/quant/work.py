@@ -146,15 +146,19 @@ def run_task(setup: Setup, task: Task) -> Result:
     sums: dict = {}
     verified: tuple[int, ...] = task.verified
     records: dict[str, dict] = {}
+    bounds = {}
+    if task.replay:
+        from .replay import Recorder, boundaries, first_changed_layer, replay_logits
+        bounds = boundaries(bank.model, full_steps)
     if task.replay == "replay":
         records = {origin: _read_records(path) for origin, path in task.snapshots}
+    # the run each kind of variant derives from: all f32 ("alone") or all q4 ("recovered")
+    origins = {o: bank.variant(_origin_choice(bank, o)) for o in records}
     if base is None or task.importance:
         taps = _importance_taps(bank.model, sums) if task.importance else {}
         f32 = bank.variant(bank.all_f32())
         rec = None
         if task.replay == "record":
-            from .replay import Recorder, boundaries
-            bounds = boundaries(bank.model, full_steps)
             rec = Recorder(bank.model, bounds, full_steps)
             for k, v in rec.taps().items():
                 taps.setdefault(k, []).extend(v)
@@ -172,9 +176,7 @@ def run_task(setup: Setup, task: Task) -> Result:
         origin = task.origins[i] if i < len(task.origins) else ""
         q, cost = None, full_steps
         if task.replay == "replay" and origin in records:
-            from .replay import boundaries, first_changed_layer, replay_logits
-            layer = first_changed_layer(bank.variant(_origin_choice(bank, origin)), variant)
-            bounds = boundaries(bank.model, full_steps)
+            layer = first_changed_layer(origins[origin], variant)
             if layer in verified and layer in bounds and bounds[layer].start > 0:
                 b = bounds[layer]
                 q = replay_logits(variant, setup.engine, task.tokens, task.first_scored, b,
@@ -184,8 +186,7 @@ def run_task(setup: Setup, task: Task) -> Result:
             rec = None
             taps = {}
             if task.replay == "record" and i == 0:  # all q4: its records for "recovered"
-                from .replay import Recorder, boundaries
-                rec = Recorder(bank.model, boundaries(bank.model, full_steps), full_steps)
+                rec = Recorder(bank.model, bounds, full_steps)
                 taps = rec.taps()
             q = chunk_logits(variant, setup.engine, task.tokens, task.first_scored, taps, bank)
             if rec is not None:
@@ -220,18 +221,26 @@ def _verify(bank, model, engine: str, task: Task, rec,
 
 
 def _write_records(path: str | None, rec) -> None:
+    _save(path, lambda f: np.savez(f, **{f"l{k}": v for k, v in rec.data.items()}))
+
+
+def _save(path: str | None, write) -> bool:
+    """``write(file)`` into a file beside ``path``, renamed over it: a reader in another
+    process sees the old file or the whole new one. A cache: a failure only skips it."""
     if path is None:
-        return
+        return False
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **{f"l{k}": v for k, v in rec.data.items()})
+            write(f)
         os.replace(tmp, path)
+        return True
     except OSError:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        return False
 
 
 def _read_records(path: str) -> dict[int, np.ndarray]:
@@ -382,19 +391,8 @@ def _read_cache(path: str | None) -> np.ndarray | None:
 
 
 def _write_cache(path: str | None, logits: np.ndarray) -> None:
-    if path is None:
-        return
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, logits)
-        os.replace(tmp, path)
+    if _save(path, lambda f: np.save(f, logits)):
         _prune(Path(path).parent)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
 
 
 def _prune(folder: Path) -> None:
