@@ -6,7 +6,8 @@ Writes SVG (Textual's own export) and, when cairosvg is installed, PNG.
 Screens: the main view stopped in the attention kernel (80x24, 120x36 and
 200x50), registers across lanes with the console, a q4 weight in the buffers
 tab, attention heatmaps, the logit lens with a watch list, the profile tab
-with quantization error, the help screen, and a broken model file. Never edit
+with quantization error, a kernel edited in place (key E), the help screen, and a broken
+model file. Never edit
 the images by hand.
 """
 from __future__ import annotations
@@ -109,6 +110,16 @@ async def profile_view(app, pilot):
     await keys(app, pilot, *["t"] * 6, "p", "3")
 
 
+async def kernel_edit_view(app, pilot):
+    """Key E at ln1@0: a draft that subtracts beta, assembled and replayed (ctrl+s)."""
+    from textual.widgets import TextArea
+    await commands(app, pilot, "goto ln1@0")
+    await keys(app, pilot, "E")
+    area = app.screen.query_one(TextArea)
+    area.text = area.text.replace("add 2 2 5", "sub 2 2 5")
+    await keys(app, pilot, "ctrl+s")
+
+
 async def help_view(app, pilot):
     await pilot.press("question_mark")
 
@@ -126,6 +137,7 @@ async def main():
     await shoot("attention", (120, 36), attention_view)
     await shoot("lens-watch", (120, 36), lens_view)
     await shoot("profile-quant", (120, 36), profile_view)
+    await shoot("kernel-edit", (120, 36), kernel_edit_view)
     await shoot("help", (120, 36), help_view)
     with tempfile.TemporaryDirectory() as tmp:
         broken = Path(tmp) / "tiny-gpt2"
