@@ -23,7 +23,16 @@ async def wait_corpus(app, pilot, timeout=180.0) -> None:
         await pilot.pause()
 
 
-def test_corpus_ranking_shows_in_the_profile_tab_while_stepping_goes_on():
+def test_corpus_ranking_shows_in_the_profile_tab_while_stepping_goes_on(monkeypatch):
+    shown: list[str] = []  # every note the Profile tab was given, in order
+    real = ProfileView.set_corpus
+
+    def spy(self, doc, note):
+        shown.append(note or "")
+        real(self, doc, note)
+
+    monkeypatch.setattr(ProfileView, "set_corpus", spy)
+
     async def go():
         app = FirscopeApp(Path(SAMPLE / "gpt2.fir"), prompt_ids=[1, 2, 3], n=2,
                           show_times=False, corpus=str(CORPUS), corpus_ctx=32,
@@ -31,7 +40,9 @@ def test_corpus_ranking_shows_in_the_profile_tab_while_stepping_goes_on():
         async with app.run_test(size=(120, 36)) as pilot:
             await wait_loaded(app, pilot)
             pv = app.query_one(ProfileView)
-            assert "in the background" in (pv.corpus[1] or "")
+            # on a fast machine the sweep may be done before the load settles: what the
+            # tab said while it ran is what the user saw
+            assert shown and "in the background" in shown[0]
             await press(app, pilot, "t")  # stepping is not held up by the sweep
             assert app.session.machine.position >= 1
             await wait_corpus(app, pilot)
