@@ -182,8 +182,8 @@ def _adapter_after(requests: list[tuple[str, dict]]) -> Client:
 def test_sigint_once_the_session_is_over_exits_0_silently():
     c = _adapter_after([("launch", LAUNCH), ("terminate", {})])  # still up: no disconnect
     c.proc.send_signal(signal.SIGINT)
-    _, err = c.proc.communicate(timeout=60)
-    assert c.proc.returncode == 0 and err.decode() == ""
+    code, err = c.exit()
+    assert code == 0 and err == ""
 
 
 def test_sigint_after_stdin_closes_exits_0_silently():
@@ -193,15 +193,15 @@ def test_sigint_after_stdin_closes_exits_0_silently():
         c.proc.send_signal(signal.SIGINT)
     except ProcessLookupError:  # it had already gone, with its own exit code
         pass
-    c.proc.wait(timeout=60)
-    assert c.proc.returncode == 0 and c.proc.stderr.read().decode() == ""
+    code, err = c.exit()
+    assert code == 0 and err == ""
 
 
 def test_sigint_during_a_session_still_interrupts():
     c = _adapter_after([("launch", LAUNCH)])
     c.proc.send_signal(signal.SIGINT)  # stdin stays open: the client is still there
-    c.proc.wait(timeout=60)
-    assert c.proc.returncode == 130 and "interrupted" in c.proc.stderr.read().decode()
+    code, err = c.exit()
+    assert code == 130 and "interrupted" in err, err
 
 
 def test_initialize_is_answered_before_the_engine_is_imported():

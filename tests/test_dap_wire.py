@@ -192,13 +192,35 @@ class Client:
         self.seq = 0
         self.messages: list[dict] = []
         self.cond = threading.Condition()
+        self._err = bytearray()
         threading.Thread(target=self._read, daemon=True).start()
+        # stderr is drained as it comes: an adapter that writes more than a pipe holds
+        # must not block on it while a test waits for it to exit
+        self._err_reader = threading.Thread(target=self._drain, daemon=True)
+        self._err_reader.start()
 
     def _read(self):
         while (msg := read_message(self.proc.stdout)) is not None:
             with self.cond:
                 self.messages.append(msg)
                 self.cond.notify_all()
+
+    def _drain(self):
+        while chunk := self.proc.stderr.read1(65536):
+            self._err += chunk
+
+    def exit(self, timeout: float = 60) -> tuple[int, str]:
+        """Wait for the adapter to end: its exit status and all it wrote to stderr (said in
+        the failure when it does not end)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self._err_reader.join(10)
+            raise AssertionError("the adapter did not exit; its stderr:\n"
+                                 + self._err.decode("utf-8", "replace")) from None
+        self._err_reader.join(30)
+        return self.proc.returncode, self._err.decode("utf-8", "replace")
 
     def send(self, command: str, args) -> int:
         self.seq += 1
@@ -217,9 +239,10 @@ class Client:
 
     def close(self) -> str:
         self.response(self.send("disconnect", {}))
-        _, err = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == 0, err
-        return err.decode("utf-8", "replace")
+        self.proc.stdin.close()
+        code, err = self.exit()
+        assert code == 0, err
+        return err
 
 
 def test_hostile_arguments_to_every_request_get_answers_not_crashes(sample_fir):
