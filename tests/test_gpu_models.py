@@ -153,8 +153,99 @@ def test_a_model_over_the_adapters_buffer_limit_is_one_clear_error(gpu):
     with pytest.raises(GpuError) as e:
         GpuRunner(model, small)
     msg = str(e.value)
-    assert "the arena of gpt2.fir" in msg and "over the adapter's limit of 0.1 MiB" in msg
+    # the KV cache (128 KiB a layer) is read whole by the attention kernel: it cannot split
+    assert msg.startswith("the arena of gpt2.fir: key_cache@0 (128.0 KiB) is over the "
+                          "adapter's limit of 64.0 KiB per storage buffer"), msg
+    assert "kernel g2.attn_decode reads it whole" in msg
     assert "smaller model" in msg and "\n" not in msg
+
+
+def test_the_arena_split_across_pages_and_row_tables_gives_the_same_bits(gpu):
+    """With pages of 200 KiB and table chunks of 40 KiB the sample's arena is spread over
+    many buffers: the attention kernel binds three (activations, K, V), the embedding and
+    the head run one dispatch per chunk of wte and wpe. Every region after each step is
+    the same, bit for bit, as with the whole arena in one buffer."""
+    from firscope.gpu import GpuMachine
+    model = load_model(SEED_FIR)
+    tokens = [3, 7, 250]
+    runs = []
+    for caps in ({}, {"page_cap": 200 << 10, "table_cap": 40 << 10}):
+        machine = GpuMachine(model, gpu=gpu, **caps)
+        machine.reset()
+        seen = []
+        for t in tokens:
+            machine.step(t)
+            seen.append({r.name: machine.runner.download(r) for r in model.buffer_regions()})
+        runs.append((machine.runner, seen))
+    (whole, a), (split, b) = runs
+    assert len(whole.layout.pages) == 1 and not whole.layout.tables
+    assert len(split.layout.pages) > 4
+    assert {n: len(t.chunks) for n, t in split.layout.tables.items()} == {"wte": 4, "wpe": 4}
+    attention = [p.passes[0].shader for p in split.prepared if p.node.target == "g2.attn_decode"]
+    assert "arena1" in attention[0] and "arena2" not in attention[0]  # K@0 beside x, V@0 not
+    assert "arena2" in attention[1]  # activations, K@1 and V@1: three windows
+    assert len(next(p for p in split.prepared if p.node.target == "fir.linear_t").passes) == 4
+    for step_a, step_b in zip(a, b):
+        for name in step_a:
+            assert np.array_equal(step_a[name], step_b[name]), name
+    # and the reference agrees with both, within the diff's tolerance
+    ref = Machine(model, engine="interp")
+    ref.reset()
+    for t, step in zip(tokens, b):
+        ref.step(t)
+        d = compare_arrays(model.view(model.outputs["logits"]), step["logits"], TOL)
+        assert not d.diverged, d.reason
+
+
+def test_a_shader_over_more_buffers_than_the_adapter_binds_is_one_clear_error(gpu):
+    from dataclasses import replace
+
+    from firscope.gpu import GpuError
+    from firscope.gpu.runner import GpuRunner
+    model = load_model(SEED_FIR)
+    few = replace(gpu, limits={**gpu.limits, "max-storage-buffers-per-shader-stage": 6})
+    with pytest.raises(GpuError) as e:
+        GpuRunner(model, few)
+    msg = str(e.value)  # y, the x copy, q4's codes, scales and minimums, params, faults
+    assert msg.startswith("fir.linear at node qkv_linear@0 needs 7 storage buffers at once "
+                          "(its data, its params and the fault buffer); the adapter allows 6 "
+                          "per shader"), msg
+    assert "\n" not in msg
+
+
+def test_attention_at_the_last_position_agrees_or_is_refused_in_words(gpu, tmp_path):
+    """GPT-2 small's attention geometry (head_dim 64, n_positions 1024): a lane's loops
+    run about 131 trips per position, and Mesa's llvmpipe ends every loop of an invocation
+    once they have run 65535 in all (at position ~497). Position 400 must agree with the
+    reference; the last one must agree or stop with the driver limit in words (on lavapipe
+    it stops); never a silently shortened result. The KV cache's earlier rows are left
+    zero: what matters here is the loops' trip counts."""
+    from firscope.errors import FirFault
+    from firscope.gpu import GpuMachine
+    path = write_random_gpt2(tmp_path, n_layer=1, n_embd=64, n_head=1, n_positions=1024)
+    model = load_model(path)
+
+    def at(machine, position):
+        machine.reset()
+        machine.history, machine.position = [0] * position, position
+        machine.step(5)
+        return model.view(model.outputs["logits"]).copy()
+    for position in (400, 1023):
+        want = at(Machine(model, engine="compiled"), position)
+        try:
+            got = at(GpuMachine(model, gpu=gpu), position)
+        except FirFault as e:
+            assert position == 1023, str(e)
+            msg = str(e)
+            assert "the GPU driver ended lane" in msg and "loop trips in all" in msg
+            assert "its result would be wrong, so the run stops here" in msg
+            if "llvmpipe" in gpu.name.lower():  # the limiter's 65535, as measured
+                assert int(msg.split(" loop trips in all")[0].split()[-1]) <= 65535
+            continue
+        assert not (position == 1023 and "llvmpipe" in gpu.name.lower()), \
+            "lavapipe's loop limiter ran out here when this test was written"
+        d = compare_arrays(want, got, TOL)
+        assert not d.diverged, (position, d.reason)
 
 
 def test_a_shader_the_driver_refuses_is_one_clear_error(gpu, monkeypatch):

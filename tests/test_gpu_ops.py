@@ -177,7 +177,7 @@ LONG_LOOPS = {
 
 @pytest.mark.parametrize("name", LONG_LOOPS)
 def test_a_loop_past_a_drivers_limit_is_right_or_a_clear_fault(gpu, name):
-    """Issue 39.1: llvmpipe ends a loop after 65535 trips (across a nested loop's entries)
+    """Issue 39.1: llvmpipe ends every loop of an invocation after 65535 trips in all
     without a word; the engine checks every loop's trips when it ends, so the answer is the
     reference's or a fault that says so, never a shortened value with exit 0."""
     body, want = LONG_LOOPS[name]

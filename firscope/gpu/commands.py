@@ -16,7 +16,7 @@ from ..text import printable
 from ..vm import wgsl
 from .device import open_device
 from .engine import GpuMachine
-from .shaders import EXT_SHADERS
+from .shaders import SHADERS, default_text
 from .sol import REPEATS, beside, choose_device, predict_step, render_beside, retime_last_step
 from ..runtime import NodeKind
 
@@ -54,9 +54,9 @@ def wgsl_text(model: Model, which: str | None = None) -> str:
         prog = wgsl.generate(node.program, symbols=model.symbols, path=label)
         return (f"// node {node.full_name}: params = {prog.params.tolist()}\n"
                 + prog.source)
-    if which in EXT_SHADERS:
-        return EXT_SHADERS[which][0]
-    names = ", ".join(list(kernels) + list(EXT_SHADERS))
+    if which in SHADERS:
+        return default_text(which)
+    names = ", ".join(list(kernels) + list(SHADERS))
     raise FirError(f"'{printable(which)}' is neither a kernel, a node of {label} nor an ext "
                    f"shader; kernels and ext shaders: {names}")
 

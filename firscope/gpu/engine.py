@@ -25,16 +25,17 @@ class GpuMachine(Machine):
     engine_name = GPU_ENGINE
 
     def __init__(self, model: Model, *, hooks=None, budget: int | None = DEFAULT_BUDGET,
-                 gpu: Gpu | None = None):
+                 gpu: Gpu | None = None, **layout):
+        """``layout``: GpuRunner's ``page_cap`` and ``table_cap`` (bytes; default the
+        adapter's largest storage binding)."""
         super().__init__(model, engine="interp", hooks=hooks, budget=budget)
-        self.runner = GpuRunner(model, gpu, budget=budget)
+        self.runner = GpuRunner(model, gpu, budget=budget, **layout)
 
     def reset(self) -> None:
         super().reset()
         for a, b in self._buffer_slices:
             if b > a:
-                self.runner.device.queue.write_buffer(self.runner.arena, a * 4,
-                                                      self.arena[a:b].tobytes())
+                self.runner.write_host(a, b, self.arena[a:b])
 
     def begin_token(self, token: int, *, position: int | None = None) -> None:
         super().begin_token(token, position=position)

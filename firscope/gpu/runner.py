@@ -1,31 +1,43 @@
-"""The model's nodes on the GPU: the arena resident in one storage buffer, one pipeline
-per distinct shader, one bind group and params buffer per node, a fault buffer.
+"""The model's nodes on the GPU: the arena resident in pages and split tables
+(gpu/layout), one pipeline per distinct shader, one bind group and params buffer per
+dispatch, a fault buffer.
 
 :class:`GpuRunner` prepares every node when it is made (micro nodes from vm/wgsl,
 ext nodes from gpu/shaders), so a shader the driver refuses or a buffer over the
 adapter's limits is reported before anything runs. :meth:`GpuRunner.run` encodes a
 list of nodes into one command buffer (one compute pass per dispatch, optionally
-timed with timestamp queries), submits it and reads the fault buffer: a fault is
-raised as the reference raises it (vm/wgsl.fault_error_of). Host <-> GPU copies
-of regions are :meth:`upload` and :meth:`download`.
+timed with timestamp queries; an op over a split table is one dispatch per chunk),
+submits it and reads the fault buffer: a fault is raised as the reference raises
+it (vm/wgsl.fault_error_of). Host <-> GPU copies of regions are :meth:`upload` and
+:meth:`download`, of host ranges :meth:`write_host`.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import FirError, FirFault
-from ..runtime import Model, PlanNode
+from ..runtime import Model, NodeKind, PlanNode
 from ..runtime.extops import embedding_fault
 from ..runtime.machine import DEFAULT_BUDGET
 from ..vm import wgsl
 from .device import Gpu, GpuError, device_error, open_device
-from .shaders import COL_LANES, EXT_SHADERS
-from ..runtime import NodeKind
+from .layout import ArenaLayout
+from .shaders import COL_LANES, EMBEDDING, FAULTS_BINDING, PARAMS_BINDING, ROWS, ROWS_Q4, COLS, \
+    binding_of, compose
 
 MIB = 1 << 20
+
+
+@dataclass
+class Pass:
+    """One dispatch: a pipeline (keyed by its shader text), its bind group, its grid."""
+
+    shader: str
+    bind_group: object
+    groups: tuple[int, int]
 
 
 @dataclass
@@ -33,16 +45,17 @@ class Prepared:
     """One node, ready to encode."""
 
     node: PlanNode
-    shader: str  # a key of the pipeline cache (the shader text)
-    bind_group: object
-    groups: tuple[int, int]
-    copy_x: tuple[int, int] | None = None  # (arena byte offset, bytes) into the x scratch
+    passes: list[Pass] = field(default_factory=list)
+    copy_x: tuple | None = None  # (buffer, byte offset, bytes) copied into the x scratch
     program: object = None  # micro: the vm/wgsl WgslProgram
 
 
 class GpuRunner:
     def __init__(self, model: Model, gpu: Gpu | None = None, *,
-                 budget: int | None = DEFAULT_BUDGET, path_label: str | None = None):
+                 budget: int | None = DEFAULT_BUDGET, path_label: str | None = None,
+                 page_cap: int | None = None, table_cap: int | None = None):
+        """``page_cap`` / ``table_cap``: bytes per page and per table chunk (default the
+        adapter's largest storage binding; tests set them small to split a small model)."""
         self.model = model
         self.gpu = gpu or open_device()
         self.budget = budget if budget is not None else 0xFFFFFFFF
@@ -52,6 +65,9 @@ class GpuRunner:
         self._pipelines: dict[str, tuple] = {}
         self._weights: dict[str, tuple] = {}
         try:
+            cap = self._cap()
+            self.layout = ArenaLayout(model, min(page_cap or cap, cap),
+                                      min(table_cap or page_cap or cap, cap), self.gpu.name)
             self._make_buffers()
             self.prepared = [self._prepare(n) for n in model.nodes]
         except GpuError:
@@ -62,10 +78,13 @@ class GpuRunner:
             raise device_error(self.gpu, "preparing the model's shaders and buffers", e) from None
 
     # -- buffers ------------------------------------------------------------------------------
-    def _check_size(self, what: str, nbytes: int) -> None:
+    def _cap(self) -> int:
         lim = self.gpu.limits
-        cap = min(lim.get("max-storage-buffer-binding-size", 1 << 27),
-                  lim.get("max-buffer-size", 1 << 28))
+        return min(lim.get("max-storage-buffer-binding-size", 1 << 27),
+                   lim.get("max-buffer-size", 1 << 28)) // 4 * 4
+
+    def _check_size(self, what: str, nbytes: int) -> None:
+        cap = self._cap()
         if nbytes > cap:
             raise GpuError(f"{what} ({nbytes / MIB:.1f} MiB) is over the adapter's limit of "
                            f"{cap / MIB:.1f} MiB per storage buffer ({self.gpu.name}): use a "
@@ -83,13 +102,33 @@ class GpuRunner:
         return buf
 
     def _make_buffers(self) -> None:
-        m = self.model
-        self.arena = self._buffer(m.arena, f"the arena of {m.path.name}", writable=True)
+        m, lay = self.model, self.layout
+        self.pages = [self._buffer(m.arena[p.lo:p.hi], f"page {i} of the arena of "
+                                   f"{m.path.name}", writable=True)
+                      for i, p in enumerate(lay.pages)]
+        self.chunks = {(name, k): self._buffer(m.arena[c.lo:c.hi],
+                                               f"{name} rows {c.row_lo}..{c.row_lo + c.rows - 1}",
+                                               writable=True)
+                       for name, t in lay.tables.items() for k, c in enumerate(t.chunks)}
         self.faults = self._buffer(np.zeros(wgsl.FAULT_WORDS, np.uint32), "the fault buffer",
                                    writable=True)
         xs = max([n.args[0].size for n in m.nodes if n.target in ("fir.linear", "fir.linear_t")]
                  + [1])
         self.xs = self._buffer(np.zeros(xs, np.float32), "the linears' input copy")
+
+    def _where(self, region) -> tuple[object, int]:
+        """The page buffer a region kept whole lies in, and its base there."""
+        page, base = self.layout.place(region)
+        return self.pages[page], base
+
+    def _table_parts(self, region) -> list[tuple[object, int, int, int]]:
+        """(buffer, base, first row, rows) of each piece of a row table."""
+        if self.layout.is_table(region):
+            t = self.layout.tables[region.name]
+            return [(self.chunks[(t.name, k)], 0, c.row_lo, c.rows)
+                    for k, c in enumerate(t.chunks)]
+        buf, base = self._where(region)
+        return [(buf, base, 0, None)]
 
     def _weight_buffers(self, entry) -> tuple:
         got = self._weights.get(entry.name)
@@ -109,15 +148,20 @@ class GpuRunner:
         return got
 
     # -- pipelines ----------------------------------------------------------------------------
-    def _pipeline(self, text: str, extra: tuple[str, ...], what: str) -> tuple:
+    def _pipeline(self, text: str, writable: dict[int, bool], what: str) -> tuple:
+        """The pipeline of a shader; ``writable``: binding -> bound read_write (else read)."""
         got = self._pipelines.get(text)
         if got is not None:
             return got
         w = self.wgpu
-        kinds = ["storage", "read-only-storage", "storage"] + \
-                ["read-only-storage" for _ in extra]
-        entries = [{"binding": i, "visibility": w.ShaderStage.COMPUTE, "buffer": {"type": k}}
-                   for i, k in enumerate(kinds)]
+        most = self.gpu.limits.get("max-storage-buffers-per-shader-stage", 8)
+        if len(writable) > most:
+            raise GpuError(f"{what} needs {len(writable)} storage buffers at once (its data, "
+                           f"its params and the fault buffer); the adapter allows {most} per "
+                           "shader")
+        entries = [{"binding": b, "visibility": w.ShaderStage.COMPUTE,
+                    "buffer": {"type": "storage" if rw else "read-only-storage"}}
+                   for b, rw in sorted(writable.items())]
         try:
             module = self.device.create_shader_module(code=text)
             layout = self.device.create_bind_group_layout(entries=entries)
@@ -131,10 +175,33 @@ class GpuRunner:
         got = self._pipelines[text] = (pipeline, layout)
         return got
 
-    def _bind(self, layout, buffers: list) -> object:
-        return self.device.create_bind_group(layout=layout, entries=[
-            {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-            for i, b in enumerate(buffers)])
+    def _pass(self, text: str, writable: dict[int, bool], buffers: dict[int, object],
+              params, groups, what: str) -> Pass:
+        """A dispatch of ``text`` over ``buffers`` (binding -> buffer) and its params."""
+        writable = {**writable, PARAMS_BINDING: False, FAULTS_BINDING: True}
+        buffers = {**buffers, PARAMS_BINDING: self._params(params),
+                   FAULTS_BINDING: self.faults}
+        _, layout = self._pipeline(text, writable, what)
+        group = self.device.create_bind_group(layout=layout, entries=[
+            {"binding": b, "resource": {"buffer": buf, "offset": 0, "size": buf.size}}
+            for b, buf in sorted(buffers.items())])
+        return Pass(text, group, groups)
+
+    def _ext_pass(self, shader, roles: dict[str, object], params, groups, what: str) -> Pass:
+        """An ext op's dispatch: each role's buffer (one binding per distinct buffer)."""
+        distinct: list = []
+        slots = {}
+        for r in shader.roles:
+            buf = roles[r.name]
+            k = next((i for i, b in enumerate(distinct) if b is buf), None)
+            if k is None:
+                distinct.append(buf)
+                k = len(distinct) - 1
+            slots[r.name] = k
+        text, writable = compose(shader, slots)
+        return self._pass(text, {binding_of(k): rw for k, rw in enumerate(writable)},
+                          {binding_of(k): b for k, b in enumerate(distinct)},
+                          params, groups, what)
 
     def _params(self, values) -> object:
         return self._buffer(np.array(values, dtype=np.uint32), "a node's parameters")
@@ -147,6 +214,19 @@ class GpuRunner:
             return self._prepare_embedding(node)
         return self._prepare_linear(node)
 
+    def _windows(self, node: PlanNode) -> list[int]:
+        """The pages a micro node's regions lie in, in the order its operands name them."""
+        pages: list[int] = []
+        for name, region in node.program.operands:
+            if self.layout.is_table(region):
+                raise GpuError(f"node {node.full_name}: kernel '{node.target}' reads {name} = "
+                               f"{region.name}, which is split across buffers (a kernel "
+                               "needs each region whole)")
+            page = self.layout.place(region)[0]
+            if page not in pages:
+                pages.append(page)
+        return pages or [0]
+
     def _prepare_micro(self, node: PlanNode) -> Prepared:
         p = node.program
         tg = wgsl.kernel_tg(p, self.model.symbols)
@@ -156,16 +236,26 @@ class GpuRunner:
         if tg > most:
             raise GpuError(f"kernel '{p.name}' at node {node.full_name} asks for tg={tg} lanes "
                            f"per threadgroup; the adapter allows {most}")
+        pages = self._windows(node)
+        window = {page: j for j, page in enumerate(pages)}
+
+        def place(region):
+            page, base = self.layout.place(region)
+            return window[page], base
         try:
             prog = wgsl.generate(p, symbols=self.model.symbols, path=self.label, tg=max(tg, 1),
-                                 budget=self.budget)
+                                 budget=self.budget, place=place)
         except ValueError as e:
             raise GpuError(f"node {node.full_name}: {e}") from None
         params = prog.params.copy()
         params[wgsl.P_NODE] = node.index
-        pipeline, layout = self._pipeline(prog.source, (), f"kernel '{p.name}'")
-        group = self._bind(layout, [self.arena, self._params(params), self.faults])
-        return Prepared(node, prog.source, group, wgsl.grid(p.threads, prog.tg), program=prog)
+        bindings = {wgsl.window_binding(j): self.pages[page] for page, j in window.items()}
+        what = f"kernel '{p.name}'" + (f" at node {node.full_name} (its regions lie in "
+                                       f"{len(pages)} pages of the arena)" if len(pages) > 1
+                                       else "")
+        one = self._pass(prog.source, {b: True for b in bindings}, bindings, params,
+                         wgsl.grid(p.threads, prog.tg), what)
+        return Prepared(node, [one], program=prog)
 
     def _prepare_embedding(self, node: PlanNode) -> Prepared:
         ids, table = node.args
@@ -174,55 +264,81 @@ class GpuRunner:
             raise GpuError(f"node {node.full_name}: fir.embedding's table is not in the arena; "
                            "the GPU engine reads tables from the arena only")
         rows, cols = table.weight.shape
-        text, extra = EXT_SHADERS["embedding"]
-        pipeline, layout = self._pipeline(text, extra, "fir.embedding")
-        params = [cols, node.index, ids.region.base, table.region.base, rows, out.region.base]
-        group = self._bind(layout, [self.arena, self._params(params), self.faults])
-        return Prepared(node, text, group, wgsl.grid(cols, 64))
+        out_buf, out_base = self._where(out.region)
+        ids_buf, ids_base = self._where(ids.region)
+        passes = []
+        for k, (tbuf, tbase, row_lo, n) in enumerate(self._table_parts(table.region)):
+            params = [cols, node.index, ids_base, tbase, rows, out_base, row_lo,
+                      rows if n is None else n, 1 if k == 0 else 0]
+            passes.append(self._ext_pass(EMBEDDING, {"out": out_buf, "ids": ids_buf,
+                                                     "tbl": tbuf},
+                                         params, wgsl.grid(cols, 64), "fir.embedding"))
+        return Prepared(node, passes)
 
     def _prepare_linear(self, node: PlanNode) -> Prepared:
         x, w = node.args
         y = node.outs[0]
         entry = w.weight
-        rows = y.size
-        cols = x.size
-        extra_buffers: list = []
-        wbase = 0
-        group_size = half = ngroups = 0
+        rows, cols = y.size, x.size
+        y_buf, y_base = self._where(y.region)
+        x_buf, x_base = self._where(x.region)
+        copy_x = (x_buf, x_base * 4, cols * 4)
+        what = f"{node.target} at node {node.full_name}"
         if entry.region is not None and entry.matrix is None:
-            wbase = entry.region.base
-            kind = "rows_arena" if node.target == "fir.linear_t" else "cols_arena"
-        elif entry.matrix is not None:
-            kind, extra_buffers = "rows_buffer", list(self._weight_buffers(entry))
-        elif entry.q4 is not None and node.target == "fir.linear":
-            kind, extra_buffers = "rows_q4", list(self._weight_buffers(entry))
-            group_size, half, ngroups = entry.q4.group, entry.q4.packed.shape[1], entry.q4.ngroups
-        else:
-            raise GpuError(f"node {node.full_name}: {node.target} over a {entry.stored} weight "
-                           "has no GPU shader")
-        text, extra = EXT_SHADERS[kind]
-        pipeline, layout = self._pipeline(text, extra, f"{node.target} ({kind})")
-        params = [rows, node.index, cols, y.region.base, wbase, group_size, half, ngroups]
-        group = self._bind(layout, [self.arena, self._params(params), self.faults, self.xs]
-                           + extra_buffers)
-        groups = wgsl.grid(rows, COL_LANES) if kind == "cols_arena" else wgsl.grid(rows, 1)
-        return Prepared(node, text, group, groups, copy_x=(x.region.base * 4, cols * 4))
+            if node.target != "fir.linear_t":
+                w_buf, w_base = self._where(entry.region)
+                one = self._ext_pass(COLS, {"y": y_buf, "xs": self.xs, "w": w_buf},
+                                     [rows, node.index, cols, y_base, w_base],
+                                     wgsl.grid(rows, COL_LANES), what)
+                return Prepared(node, [one], copy_x=copy_x)
+            passes = [self._ext_pass(ROWS, {"y": y_buf, "xs": self.xs, "w": wbuf},
+                                     [rows if n is None else n, node.index, cols,
+                                      y_base + row_lo, wbase, 0, 0, 0],
+                                     wgsl.grid(rows if n is None else n, 1), what)
+                      for wbuf, wbase, row_lo, n in self._table_parts(entry.region)]
+            return Prepared(node, passes, copy_x=copy_x)
+        if entry.matrix is not None:
+            (wbuf,) = self._weight_buffers(entry)
+            one = self._ext_pass(ROWS, {"y": y_buf, "xs": self.xs, "w": wbuf},
+                                 [rows, node.index, cols, y_base, 0, 0, 0, 0],
+                                 wgsl.grid(rows, 1), what)
+            return Prepared(node, [one], copy_x=copy_x)
+        if entry.q4 is not None and node.target == "fir.linear":
+            q = entry.q4
+            packed, scale, minimum = self._weight_buffers(entry)
+            one = self._ext_pass(ROWS_Q4, {"y": y_buf, "xs": self.xs, "packed": packed,
+                                           "scale": scale, "minimum": minimum},
+                                 [rows, node.index, cols, y_base, 0, q.group,
+                                  q.packed.shape[1], q.ngroups],
+                                 wgsl.grid(rows, 1), what)
+            return Prepared(node, [one], copy_x=copy_x)
+        raise GpuError(f"node {node.full_name}: {node.target} over a {entry.stored} weight "
+                       "has no GPU shader")
 
     # -- running ------------------------------------------------------------------------------
     def _encode(self, encoder, prep: Prepared, timestamps=None) -> None:
         if prep.copy_x is not None:
-            off, nbytes = prep.copy_x
+            buf, off, nbytes = prep.copy_x
             if nbytes:
-                encoder.copy_buffer_to_buffer(self.arena, off, self.xs, 0, nbytes)
-        if prep.groups[0] * prep.groups[1] == 0 or (prep.program is not None
-                                                    and prep.program.threads == 0):
+                encoder.copy_buffer_to_buffer(buf, off, self.xs, 0, nbytes)
+        if prep.program is not None and prep.program.threads == 0:
             return
-        kw = {"timestamp_writes": timestamps} if timestamps is not None else {}
-        cpass = encoder.begin_compute_pass(**kw)
-        cpass.set_pipeline(self._pipelines[prep.shader][0])
-        cpass.set_bind_group(0, prep.bind_group)
-        cpass.dispatch_workgroups(prep.groups[0], prep.groups[1], 1)
-        cpass.end()
+        passes = [p for p in prep.passes if p.groups[0] * p.groups[1]]
+        for k, one in enumerate(passes):
+            kw = {}
+            if timestamps is not None:  # the node's time: the first pass's start to the last's end
+                stamps = {"query_set": timestamps["query_set"]}
+                if k == 0:
+                    stamps["beginning_of_pass_write_index"] = \
+                        timestamps["beginning_of_pass_write_index"]
+                if k == len(passes) - 1:
+                    stamps["end_of_pass_write_index"] = timestamps["end_of_pass_write_index"]
+                kw["timestamp_writes"] = stamps
+            cpass = encoder.begin_compute_pass(**kw)
+            cpass.set_pipeline(self._pipelines[one.shader][0])
+            cpass.set_bind_group(0, one.bind_group)
+            cpass.dispatch_workgroups(one.groups[0], one.groups[1], 1)
+            cpass.end()
 
     def run(self, indexes) -> None:
         """Run these nodes (plan indexes, in order) in one submission; raise a fault as the
@@ -287,22 +403,39 @@ class GpuRunner:
         e = embedding_fault(node, raw)
         raise FirFault(f"{e.message} (on the GPU)", e.loc, node=e.node, layer=e.layer)
 
+    def _piece(self, kind: str, index) -> tuple[object, int]:
+        """The GPU buffer of a layout piece and the host element its byte 0 holds."""
+        if kind == "page":
+            return self.pages[index], self.layout.pages[index].lo
+        name, k = index
+        return self.chunks[index], self.layout.tables[name].chunks[k].lo
+
+    def write_host(self, lo: int, hi: int, values: np.ndarray | None = None) -> None:
+        """Host arena elements [lo, hi) (or ``values`` standing for them) to the GPU."""
+        data = self.model.arena[lo:hi] if values is None else \
+            np.ascontiguousarray(values, dtype=np.float32)
+        for kind, index, a, b in self.layout.pieces(lo, hi):
+            buf, first = self._piece(kind, index)
+            self.device.queue.write_buffer(buf, (a - first) * 4, data[a - lo: b - lo].tobytes())
+
     def upload(self, region, values: np.ndarray) -> None:
-        data = np.ascontiguousarray(values, dtype=np.float32)
-        if data.size:
-            self.device.queue.write_buffer(self.arena, region.base * 4, data.tobytes())
+        if region.size:
+            self.write_host(region.base, region.base + region.size, values)
 
     def upload_arena(self) -> None:
-        self.device.queue.write_buffer(self.arena, 0, self.model.arena.tobytes())
+        self.write_host(0, self.model.arena.size)
 
     def download(self, region) -> np.ndarray:
-        if region.size == 0:
-            return np.zeros(0, np.float32)
+        out = np.zeros(region.size, np.float32)
+        lo = region.base
         try:
-            raw = self.device.queue.read_buffer(self.arena, region.base * 4, region.size * 4)
+            for kind, index, a, b in self.layout.pieces(lo, lo + region.size):
+                buf, first = self._piece(kind, index)
+                raw = self.device.queue.read_buffer(buf, (a - first) * 4, (b - a) * 4)
+                out[a - lo: b - lo] = np.frombuffer(raw, dtype=np.float32)
         except Exception as e:
             raise device_error(self.gpu, f"reading {region.name} back", e) from None
-        return np.frombuffer(raw, dtype=np.float32).copy()
+        return out
 
 
 def _first_line(e: BaseException) -> str:

@@ -1,116 +1,166 @@
 """WGSL for the ext ops (fir.embedding, fir.linear, fir.linear_t), so a whole decode step
 runs on the GPU with the arena resident there.
 
-Bindings (every ext shader): 0 the arena, 1 the node's params (u32), 2 the fault buffer
-(the layout of vm/wgsl), then per op: 3 a copy of ``x`` (a linear may write over its
-input: the reference reads x in full first), 4 the weight when it is not in the arena
-(an f32 ``[out, in]`` matrix, or q4's packed codes as u32), 5 and 6 q4's scales and
-minimums. Sums run in a fixed order that is not the reference's (a workgroup of
-:data:`ROW_LANES` strides over a row, then a tree): docs/gpu-engine.md gives the tolerance.
+Each shader is a body written over named **roles** (``{out}``, ``{w}``, ...), not over
+fixed bindings: the arena lies in pages and split tables (gpu/layout), so which
+buffer a role reads depends on the node. :func:`compose` declares the bindings a
+node needs and names each role's buffer: binding 1 is the node's params (u32),
+2 the fault buffer (the layout of vm/wgsl), the role written first is binding 0
+and the other buffers follow from 3. Two roles in one buffer share its binding
+(declared ``read_write`` when either writes). ``xs`` is a copy of ``x`` (a
+linear may write over its input: the reference reads x in full first).
+
+Sums run in a fixed order that is not the reference's (a workgroup of
+:data:`ROW_LANES` strides over a row, then a tree): docs/gpu-engine.md gives the
+tolerance.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..vm.wgsl import F_EMBED
 
 ROW_LANES = 64  # lanes of one output row's workgroup
 COL_LANES = 64  # outputs per workgroup of the Conv1D (column) product
+PARAMS_BINDING, FAULTS_BINDING, FIRST_EXTRA = 1, 2, 3
 
-_HEAD = """\
-@group(0) @binding(0) var<storage, read_write> arena: array<f32>;
-@group(0) @binding(1) var<storage, read> p: array<u32>;
-@group(0) @binding(2) var<storage, read_write> faults: array<atomic<u32>>;
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    element: str = "f32"  # the WGSL element type
+    writes: bool = False
+
+
+@dataclass(frozen=True)
+class ExtShader:
+    roles: tuple[Role, ...]  # the first is the one written (binding 0)
+    body: str  # WGSL with {role} placeholders
+
+    def role(self, name: str) -> Role:
+        return next(r for r in self.roles if r.name == name)
+
+
+_COMMON = f"""\
+@group(0) @binding({PARAMS_BINDING}) var<storage, read> p: array<u32>;
+@group(0) @binding({FAULTS_BINDING}) var<storage, read_write> faults: array<atomic<u32>>;
 """
 
-EMBEDDING = _HEAD + f"""
-// params: cols, node, ids base, table base, table rows, out base
+# params: cols, node, ids base, table base, table rows (all chunks), out base, the chunk's
+# first row, its rows, whether this dispatch reports a bad id (the first chunk's only)
+EMBEDDING = ExtShader((Role("out", writes=True), Role("ids"), Role("tbl")), f"""
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>,
-        @builtin(num_workgroups) groups: vec3<u32>) {{
+        @builtin(num_workgroups) groups: vec3<u32>) {{{{
     let j = gid.x + gid.y * groups.x * 64u;
-    if (j >= p[0]) {{ return; }}
-    let raw = arena[p[2]];
+    if (j >= p[0]) {{{{ return; }}}}
+    let raw = {{ids}}[p[2]];
     let bits = bitcast<u32>(raw);
-    if ((bits & 0x7f800000u) == 0x7f800000u || !(raw >= 0.0) || u32(raw) >= p[4]) {{
-        if (j == 0u && atomicAdd(&faults[0], 1u) == 0u) {{
+    if ((bits & 0x7f800000u) == 0x7f800000u || !(raw >= 0.0) || u32(raw) >= p[4]) {{{{
+        if (p[8] != 0u && j == 0u && atomicAdd(&faults[0], 1u) == 0u) {{{{
             atomicStore(&faults[1], p[1]);
             atomicStore(&faults[3], {F_EMBED}u);
             atomicStore(&faults[5], bits);
-        }}
+        }}}}
         return;
-    }}
-    arena[p[5] + j] = arena[p[3] + u32(raw) * p[0] + j];
-}}
-"""
+    }}}}
+    let row = u32(raw);
+    if (row < p[6] || row - p[6] >= p[7]) {{{{ return; }}}}
+    {{out}}[p[5] + j] = {{tbl}}[p[3] + (row - p[6]) * p[0] + j];
+}}}}
+""")
 
 _ROW_SUM = """
 var<workgroup> part: array<f32, {lanes}>;
-
-// params: rows, node, cols, y base, w base (arena), group, bytes per row, groups per row
+{extra}
+// params: rows, node, cols, y base, w base, group, bytes per row, groups per row
 @compute @workgroup_size({lanes})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
-        @builtin(num_workgroups) groups: vec3<u32>) {{
+        @builtin(num_workgroups) groups: vec3<u32>) {{{{
     let r = wid.x + wid.y * groups.x;
     let cols = p[2];
     var acc: f32 = 0.0;
-    if (r < p[0]) {{
-        for (var c: u32 = lid; c < cols; c = c + {lanes}u) {{
-            acc = acc + {weight} * xs[c];
-        }}
-    }}
+    if (r < p[0]) {{{{
+        for (var c: u32 = lid; c < cols; c = c + {lanes}u) {{{{
+            acc = acc + {weight} * {{xs}}[c];
+        }}}}
+    }}}}
     part[lid] = acc;
     workgroupBarrier();
-    for (var s: u32 = {lanes}u / 2u; s > 0u; s = s / 2u) {{
-        if (lid < s) {{ part[lid] = part[lid] + part[lid + s]; }}
+    for (var s: u32 = {lanes}u / 2u; s > 0u; s = s / 2u) {{{{
+        if (lid < s) {{{{ part[lid] = part[lid] + part[lid + s]; }}}}
         workgroupBarrier();
-    }}
-    if (lid == 0u && r < p[0]) {{ arena[p[3] + r] = part[0]; }}
+    }}}}
+    if (lid == 0u && r < p[0]) {{{{ {{y}}[p[3] + r] = part[0]; }}}}
+}}}}
+"""
+
+# inserted as it is by _ROW_SUM's format: its braces stay doubled for compose's
+_Q4 = """
+fn q4_weight(r: u32, c: u32) -> f32 {{
+    let b = r * p[6] + c / 2u;
+    let q = ({packed}[b / 4u] >> ((b % 4u) * 8u + (c % 2u) * 4u)) & 15u;
+    let g = r * p[7] + c / p[5];
+    return f32(q) * {scale}[g] + {minimum}[g];
 }}
 """
 
-_XS = "@group(0) @binding(3) var<storage, read> xs: array<f32>;\n"
-_WBUF = "@group(0) @binding(4) var<storage, read> wbuf: array<f32>;\n"
-_Q4 = """\
-@group(0) @binding(4) var<storage, read> packed: array<u32>;
-@group(0) @binding(5) var<storage, read> scale: array<f32>;
-@group(0) @binding(6) var<storage, read> minimum: array<f32>;
-
-fn q4_weight(r: u32, c: u32) -> f32 {
-    let b = r * p[6] + c / 2u;
-    let q = (packed[b / 4u] >> ((b % 4u) * 8u + (c % 2u) * 4u)) & 15u;
-    let g = r * p[7] + c / p[5];
-    return f32(q) * scale[g] + minimum[g];
-}
-"""
-
-# y = W x for W [rows, cols] row-major, W in the arena (fir.linear_t on an arena weight)
-ROWS_ARENA = _HEAD + _XS + _ROW_SUM.format(lanes=ROW_LANES, weight="arena[p[4] + r * cols + c]")
-# the same with W in its own buffer (an f32 [out, in] matrix beside the arena)
-ROWS_BUFFER = _HEAD + _XS + _WBUF + _ROW_SUM.format(lanes=ROW_LANES, weight="wbuf[r * cols + c]")
+# y = W x for W [rows, cols] row-major: in the arena, a table's chunk, or an f32 [out, in]
+# matrix beside the arena
+ROWS = ExtShader((Role("y", writes=True), Role("xs"), Role("w")), _ROW_SUM.format(
+    lanes=ROW_LANES, extra="", weight="{w}[p[4] + r * cols + c]"))
 # the same from q4's packed codes
-ROWS_Q4 = _HEAD + _XS + _Q4 + _ROW_SUM.format(lanes=ROW_LANES, weight="q4_weight(r, c)")
+ROWS_Q4 = ExtShader(
+    (Role("y", writes=True), Role("xs"), Role("packed", "u32"), Role("scale"),
+     Role("minimum")),
+    _ROW_SUM.format(lanes=ROW_LANES, extra=_Q4, weight="q4_weight(r, c)"))
 
 # y = x W for W declared [in, out] (Conv1D) in the arena: one lane per output, in order
-COLS_ARENA = _HEAD + _XS + f"""
+COLS = ExtShader((Role("y", writes=True), Role("xs"), Role("w")), f"""
 // params: outputs, node, inputs, y base, w base
 @compute @workgroup_size({COL_LANES})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>,
-        @builtin(num_workgroups) groups: vec3<u32>) {{
+        @builtin(num_workgroups) groups: vec3<u32>) {{{{
     let j = gid.x + gid.y * groups.x * {COL_LANES}u;
     let outs = p[0];
-    if (j >= outs) {{ return; }}
+    if (j >= outs) {{{{ return; }}}}
     var acc: f32 = 0.0;
-    for (var i: u32 = 0u; i < p[2]; i = i + 1u) {{
-        acc = acc + xs[i] * arena[p[4] + i * outs + j];
-    }}
-    arena[p[3] + j] = acc;
-}}
-"""
+    for (var i: u32 = 0u; i < p[2]; i = i + 1u) {{{{
+        acc = acc + {{xs}}[i] * {{w}}[p[4] + i * outs + j];
+    }}}}
+    {{y}}[p[3] + j] = acc;
+}}}}
+""")
 
-# name -> (text, extra bindings after the fault buffer: kinds of 3, 4, ...)
-EXT_SHADERS = {
-    "embedding": (EMBEDDING, ()),
-    "rows_arena": (ROWS_ARENA, ("read",)),
-    "rows_buffer": (ROWS_BUFFER, ("read", "read")),
-    "rows_q4": (ROWS_Q4, ("read", "read", "read", "read")),
-    "cols_arena": (COLS_ARENA, ("read",)),
-}
+SHADERS = {"embedding": EMBEDDING, "rows": ROWS, "rows_q4": ROWS_Q4, "cols": COLS}
+
+
+def binding_of(slot: int) -> int:
+    """The binding of the slot-th distinct buffer of a node: 0, then 3, 4, ..."""
+    return 0 if slot == 0 else slot + FIRST_EXTRA - 1
+
+
+def compose(shader: ExtShader, slots: dict[str, int]) -> tuple[str, tuple[bool, ...]]:
+    """The shader's text with each role in the buffer ``slots[role]`` (0, 1, ...: distinct
+    buffers in binding order), and per slot whether it is bound writable."""
+    count = max(slots.values()) + 1
+    writable = [False] * count
+    element = ["f32"] * count
+    for r in shader.roles:
+        writable[slots[r.name]] |= r.writes
+        element[slots[r.name]] = r.element
+    names = [""] * count
+    for r in shader.roles:  # a shared buffer is named after the first role in it
+        names[slots[r.name]] = names[slots[r.name]] or f"{r.name}_buf"
+    decls = [f"@group(0) @binding({binding_of(k)}) var<storage, "
+             f"{'read_write' if writable[k] else 'read'}> {names[k]}: array<{element[k]}>;"
+             for k in range(count)]
+    body = shader.body.format(**{r.name: names[slots[r.name]] for r in shader.roles})
+    return "\n".join(decls) + "\n" + _COMMON + body, tuple(writable)
+
+
+def default_text(name: str) -> str:
+    """An op's shader with every role in a buffer of its own (what `firscope wgsl` prints);
+    an arena-resident operand shares the arena's binding in a real node."""
+    shader = SHADERS[name]
+    return compose(shader, {r.name: k for k, r in enumerate(shader.roles)})[0]
