@@ -272,7 +272,19 @@ def _run_parser(sub) -> None:
 
 
 def _gpu_parsers(sub) -> None:
-    sub.add_parser("gpu", help="show the GPU adapter wgpu finds (name, backend, driver, limits)")
+    g = sub.add_parser("gpu", help="show the GPU adapter wgpu finds (name, backend, driver, "
+                                   "limits); --calibrate measures it into a device profile")
+    g.add_argument("--calibrate", action="store_true",
+                   help="measure the adapter (launch overhead, read bandwidth, f32 throughput, "
+                        "latencies, subgroup size) and write its profile to your devices.toml")
+    g.add_argument("--device", metavar="NAME",
+                   help="with --calibrate: the profile the figures not measured come from "
+                        "(default: the one the adapter's name matches; the host CPU for a "
+                        "software adapter)")
+    g.add_argument("--key", metavar="NAME",
+                   help="with --calibrate: the profile's name (default: from the adapter's)")
+    g.add_argument("--quick", action="store_true",
+                   help="with --calibrate: smaller runs (seconds, not tens of seconds)")
     w = sub.add_parser("wgsl", help="print the WGSL compute shaders generated for the kernels")
     _model_arg(w)
     w.add_argument("kernel", nargs="?", metavar="KERNEL",
@@ -742,6 +754,11 @@ def cmd_sanitize(args) -> int:
 
 
 def cmd_gpu(args) -> int:
+    if args.calibrate:
+        from .gpu.calibrate import run_calibrate
+        return run_calibrate(device=args.device, key=args.key, quick=args.quick)
+    if args.device or args.key or args.quick:
+        raise UsageError("--device, --key and --quick go with --calibrate")
     from .gpu.commands import gpu_info
     return gpu_info()
 

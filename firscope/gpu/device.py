@@ -44,6 +44,7 @@ class Gpu:
     timestamps: bool  # the device accepts timestamp queries
     lost: list = field(default_factory=list)  # reasons the device was lost (set by wgpu)
     tick_ns: float = 1.0  # nanoseconds per timestamp tick (wgpu-native resolves raw ticks)
+    features: frozenset = frozenset()  # the features the device was opened with
 
     @property
     def name(self) -> str:
@@ -108,15 +109,16 @@ def open_device() -> Gpu:
     features = set(adapter.features)
     timestamps = "timestamp-query" in features
     wanted = {k: limits[k] for k in _RAISED if k in limits}
+    # timestamps time the dispatches; subgroups let calibration read the subgroup size
+    asked = [f for f in ("timestamp-query", "subgroup") if f in features]
     try:
-        device = adapter.request_device_sync(
-            required_features=["timestamp-query"] if timestamps else [],
-            required_limits=wanted)
+        device = adapter.request_device_sync(required_features=asked, required_limits=wanted)
     except Exception as e:
         raise GpuError(f"the adapter {adapter.info.get('device', '?')} refused a device "
                        f"({_one_line(e)}); update the GPU driver") from None
     gpu = Gpu(wgpu, adapter, device, dict(adapter.info), limits, timestamps,
-              tick_ns=_timestamp_period(device) if timestamps else 1.0)
+              tick_ns=_timestamp_period(device) if timestamps else 1.0,
+              features=frozenset(asked))
     try:
         device.lost.then(lambda info: gpu.lost.append(getattr(info, "message", str(info))))
     except Exception:  # older wgpu: no promise; a lost device then shows as an error later

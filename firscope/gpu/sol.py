@@ -101,6 +101,7 @@ def beside(measured_s: list[float], report: CostReport, gpu, device: Device, cho
                       "bound": p.bound, "ratio": _ratio(us, p.predicted_us),
                       "terms": dict(p.terms)})
     measured_total = sum(n["measured_us"] for n in nodes)
+    within = [n for n in nodes if within_2x(n["ratio"])]
     kernels = []
     for name, k in report.by_kernel().items():
         mine = [n for n in nodes if n["kernel"] == name]
@@ -119,7 +120,16 @@ def beside(measured_s: list[float], report: CostReport, gpu, device: Device, cho
             "repeats": repeats, "measured_us_per_token": measured_total,
             "predicted_us_per_token": report.total_us,
             "ratio": _ratio(measured_total, report.total_us),
+            "within_2x_share": (sum(n["measured_us"] for n in within) / measured_total
+                                if measured_total else None),
+            "within_2x_nodes": len(within), "device_key": device.key,
+            "device_origin": device.origin,
             "nodes": nodes, "kernels": kernels, "prediction": PREDICTED_NOTE}
+
+
+def within_2x(ratio: float | None) -> bool:
+    """measured/predicted within a factor of two either way."""
+    return ratio is not None and 0.5 <= ratio <= 2.0
 
 
 def caveats(sol: dict) -> list[str]:
@@ -128,9 +138,14 @@ def caveats(sol: dict) -> list[str]:
     dev = sol["device"]
     out = [f"  measured on:   {printable(sol['measured_on'])} ({sol['backend']})",
            f"  predicted for: {printable(dev['name'])} [{dev['key']}, {sol['chosen_by']}]"]
-    if sol["software_adapter"]:
+    if sol["software_adapter"] and sol["same_chip"]:
+        out += ["  a software adapter (the CPU runs the shaders) with its own profile",
+                "  (`firscope gpu --calibrate`): measured/predicted tests the cost model on",
+                "  this adapter; its times say little about any GPU"]
+    elif sol["software_adapter"]:
         out += ["  a software adapter (the CPU runs the shaders): its times say little about",
-                "  any GPU, so measured/predicted means little here"]
+                "  any GPU, so measured/predicted means little here (`firscope gpu",
+                "  --calibrate` measures it into a profile of its own)"]
     elif sol["same_chip"]:
         out += ["  the adapter is the device predicted for (by name; check the variant):",
                 "  measured/predicted is how far each dispatch is from the model's limit"]
@@ -159,6 +174,10 @@ def render_beside(sol: dict, *, top: int | None = None) -> list[str]:
     out = ["speed of light beside the measurement"] + caveats(sol)
     out.append(f"  per token at that position: {sol['measured_us_per_token']:.1f} us measured, "
                f"{sol['predicted_us_per_token']:.1f} us predicted, measured/predicted {ratio}")
+    if sol.get("within_2x_share") is not None:
+        out.append(f"  the prediction is within 2x for {sol['within_2x_share']:.0%} of the "
+                   f"step's measured time ({sol['within_2x_nodes']} of {len(sol['nodes'])} "
+                   "node instances)")
     out += ["", "per kernel"] + text_table(
         ["kernel / op", "nodes", "measured us", "predicted us", "bound", "measured/predicted"],
         [_row(k["kernel"], k, str(k["nodes"])) for k in sol["kernels"]])
