@@ -190,12 +190,46 @@ def fault_message(code: int, op, lane: int, arg: int, value) -> tuple[str, int |
     return loop_count_message(op.args[0], value, lane), None
 
 
+# The numba backend's table: one renderer per mnemonic of vm/opcodes.OPCODES (tests check
+# that none is missing). Templates are per-lane Python: Rn/Un are the lane's registers
+# (f32 and int64 locals), {i} is operand i (a register number, a constant's name, an
+# address slot), ONE/ZERO are f32 constants, M32 masks uint32 wrap-around;
+# exp_f32/sigmoid_f32 are model/numeric_kernels' (the reference's definitions, which the
+# interpreter's handlers call too), so both engines round alike on every CPU.
+RENDERERS = {
+    "rtou": rtou,
+    "uconst": template("U{0} = {1}"),
+    "uaddk": template("U{0} = (U{1} + {2}) & M32"),
+    "umulk": template("U{0} = (U{1} * {2}) & M32"),
+    "uadd": template("U{0} = (U{1} + U{2}) & M32"),
+    "uloadf32": access,
+    "ustoref32": access,
+    "loadconstf32": template("R{0} = {1}"),
+    "add": template("R{0} = R{1} + R{2}"),
+    "sub": template("R{0} = R{1} - R{2}"),
+    "mul": template("R{0} = R{1} * R{2}"),
+    "div": template("R{0} = R{1} / R{2}"),
+    "mulconst": template("R{0} = R{1} * {2}"),
+    "addconst": template("R{0} = R{1} + {2}"),
+    "sigmoid": template("R{0} = sigmoid_f32(R{1})"),
+    "exp": template("R{0} = exp_f32(R{1})"),
+    "rsqrt": template("R{0} = ONE / np.sqrt(R{1})"),
+    "cmplt": template("R{0} = ONE if R{1} < R{2} else ZERO"),
+    "forbegin": for_header,
+    "forend": nothing,
+    "ifbegin": if_header,
+    "ifend": nothing,
+}
+
+
 # --- the two passes -------------------------------------------------------------------------
 class _Checked(Renderer):
     """The body of ``run_lanes``: every check, the budget, the stop flag and the store
     journal. Numbers the node binds go into slots, allocated in the order the instructions
     use them (never shared by equal values), so that the source depends on the
-    instructions alone. Its renderers are the opcode table's ``render`` column."""
+    instructions alone. Its renderers are :data:`RENDERERS`."""
+
+    code_for_op = RENDERERS
 
     def __init__(self, program, slicing: dict[int, Slicing]):
         super().__init__(program)
@@ -213,9 +247,6 @@ class _Checked(Renderer):
         self.modulus_slot: list[int] = []
         self.modulus: list[bool] = []
         self.magic_slot: list[tuple[int, int]] = []
-
-    def render_of(self, op):
-        return op.spec.render
 
     # -- slots ------------------------------------------------------------------------------
     def fslot(self, c) -> str:

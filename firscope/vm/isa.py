@@ -91,11 +91,9 @@ class OpSpec:
     * ``interp(dispatch, op) -> run``: for the step interpreter (vm/interp), a
       closure built once per dispatch that executes ``op`` once on every active
       lane (lane-vectorized) and returns the next pc, or None for pc + 1.
-    * ``render(gen, op) -> lines``: for the compiled engine's code generator
-      (vm/codegen, the numba backend), the per-lane Python statements of ``op``,
-      unindented. An opener renders the block's header; the generator indents the
-      body under it (vm/render). A closer renders nothing. Other backends keep
-      their renderers in a table of their own, keyed by mnemonic (vm/wgsl).
+    * the code generators' meanings are not here: each backend keeps a table of
+      renderers keyed by mnemonic (vm/codegen.RENDERERS for numba, vm/wgsl.RENDERERS
+      for WGSL; vm/render walks the blocks for both).
     * ``lanes(analysis, op, state, record) -> state``: the transfer function
       of the lane-partition analysis (vm/lanes). None means "the registers
       this op writes hold unknown values afterwards", which is always sound.
@@ -108,7 +106,6 @@ class OpSpec:
     category: Category
     summary: str
     interp: Callable = field(compare=False, repr=False)
-    render: Callable = field(compare=False, repr=False)
     lanes: Callable | None = field(default=None, compare=False, repr=False)
     # Block structure: the kind of block this op opens or closes (None: neither).
     opens: FrameKind | None = None
