@@ -27,13 +27,14 @@ import time
 from . import __version__
 from .defaults import (DEFAULT_ENGINE, DEFAULT_GROUP, DEFAULT_STEPS, ENGINES, SANITIZE_STEPS,
                        STEPPING_ENGINES, UI_STEPS)
+from .engines import require_stepping
 from .errors import FirError, Interrupted, UsageError
 from .text import printable, token_ids, undecodable
 
 SUBCOMMANDS = ("check", "run", "debug", "profile", "sanitize", "ui", "diff", "capture", "cost",
                "dap", "serve", "gpu", "wgsl", "eval", "quant", "replay")
 # Commands that stop at instructions (or watch every access): not on a GPU
-NO_GPU_COMMANDS = ("debug", "ui", "serve", "sanitize")
+STEPPING_COMMANDS = ("debug", "ui", "serve", "sanitize")  # they stop inside kernels
 
 
 # -- argument types: a bad value is a usage error (exit 2) before anything is loaded ----------
@@ -597,9 +598,8 @@ def _main(argv: list[str]) -> int:
         args = parser.parse_args(with_command(parser, argv))
         if args.command == "ui" and args.model is not None and not os.path.exists(args.model):
             parser.error(f"{printable(args.model)}: no such file")
-        if getattr(args, "engine", None) == "gpu" and args.command in NO_GPU_COMMANDS:
-            from .gpu import NO_STEPPING
-            raise FirError(f"{args.command} --engine gpu: {NO_STEPPING}")
+        if getattr(args, "engine", None) and args.command in STEPPING_COMMANDS:
+            require_stepping(args.engine, args.command)
         if getattr(args, "isolate", False) and getattr(args, "chained", False):
             parser.error("--isolate and --chained contradict each other (--engine gpu isolates "
                          "by default)")

@@ -25,6 +25,7 @@ PKG = REPO / "firscope"
 # Rank of each top-level part of the package: a module may import ranks <= its own.
 LAYERS = {
     "errors": 0, "jitcache": 0, "samples": 0, "dump": 0, "text": 0, "defaults": 0,
+    "engines": 0,
     "__init__": 0,
     "fir": 1, "model": 2, "vm": 3, "runtime": 4, "compare": 5, "sanitize": 6, "debug": 7,
     "profile": 8, "tui": 9, "dap": 9, "api": 9, "patching": 9, "cli": 10, "__main__": 11,
@@ -596,3 +597,20 @@ def test_the_command_line_scan_sees_each_way_of_formatting(tmp_path):
                     "    app.run()\n"
                     "    ci.goto(n)\n")
     assert [int(f.split(":")[0].split()[1]) for f in formatted_command_lines(path)] == [2, 3, 4, 5, 6]
+
+
+def test_each_engine_names_a_machine_class_and_its_module_imports_no_engine():
+    """Issue 44.6: the engines are declared once (firscope/engines.py, layer 0, importing
+    nothing of firscope); each spec's ``module:Class`` is a Machine that takes the one
+    constructor's arguments."""
+    import inspect
+
+    from firscope.engines import ENGINE_SPECS, machine_class
+    from firscope.runtime.machine import Machine
+    assert {d for d in GRAPH["firscope.engines"] if d.startswith("firscope")} <= {
+        "firscope.errors"}  # for its messages
+    for name, spec in ENGINE_SPECS.items():
+        cls = machine_class(name)
+        assert issubclass(cls, Machine), name
+        params = inspect.signature(cls.__init__).parameters
+        assert {"engine", "hooks", "budget"} <= set(params), name

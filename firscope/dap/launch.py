@@ -16,6 +16,7 @@ from pathlib import Path
 from ..debug.commands import CommandInterpreter
 from ..debug.opening import open_session
 from ..defaults import DEFAULT_ENGINE, DEFAULT_GROUP, DEFAULT_STEPS, STEPPING_ENGINES
+from ..engines import ENGINE_SPECS
 from ..errors import FirError
 from ..runtime.opening import RunInput
 
@@ -73,9 +74,8 @@ def parse_launch(args: dict) -> LaunchConfig:
         elif not isinstance(tokens, str):
             raise FirError(f"launch: 'tokens' must be a list of ids or '1,2,3', found {tokens!r}")
     engine = args.get("engine", DEFAULT_ENGINE)
-    if engine == "gpu":  # a debugger steps: say why the GPU engine cannot
-        from ..gpu.engine import NO_STEPPING
-        raise FirError(f"launch: 'engine' gpu: {NO_STEPPING}")
+    if engine in ENGINE_SPECS and not ENGINE_SPECS[engine].steps:  # a debugger steps
+        raise FirError(f"launch: 'engine' {engine}: {ENGINE_SPECS[engine].why_not}")
     if engine not in STEPPING_ENGINES:
         raise FirError(f"launch: 'engine' must be one of {', '.join(STEPPING_ENGINES)}, "
                        f"found {engine!r}")

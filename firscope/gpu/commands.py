@@ -15,7 +15,8 @@ from ..runtime.opening import RunInput, check_output_folder, check_steps, write_
 from ..text import printable
 from ..vm import wgsl
 from .device import open_device
-from .engine import GpuMachine
+from ..engines import make_machine
+from .engine import GPU_ENGINE
 from .shaders import SHADERS, default_text
 from .sol import REPEATS, beside, choose_device, predict_step, render_beside, retime_last_step
 from ..runtime import NodeKind
@@ -81,7 +82,7 @@ def profile_steps(model: Model, ids: list[int], n: int, *, budget=None,
     numbers of the report (seconds per node instance and kernel, per token); with
     ``repeats``, also ``last_step_s``: each node's median over that many more runs of the
     last step (the measurement the speed-of-light prediction is set beside)."""
-    machine = GpuMachine(model, budget=budget) if budget else GpuMachine(model)
+    machine = make_machine(model, GPU_ENGINE, budget=budget or None)
     machine.reset()
     runner = machine.runner
     steps = len(ids) + max(n - 1, 0)

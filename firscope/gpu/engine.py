@@ -9,6 +9,7 @@ step on the reference and compare with the GPU (``firscope diff --engine gpu``).
 """
 from __future__ import annotations
 
+from ..engines import ENGINE_SPECS
 from ..errors import FirError, Interrupted
 from ..runtime import Machine, Model
 from ..runtime.machine import DEFAULT_BUDGET
@@ -16,18 +17,19 @@ from .device import Gpu
 from .runner import GpuRunner
 
 GPU_ENGINE = "gpu"
-NO_STEPPING = ("the GPU engine cannot stop at an instruction (a dispatch runs to its end on "
-               "the device): step on the reference (--engine compiled or interp) and compare "
-               "with the GPU with `firscope diff MODEL --engine gpu`")
+NO_STEPPING = ENGINE_SPECS[GPU_ENGINE].why_not  # what the engine table says of it
 
 
 class GpuMachine(Machine):
     engine_name = GPU_ENGINE
 
-    def __init__(self, model: Model, *, hooks=None, budget: int | None = DEFAULT_BUDGET,
-                 gpu: Gpu | None = None, **layout):
+    def __init__(self, model: Model, *, engine: str = GPU_ENGINE, hooks=None,
+                 budget: int | None = DEFAULT_BUDGET, gpu: Gpu | None = None, **layout):
         """``layout``: GpuRunner's ``page_cap`` and ``table_cap`` (bytes; default the
-        adapter's largest storage binding)."""
+        adapter's largest storage binding). ``engine`` is there for the one constructor
+        (firscope.engines.make_machine): it can only be ``gpu``."""
+        if engine != GPU_ENGINE:
+            raise ValueError(f"GpuMachine runs engine {GPU_ENGINE}, not {engine}")
         super().__init__(model, engine="interp", hooks=hooks, budget=budget)
         self.runner = GpuRunner(model, gpu, budget=budget, **layout)
 
@@ -60,11 +62,3 @@ class GpuMachine(Machine):
         out = self.model.outputs["logits"]
         self.model.view(out)[:] = self.runner.download(out)
         return self.finish_token()
-
-
-def machine_for(model: Model, engine: str, *, budget: int | None = DEFAULT_BUDGET,
-                hooks=None) -> Machine:
-    """The machine of an engine name: ``gpu`` here, the reference's engines otherwise."""
-    if engine == GPU_ENGINE:
-        return GpuMachine(model, hooks=hooks, budget=budget)
-    return Machine(model, engine=engine, hooks=hooks, budget=budget)

@@ -29,7 +29,7 @@ def run_decode(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAUL
     import numpy as np
 
     from ..compare.command import dump_recording
-    from ..runtime import Machine
+    from ..engines import engine_spec, make_machine
     from ..runtime.interrupt import ctrl_c_stops, stop_between_nodes
     from ..runtime.opening import (check_budget, check_distinct_outputs,
                                    check_npy_replaceable, check_output_file, write_output)
@@ -42,15 +42,11 @@ def run_decode(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAUL
     shown = TerminalProgress()
     opened = source.open(progress=shown)
     prompt, tok = list(opened.ids), opened.tokenizer
-    if engine == "gpu":
-        from ..gpu import machine_for
-        machine = machine_for(opened.model, engine, budget=budget)
-    else:
-        machine = Machine(opened.model, engine=engine, budget=budget)
+    machine = make_machine(opened.model, engine, budget=budget)
     if machine.kernel_runner is not None:  # compiled now, where the progress line shows it
         machine.kernel_runner.warmup(progress=shown)
     shown.done()
-    if engine != "gpu":  # the GPU engine looks at the stop flag between tokens
+    if engine_spec(engine).steps:  # the GPU engine looks at the stop flag between tokens
         stop_between_nodes(machine)
     t = time.perf_counter()
     with ctrl_c_stops(machine.stop_flag), dump_recording(machine, dump, dump_nodes,
