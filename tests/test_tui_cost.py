@@ -29,6 +29,10 @@ def test_profile_tab_predicts_beside_cpu_time():
             text = plain(app.query_one("#prof-time"))
             assert "GPU prediction on AMD Instinct MI300X" in text
             assert "GPU µs/call" in text and "bound" in text
+            # occupancy per kernel and the advice that would save the most, with its price
+            assert "GPU occupancy per kernel" in text and "limiter" in text
+            assert "g2.layernorm" in text and "threadgroups" in text
+            assert "advice, ranked by the time it saves per token" in text and " us" in text
             await press(app, pilot, "t")
             await settle(app, pilot)
             assert pv.cost is not cost and pv.cost.position == cost.position + 1  # kept current
@@ -95,3 +99,39 @@ def test_export_with_a_device_has_the_gpu_section(tmp_path):
     assert "gpu_nodes.csv" in done.files
     gpu = json.loads((tmp_path / "rep" / "report.json").read_text())["gpu"]
     assert gpu["device"]["key"] == "a100" and gpu["position"] == 1
+
+
+def test_source_gutter_heat_and_the_help_legend_at_80_columns():
+    """Key G gives the source pane each line's share of its kernel's predicted time: a heat
+    cell in the gutter that fits 80 columns; the help screen explains every gutter mark."""
+    from firscope.tui.keys import GUTTER
+    from firscope.tui.screens import help_table
+    from firscope.tui.source_pane import HEAT_MARKS, SourceLines
+
+    async def go():
+        app = FirscopeApp(Path(SAMPLE / "gpt2.fir"), prompt_ids=[1, 2], n=1, show_times=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_loaded(app, pilot)
+            await press(app, pilot, "t", "G")
+            await settle(app, pilot)
+            pane = app.query_one(SourcePane)
+            lines = pane.cost_lines
+            assert set(lines) == {"g2.add", "g2.gelu_new", "g2.layernorm", "g2.attn_decode"}
+            model = app.session.model
+            ln = next(n for n in model.nodes if n.full_name == "ln1@0")
+            pane.show(pane.model, pane.view, ln.index)  # as the graph cursor on ln1@0 does
+            await settle(app, pilot)
+            shares = lines["g2.layernorm"]
+            assert sum(lc.time_share for lc in shares.values()) <= 1.0
+            top = max(shares, key=lambda ln: shares[ln].time_share)
+            options = app.query_one(SourceLines)
+            rows = {int(options.get_option_at_index(i).id):
+                    plain(options.get_option_at_index(i).prompt)
+                    for i in range(options.option_count)}
+            assert HEAT_MARKS[-1] in rows[top][:9]  # the kernel's costliest line: █
+            assert all(len(r) <= 80 for r in rows.values())
+            text = plain(help_table([]))
+            assert "the kernel source's gutter" in text
+            for mark, _ in GUTTER:
+                assert mark in text
+    run(go())

@@ -22,7 +22,7 @@ from ..runtime.extops import EXT_IMPLS
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch
 from .devices import Device
-from .model import Prediction, ext_counts, predict
+from .model import Prediction, ext_counts, line_times, predict, residency
 from .record import Counts, LineStats, count, data_independent, identity_key, kernel_shape, \
     record
 
@@ -38,6 +38,7 @@ class NodeCost:
     counts: Counts
     prediction: Prediction
     reused_from: str | None = None  # a node whose identical trace these counts are
+    priced: list = field(default_factory=list)  # the advice with its price (price_advice)
 
     def as_dict(self) -> dict:
         c, p = self.counts, self.prediction
@@ -46,8 +47,32 @@ class NodeCost:
         out.update(counts_dict(c))
         out.update({"predicted_us": p.predicted_us, "bound": p.bound, "terms": dict(p.terms),
                     "occupancy": p.occupancy, "waves": p.waves, "advice": p.advice,
+                    "advice_priced": [dict(a) for a in self.priced],
                     "reused_from": self.reused_from})
+        if p.residency is not None:
+            out.update(registers_dict(c), **p.residency.as_dict())
         return out
+
+
+def registers_dict(c: Counts) -> dict:
+    return {"max_live_r": c.max_live_r, "max_live_u": c.max_live_u, "max_live": c.max_live,
+            "register_pressure": c.register_pressure}
+
+
+def price_advice(p: Prediction, device: Device, recount=None) -> list[dict]:
+    """Each advice item of ``p`` with the node's predicted time if it is taken: a new
+    threadgroup size is the same trace counted again (``recount(tg) -> Counts``; the VM's
+    lanes are independent, so the trace does not depend on tg) and predicted by the same
+    model; anything else says why it is not computed."""
+    out = []
+    for a in p.advice_items:
+        if a.tg is not None and recount is not None:
+            after = predict(recount(a.tg), device).predicted_us
+            out.append({"text": a.text, "predicted_us_after": after, "not_computed": None})
+        else:
+            why = a.why_not or "not computed: the recorded trace is not at hand"
+            out.append({"text": a.text, "predicted_us_after": None, "not_computed": why})
+    return out
 
 
 def counts_dict(c: Counts) -> dict:
@@ -64,12 +89,50 @@ def counts_dict(c: Counts) -> dict:
             "bytes_per_sector": c.bytes_per_sector}
 
 
-def line_dict(ls: LineStats, width: int) -> dict:
+def line_dict(ls: LineStats, width: int, us: float = 0.0, kernel_us: float = 0.0) -> dict:
+    """A source line's counters; ``us``: its part of the kernel's predicted time."""
     return {"line": ls.line, "text": ls.text, "executions": ls.executions,
-            "lane_instructions": ls.lane_instructions, "requests": ls.requests,
-            "sectors": ls.sectors, "sectors_per_request": ls.sectors_per_request,
+            "lane_instructions": ls.lane_instructions, "warp_instructions": ls.warp_instructions,
+            "active_lane_share": ls.active_lane_share, "flops": ls.flops,
+            "requests": ls.requests, "sectors": ls.sectors,
+            "sectors_per_request": ls.sectors_per_request,
             "coalescing_efficiency": ls.coalescing_efficiency,
-            "simd_efficiency": ls.simd_efficiency(width)}
+            "simd_efficiency": ls.simd_efficiency(width), "predicted_us": us,
+            "time_share": us / kernel_us if kernel_us else 0.0,
+            "live_r": ls.live_r, "live_u": ls.live_u}
+
+
+def _add_advice(k: dict, n: "NodeCost") -> None:
+    """Sum a node's priced advice into its kernel's (per advice text)."""
+    for a in n.priced:
+        acc = k["advice"].setdefault(a["text"], {"kernel": k["kernel"], "text": a["text"],
+                                                 "nodes": 0, "predicted_us": 0.0,
+                                                 "predicted_us_after": 0.0,
+                                                 "not_computed": None})
+        acc["nodes"] += 1
+        acc["predicted_us"] += n.prediction.predicted_us
+        if a["not_computed"] is not None:
+            acc["not_computed"] = a["not_computed"]
+        if acc["not_computed"] is None:
+            acc["predicted_us_after"] += a["predicted_us_after"]
+
+
+def _advice_list(k: dict) -> list[dict]:
+    out = []
+    for a in k["advice"].values():
+        done = a["not_computed"] is None
+        out.append(dict(a, predicted_us_after=a["predicted_us_after"] if done else None,
+                        saving_us_per_token=a["predicted_us"] - a["predicted_us_after"]
+                        if done else None))
+    return out
+
+
+def rank_advice(items: list[dict]) -> list[dict]:
+    """By the time each would save per token, the most first; those the model cannot price
+    after them, the kernels that take the most time first."""
+    return sorted(items, key=lambda a: (a["saving_us_per_token"] is None,
+                                        -(a["saving_us_per_token"] or 0.0),
+                                        -a["predicted_us"]))
 
 
 _SUMMED = ("lanes", "threadgroups", "warps", "lane_instructions", "warp_instructions", "flops",
@@ -86,6 +149,7 @@ class CostReport:
     seconds: float = 0.0  # the analysis itself, on this CPU
     recorded: int = 0  # micro nodes recorded on the interpreter (the rest reused counts)
     notes: list[str] = field(default_factory=list)
+    devices: dict = field(default_factory=dict)  # more devices to give each occupancy on
 
     @property
     def total_us(self) -> float:
@@ -103,7 +167,8 @@ class CostReport:
             if k is None:
                 k = out[n.kernel] = {"kernel": n.kernel, "kind": n.kind, "nodes": 0,
                                      "predicted_us": 0.0, "terms": {}, "by_bound": {},
-                                     "lines": {}, "max_lane_instructions": 0,
+                                     "lines": {}, "line_us": {}, "advice": {},
+                                     "max_lane_instructions": 0, "slowest": n,
                                      "simd_width": n.counts.simd_width,
                                      **{f: 0 for f in _SUMMED}}
             c = n.counts
@@ -119,8 +184,14 @@ class CostReport:
             for line, ls in c.lines.items():
                 acc = k["lines"].setdefault(line, LineStats(line, ls.text))
                 acc.add(ls)
+            for line, us in line_times(c, n.prediction, self.device).items():
+                k["line_us"][line] = k["line_us"].get(line, 0.0) + us
+            if n.prediction.predicted_us > k["slowest"].prediction.predicted_us:
+                k["slowest"] = n
+            _add_advice(k, n)
         total = self.total_us
         for k in out.values():
+            self._kernel_registers(k)
             w = k["simd_width"]
             k["bound"] = max(k["by_bound"], key=k["by_bound"].get)
             k["share"] = k["predicted_us"] / total if total else 0.0
@@ -132,8 +203,27 @@ class CostReport:
             k["bytes_per_sector"] = ((k["bytes_read"] + k["bytes_written"]) / k["sectors"]
                                      if k["sectors"] else None)
             k["arithmetic_intensity"] = k["flops"] / k["dram_bytes"] if k["dram_bytes"] else None
-            k["lines"] = [line_dict(ls, w) for _, ls in sorted(k["lines"].items())]
+            k["lines"] = [line_dict(ls, w, k["line_us"].get(ln, 0.0), k["predicted_us"])
+                          for ln, ls in sorted(k["lines"].items())]
+            del k["line_us"]
+            k["advice"] = rank_advice(_advice_list(k))
         return dict(sorted(out.items(), key=lambda kv: -kv[1]["predicted_us"]))
+
+    def _kernel_registers(self, k: dict) -> None:
+        """A micro kernel's live registers and its occupancy (and limiter) on the report's
+        device and on ``devices``, from its slowest node's geometry."""
+        n = k.pop("slowest")
+        if n.prediction.residency is None:
+            return
+        k.update(registers_dict(n.counts))
+        k["occupancy"] = n.prediction.residency.as_dict()
+        others = self.devices or {self.device.key: self.device}
+        k["occupancy_by_device"] = {key: residency(n.counts, d).as_dict()
+                                    for key, d in others.items()}
+
+    def advice(self) -> list[dict]:
+        """Every kernel's advice, ranked by the time it would save per token."""
+        return rank_advice([a for k in self.by_kernel().values() for a in k["advice"]])
 
     def by_layer(self) -> dict:
         out: dict = {}
@@ -147,6 +237,7 @@ class CostReport:
     def as_dict(self) -> dict:
         """report.json's ``gpu`` section (and ``firscope cost --json``)."""
         kernels = self.by_kernel()
+        advice = rank_advice([a for k in kernels.values() for a in k["advice"]])
         return {"device": self.device.as_dict(), "position": self.position, "token": self.token,
                 "predicted_us_per_token": self.total_us,
                 "tokens_per_s": 1e6 / self.total_us if self.total_us else None,
@@ -155,6 +246,7 @@ class CostReport:
                             for d in kernels.values()],
                 "layers": [{"layer": la, "predicted_us": us}
                            for la, us in self.by_layer().items()],
+                "advice": advice,
                 "analysis_seconds": self.seconds, "recorded_nodes": self.recorded,
                 "notes": list(self.notes),
                 "model": "predicted, not measured: see docs/cost-model.md"}
@@ -170,10 +262,10 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
     arena[model.inputs["token"].base] = token
     arena[model.inputs["position"].base] = position
     width = device.simd_width
-    seen: dict[tuple, tuple[Counts, str]] = {}
+    seen: dict[tuple, tuple[Counts, str, list]] = {}
     nodes, recorded = [], 0
     for node in model.nodes:
-        reused = None
+        reused, priced = None, None
         if node.kind == NodeKind.EXT:
             with np.errstate(all="ignore"):
                 EXT_IMPLS[node.target](arena, node)
@@ -183,7 +275,7 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
             key = identity_key(node.program, tg, tgbytes) \
                 if dedup and data_independent(node.program) else None
             if key is not None and key in seen:
-                c, reused = seen[key]
+                c, reused, priced = seen[key]
                 if runner is not None:
                     runner.run(node, arena, budget, stop=stop)
                 else:  # the same trace again: run it unobserved
@@ -191,13 +283,22 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
             else:
                 trace, _ = record(node.program, arena, budget, stop)
                 c = count(node.program, trace, tg, tgbytes, width)
+                priced = _priced(node.program, trace, c, tgbytes, device)
                 recorded += 1
                 if key is not None:
-                    seen[key] = (c, node.full_name)
+                    seen[key] = (c, node.full_name, priced)
         p = predict(c, device, library=node.kind == NodeKind.EXT, op=node.target)
         nodes.append(NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
-                              node.target, c, p, reused))
+                              node.target, c, p, reused,
+                              priced if priced is not None else price_advice(p, device)))
     return CostReport(device, position, int(token), nodes, time.perf_counter() - t0, recorded)
+
+
+def _priced(program, trace, c: Counts, tgbytes: int, device: Device) -> list[dict]:
+    """A recorded node's advice priced on its own trace."""
+    def recount(tg: int) -> Counts:
+        return count(program, trace, tg, tgbytes, device.simd_width)
+    return price_advice(predict(c, device), device, recount)
 
 
 def tokens_to(ids: list[int], at: int, machine: Machine) -> list[int]:
@@ -254,8 +355,10 @@ def analyse_node(model, node, device: Device, arena: np.ndarray, *,
         trace, _ = record(node.program, work, budget)
         c = count(node.program, trace, tg, tgbytes, device.simd_width)
     p = predict(c, device, library=node.kind == NodeKind.EXT, op=node.target)
+    priced = _priced(node.program, trace, c, tgbytes, device) \
+        if node.kind != NodeKind.EXT else price_advice(p, device)
     return NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
-                    node.target, c, p)
+                    node.target, c, p, priced=priced)
 
 
 def current_step(machine) -> tuple[int, int] | None:

@@ -28,6 +28,9 @@ NUMBERS: dict[str, tuple[type, str]] = {
     "f32_tflops": (float, "TFLOP/s"), "l2_mb": (float, "MiB"),
     "alu_latency_cycles": (float, "cycles"), "memory_latency_ns": (float, "ns"),
     "cache_latency_ns": (float, "ns"), "launch_overhead_us": (float, "us"),
+    "registers_per_cu": (int, "registers"),
+    "max_registers_per_lane": (int, "registers"),
+    "register_alloc_granularity": (int, "registers"),
 }
 # field -> (least, most) a profile may give: wide around every device made or imagined (an
 # integrated GPU of 1 CU at 0.1 GHz, a thousand-CU part at 10 TB/s), and narrow enough that
@@ -40,6 +43,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "f32_tflops": (1e-4, 1e5), "l2_mb": (1e-3, 1e5), "alu_latency_cycles": (0.1, 1e4),
     "memory_latency_ns": (0.1, 1e6), "cache_latency_ns": (0.01, 1e6),
     "launch_overhead_us": (1e-3, 1e6),
+    "registers_per_cu": (1, 1 << 24), "max_registers_per_lane": (1, 4096),
+    "register_alloc_granularity": (1, 4096),
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
@@ -61,6 +66,9 @@ class Device:
     memory_latency_ns: float
     cache_latency_ns: float
     launch_overhead_us: float
+    registers_per_cu: int
+    max_registers_per_lane: int
+    register_alloc_granularity: int
     sources: dict = field(default_factory=dict, compare=False)
     origin: str = ""  # the file it came from
 
@@ -144,6 +152,10 @@ def _device(path: Path, lines: list[str], key: str, table) -> Device:
                                                  f"between {least:g} and {most:g}"
                                                  f"{' ' + unit if unit else ''} (got {v!r})")
         values[name] = kind(v)
+    if values["register_alloc_granularity"] > values["max_registers_per_lane"]:
+        raise _error(path, lines, key, "register_alloc_granularity",
+                     f"'register_alloc_granularity' of device '{key}' must not be more than "
+                     f"its 'max_registers_per_lane' ({values['max_registers_per_lane']})")
     unknown = sorted(set(table) - set(NUMBERS) - {"name", "sources"})
     if unknown:
         close = difflib.get_close_matches(unknown[0], list(NUMBERS), n=1)

@@ -34,6 +34,38 @@ from .devices import Device
 from .record import SECTOR_BYTES, Counts
 
 BOUNDS = ("memory", "compute", "latency", "launch")
+LIMITERS = ("lanes", "threadgroups", "registers", "threadgroup memory")
+# registers a lane needs beyond its live values: a 64-bit address formed for each load and
+# store (the VM adds an index to a buffer's base; a GPU adds it to a 64-bit pointer)
+REGISTER_OVERHEAD = 2
+
+
+@dataclass(frozen=True)
+class Residency:
+    """What Nsight's occupancy section says of a kernel on a device: threadgroups per compute
+    unit each resource allows (None: no limit), the least of them and which one it is."""
+
+    limits: dict  # limiter -> threadgroups per compute unit
+    per_cu: int  # resident threadgroups per compute unit (at least 1)
+    limiter: str
+    registers: int  # allocated per lane
+    spills: bool  # the kernel needs more than the device's most registers per lane
+    occupancy: float  # theoretical: resident lanes (whole warps) / max lanes, per unit
+
+    def as_dict(self) -> dict:
+        return {"theoretical_occupancy": self.occupancy, "limiter": self.limiter,
+                "registers_per_lane": self.registers, "spills": self.spills,
+                "threadgroups_per_cu": self.per_cu, "limits": dict(self.limits)}
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One piece of advice; ``tg``: the same kernel at this threadgroup size, which the model
+    can cost from the recorded trace; else ``why_not``: why it cannot."""
+
+    text: str
+    tg: int | None = None
+    why_not: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,17 +76,46 @@ class Prediction:
     occupancy: float  # resident lanes / device lanes
     waves: int
     advice: str
+    residency: Residency | None = None  # None for an ext op (a library kernel)
+    advice_items: tuple = ()  # Advice, the first the one the model can cost (if any)
+
+    @property
+    def work(self) -> str:
+        """The largest of memory, compute and latency (the term the lines share)."""
+        return max(("memory", "compute", "latency"), key=lambda k: self.terms[k])
+
+
+def registers_per_lane(c: Counts, dev: Device) -> tuple[int, bool]:
+    """(registers allocated per lane, spills): the register pressure (vm/liveness) plus
+    REGISTER_OVERHEAD, rounded up to the device's granularity, at most its maximum."""
+    g = dev.register_alloc_granularity
+    need = c.register_pressure + REGISTER_OVERHEAD
+    alloc = -(-need // g) * g
+    if alloc > dev.max_registers_per_lane:
+        return dev.max_registers_per_lane, need > dev.max_registers_per_lane
+    return alloc, False
+
+
+def residency(c: Counts, dev: Device) -> Residency:
+    """Threadgroups per compute unit by lanes, threadgroups, registers and threadgroup
+    memory (a threadgroup's lanes in whole warps); the limiter is the least (the first of
+    LIMITERS on a tie). A threadgroup that does not fit at all is still run one at a time."""
+    warps_per_tg = max(-(-min(c.tg, max(c.lanes, 1)) // dev.simd_width), 1)
+    tg_lanes = warps_per_tg * dev.simd_width
+    regs, spills = registers_per_lane(c, dev)
+    limits = {"lanes": dev.max_lanes_per_cu // tg_lanes,
+              "threadgroups": dev.max_threadgroups_per_cu,
+              "registers": dev.registers_per_cu // (regs * tg_lanes),
+              "threadgroup memory": dev.tg_memory_per_cu // c.tgbytes if c.tgbytes else None}
+    limiter = min((k for k in LIMITERS if limits[k] is not None), key=lambda k: limits[k])
+    per_cu = max(limits[limiter], 1)
+    occ = min(per_cu * tg_lanes / dev.max_lanes_per_cu, 1.0)
+    return Residency(limits, per_cu, limiter, regs, spills, occ)
 
 
 def occupancy(c: Counts, dev: Device) -> tuple[int, int]:
     """(threadgroups resident per compute unit, waves of threadgroups)."""
-    width = dev.simd_width
-    warps_per_tg = max(-(-min(c.tg, max(c.lanes, 1)) // width), 1)
-    per_cu = min(dev.max_threadgroups_per_cu,
-                 dev.max_lanes_per_cu // (warps_per_tg * width) or 1)
-    if c.tgbytes:
-        per_cu = min(per_cu, max(dev.tg_memory_per_cu // c.tgbytes, 1))
-    per_cu = max(per_cu, 1)
+    per_cu = residency(c, dev).per_cu
     waves = max(math.ceil(c.threadgroups / (per_cu * dev.compute_units)), 1)
     return per_cu, waves
 
@@ -66,12 +127,15 @@ def predict(c: Counts, dev: Device, *, library: bool = False, op: str = "") -> P
     total_lanes = dev.compute_units * dev.f32_lanes_per_cu
     launch = dev.launch_overhead_us
     memory = c.dram_bytes / (dev.dram_bandwidth_gbs * 1e9) * 1e6
+    res = None
     if library:
         compute = c.flops / lane_rate * 1e6
         latency = (dev.memory_latency_ns + 2 * dev.cache_latency_ns) / 1e3
         occ, waves = 1.0, 1
     else:
-        per_cu, waves = occupancy(c, dev)
+        res = residency(c, dev)
+        per_cu = res.per_cu
+        waves = max(math.ceil(c.threadgroups / (per_cu * dev.compute_units)), 1)
         resident_tgs = min(c.threadgroups, per_cu * dev.compute_units)
         resident_warps = c.warps * resident_tgs / max(c.threadgroups, 1)
         occ = min(resident_warps * dev.simd_width / (dev.compute_units * dev.max_lanes_per_cu),
@@ -79,8 +143,7 @@ def predict(c: Counts, dev: Device, *, library: bool = False, op: str = "") -> P
         share = min(resident_warps * dev.simd_width / total_lanes, 1.0) or 1.0 / total_lanes
         eff = c.simd_efficiency or 1.0
         compute = c.flops / eff / (lane_rate * share) * 1e6
-        hit = c.cache_hit_fraction
-        load_ns = hit * dev.cache_latency_ns + (1 - hit) * dev.memory_latency_ns
+        load_ns = load_latency_ns(c, dev)
         path_ns = (c.max_lane_instructions * dev.alu_latency_cycles / clock * 1e9
                    + c.max_lane_load_batches * load_ns)
         latency = waves * path_ns / 1e3
@@ -88,7 +151,34 @@ def predict(c: Counts, dev: Device, *, library: bool = False, op: str = "") -> P
     work = max(("memory", "compute", "latency"), key=lambda k: terms[k])
     bound = "launch" if launch > terms[work] else work
     total = terms[work] + launch
-    return Prediction(terms, total, bound, occ, waves, advice(c, bound, dev, library, op))
+    return Prediction(terms, total, bound, occ, waves, advice(c, bound, dev, library, op), res,
+                      advice_items(c, bound, dev, library, op))
+
+
+def load_latency_ns(c: Counts, dev: Device) -> float:
+    hit = c.cache_hit_fraction
+    return hit * dev.cache_latency_ns + (1 - hit) * dev.memory_latency_ns
+
+
+def line_times(c: Counts, p: Prediction, dev: Device) -> dict[int, float]:
+    """Per source line, its part of the node's predicted time (us): the largest work term
+    (memory, compute or latency; the launch overhead is no line's) shared by what that term
+    counts: sectors for memory, flops for compute, and for latency the instructions and load
+    batches of the longest lane, weighted as the term weighs them."""
+    work = p.work
+    if work == "memory":
+        weight = {ln: float(ls.sectors) for ln, ls in c.lines.items()}
+    elif work == "compute":
+        weight = {ln: float(ls.flops) for ln, ls in c.lines.items()}
+    else:
+        alu_ns = dev.alu_latency_cycles / dev.clock_ghz
+        load_ns = load_latency_ns(c, dev)
+        weight = {ln: ls.critical * alu_ns + ls.critical_loads * load_ns
+                  for ln, ls in c.lines.items()}
+    total = sum(weight.values())
+    if not total:
+        return {ln: 0.0 for ln in c.lines}
+    return {ln: p.terms[work] * w / total for ln, w in weight.items()}
 
 
 def advice(c: Counts, bound: str, dev: Device, library: bool = False, op: str = "") -> str:
@@ -135,6 +225,45 @@ def advice(c: Counts, bound: str, dev: Device, library: bool = False, op: str = 
         return "memory-bound: it moves what it must; fuse it with the node that produced the data"
     return (f"compute-bound: {c.flops} flops at SIMD efficiency "
             f"{(c.simd_efficiency or 1):.0%}; more lanes per warp or fewer instructions")
+
+
+# why the model cannot price a piece of advice: it costs code it has recorded running
+_NEW_CODE = "not computed: it needs new kernel code, and the model costs only code it ran"
+_WHY_NOT = {
+    "fuse": "not computed: a fused kernel is code the model has not run (it costs the "
+            "kernels it recorded, one launch each)",
+    "library": "not computed: an ext op is costed as a tuned library kernel; batching or "
+               "fusing it changes the step, which the model does not rewrite",
+}
+
+
+def fill_tg(c: Counts, dev: Device) -> int | None:
+    """The threadgroup size that fills whole warps (the next multiple of the SIMD width),
+    when the kernel has more lanes than one threadgroup and its tg leaves lanes idle."""
+    w = dev.simd_width
+    if c.tg % w == 0 or c.lanes <= c.tg:
+        return None
+    return -(-c.tg // w) * w
+
+
+def advice_items(c: Counts, bound: str, dev: Device, library: bool = False,
+                 op: str = "") -> tuple[Advice, ...]:
+    """The advice as separate items, each priced later (analyze) where the model can: a
+    threadgroup size that fills the warps is the same kernel's trace counted again."""
+    items = []
+    tg = None if library else fill_tg(c, dev)
+    if tg is not None:
+        items.append(Advice(f"tg={tg}: fill the warps (threadgroups of {c.tg} lane"
+                            f"{'s' if c.tg > 1 else ''} use {c.simd_efficiency or 0:.0%} of "
+                            "each warp's lanes)", tg=tg))
+    text = advice(c, bound, dev, library, op)
+    if bound == "launch":
+        items.append(Advice(text.split(". Its threadgroups")[0], why_not=_WHY_NOT["fuse"]))
+    elif library:
+        items.append(Advice(text, why_not=_WHY_NOT["library"]))
+    elif tg is None or "so warps fill" not in text:  # else it is the tg item above
+        items.append(Advice(text, why_not=_NEW_CODE))
+    return tuple(items)
 
 
 def _walks(c: Counts) -> str:

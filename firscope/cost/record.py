@@ -25,6 +25,7 @@ import numpy as np
 
 from ..fir.expr import Env, eval_int
 from ..vm.interp import Dispatch, Observer
+from ..vm.liveness import liveness
 
 SECTOR_BYTES = 32
 ELEMENT_BYTES = 4
@@ -93,15 +94,31 @@ class LineStats(_Coalescing):
     requests: int = 0  # memory requests (instruction execution x warp)
     sectors: int = 0
     ideal_sectors: int = 0
+    flops: int = 0
+    lane_slots: int = 0  # executions x the dispatch's lanes (active_lane_share's denominator)
+    critical: int = 0  # instructions of this line on the longest lane
+    critical_loads: int = 0  # load batches of this line on the longest lane
+    live_r: int = 0  # the most R / U registers live on entry to one of its instructions
+    live_u: int = 0
 
     def add(self, o: "LineStats") -> None:
-        for f in ("executions", "lane_instructions", "warp_instructions", "requests", "sectors",
-                  "ideal_sectors"):
+        for f in _SUMMED_LINE:
             setattr(self, f, getattr(self, f) + getattr(o, f))
+        self.live_r, self.live_u = max(self.live_r, o.live_r), max(self.live_u, o.live_u)
 
     def simd_efficiency(self, width: int) -> float | None:
         return self.lane_instructions / (self.warp_instructions * width) \
             if self.warp_instructions else None
+
+    @property
+    def active_lane_share(self) -> float | None:
+        """Active lanes per execution over the dispatch's lanes: 1.0 when every lane runs
+        the line each time it issues, 0.5 in an if half the lanes take."""
+        return self.lane_instructions / self.lane_slots if self.lane_slots else None
+
+
+_SUMMED_LINE = ("executions", "lane_instructions", "warp_instructions", "requests", "sectors",
+                "ideal_sectors", "flops", "lane_slots", "critical", "critical_loads")
 
 
 @dataclass
@@ -128,6 +145,13 @@ class Counts(_Coalescing):
     requests: int = 0
     sectors: int = 0
     ideal_sectors: int = 0
+    load_sectors: int = 0  # (load request, sector) pairs
+    load_hits: int = 0  # of those, sectors an earlier instruction of the node touched
+    # registers (vm/liveness): the most live R, U, and R + U + loop counters at one pc
+    max_live_r: int = 0
+    max_live_u: int = 0
+    max_live: int = 0
+    register_pressure: int = 0
     lines: dict[int, LineStats] = field(default_factory=dict)
     loops: list[tuple[int, float]] = field(default_factory=list)  # (line, trips per entry)
     per_pc: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
@@ -149,9 +173,11 @@ class Counts(_Coalescing):
 
     @property
     def cache_hit_fraction(self) -> float:
-        """Sector requests that find their sector already touched by this node (L1/L2 hits
-        under the model's assumption of perfect reuse)."""
-        return 1 - self.dram_bytes / (self.sectors * SECTOR_BYTES) if self.sectors else 0.0
+        """Load sector requests whose sector an earlier instruction of this node touched (L1/L2
+        hits under the model's assumption of perfect reuse). Warps asking for one sector in
+        the same instruction all miss: on a GPU they wait on the same fill (the miss queue
+        merges them), they do not find it in the cache."""
+        return self.load_hits / self.load_sectors if self.load_sectors else 0.0
 
 
 def geometry(lanes: int, tg: int, width: int) -> tuple[int, int, np.ndarray]:
@@ -222,6 +248,8 @@ def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
     uses = np.bincount(keys, minlength=len(trace.masks)).astype(np.float64)
     per_lane = uses @ masks if lanes else np.zeros(0)
     c.max_lane_instructions = int(per_lane.max()) if lanes else 0
+    longest = masks[:, int(per_lane.argmax())] if lanes else np.zeros(len(masks), dtype=bool)
+    crit_pc = np.bincount(pcs, weights=longest[keys], minlength=n_ops).astype(np.int64)
     leaders = load_batch_leaders(program)
     lead_uses = np.bincount(keys[leaders[pcs]], minlength=len(trace.masks)).astype(np.float64)
     c.max_lane_load_batches = int((lead_uses @ masks).max()) if lanes else 0
@@ -231,18 +259,33 @@ def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
     c.sfu_ops = int(lane_pc[sfu].sum())
     req_pc, sec_pc, ideal_pc = _memory(c, program, trace, pcs, warp_of, n_warps, lane_pc)
     c.per_pc = {"executions": exec_pc, "lane": lane_pc, "warp": warp_pc, "requests": req_pc,
-                "sectors": sec_pc, "ideal": ideal_pc}
+                "sectors": sec_pc, "ideal": ideal_pc, "flops": np.where(arith, lane_pc, 0),
+                "critical": crit_pc, "critical_loads": np.where(leaders, crit_pc, 0)}
     for op in ops:
         if op.spec.opens is not None and op.spec.opens.value == "for" and lane_pc[op.pc] \
                 and op.pc + 1 < n_ops:
             c.loops.append((op.line, float(lane_pc[op.pc + 1] / lane_pc[op.pc])))
+    _per_line(c, program)
+    return c
+
+
+def _per_line(c: Counts, program) -> None:
+    """``c.lines`` from ``c.per_pc``, and the kernel's live registers (vm/liveness)."""
+    lv = liveness(program.ops)
+    c.max_live_r, c.max_live_u = lv.max_r, lv.max_u
+    c.max_live, c.register_pressure = lv.max_live, lv.pressure
+    pp = c.per_pc
+    for op in program.ops:
+        pc = op.pc
         ls = c.lines.get(op.line)
         if ls is None:
             ls = c.lines[op.line] = LineStats(op.line, op.loc.text.strip() or op.text)
-        ls.add(LineStats(op.line, "", int(exec_pc[op.pc]), int(lane_pc[op.pc]),
-                         int(warp_pc[op.pc]), int(req_pc[op.pc]), int(sec_pc[op.pc]),
-                         int(ideal_pc[op.pc])))
-    return c
+        live_r, live_u = lv.count(pc)
+        ls.add(LineStats(op.line, "", int(pp["executions"][pc]), int(pp["lane"][pc]),
+                         int(pp["warp"][pc]), int(pp["requests"][pc]), int(pp["sectors"][pc]),
+                         int(pp["ideal"][pc]), int(pp["flops"][pc]),
+                         int(pp["executions"][pc]) * c.lanes, int(pp["critical"][pc]),
+                         int(pp["critical_loads"][pc]), live_r, live_u))
 
 
 def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
@@ -280,6 +323,8 @@ def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
     req_s, sec_s, pc_s = request[order], sector[order], pc[order]
     new_req = np.r_[True, req_s[1:] != req_s[:-1]]
     new_sec = new_req | np.r_[True, sec_s[1:] != sec_s[:-1]]
+    c.load_sectors, c.load_hits = _load_hits(execs[order][new_sec], sec_s[new_sec],
+                                             ~is_store[pc_s[new_sec]])
     req_pc = np.bincount(pc_s[new_req], minlength=n_ops).astype(np.int64)
     sec_pc = np.bincount(pc_s[new_sec], minlength=n_ops).astype(np.int64)
     starts = np.flatnonzero(new_req)
@@ -293,6 +338,20 @@ def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
     c.requests, c.sectors, c.ideal_sectors = (int(req_pc.sum()), int(sec_pc.sum()),
                                               int(ideal_pc.sum()))
     return req_pc, sec_pc, ideal_pc
+
+
+def _load_hits(execs: np.ndarray, sectors: np.ndarray, loads: np.ndarray) -> tuple[int, int]:
+    """(load sector requests, those whose sector an earlier instruction execution touched).
+    ``execs``/``sectors``: one row per distinct (request, sector), loads and stores."""
+    if not sectors.size:
+        return 0, 0
+    order = np.lexsort((execs, sectors))
+    s_sorted, e_sorted = sectors[order], execs[order]
+    starts = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+    first_exec = np.maximum.accumulate(np.where(starts, np.arange(s_sorted.size), 0))
+    hit = np.empty(s_sorted.size, dtype=bool)
+    hit[order] = e_sorted > e_sorted[first_exec]
+    return int(loads.sum()), int((hit & loads).sum())
 
 
 def data_independent(program) -> bool:

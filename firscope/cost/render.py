@@ -75,14 +75,18 @@ def render(report: CostReport, *, limit: int | None = None) -> str:
     rows = [[printable(k), str(v["nodes"]), f"{v['predicted_us']:.1f}", _pct(v["share"]),
              v["bound"], _pct(v["simd_efficiency"]) if v["kind"] == NodeKind.MICRO else "-",
              _f(v["sectors_per_request"], ".1f"), _pct(v["coalescing_efficiency"]),
-             _f(v["bytes_per_sector"], ".0f"), _f(v["arithmetic_intensity"], ".2f")]
+             _f(v["bytes_per_sector"], ".0f"), _f(v["arithmetic_intensity"], ".2f"),
+             *_occupancy_cells(v)]
             for k, v in kernels.items()]
     out += ["per kernel"] + text_table(["kernel", "nodes", "pred us", "share", "bound",
                                         "SIMD eff", "sect/req", "coalesced", "B/sector",
-                                        "flop/B"], rows)
+                                        "flop/B", "live R/U", "regs", "occupancy",
+                                        "limiter"], rows)
     out.append("coalesced: sectors a warp needs at least over those it fetched, per warp "
                "(a warp of one lane is coalesced by itself); B/sector: bytes the lanes use "
-               "of each 32-byte sector fetched")
+               "of each 32-byte sector fetched; live R/U: the most registers live at one "
+               "instruction; regs: allocated per lane; occupancy: resident lanes per compute "
+               "unit over its most, and what limits it")
     out.append("")
     layers = sorted(report.by_layer().items(), key=lambda kv: -1 if kv[0] is None else kv[0])
     out += ["per layer"] + text_table(["layer", "pred us"],
@@ -96,15 +100,41 @@ def render(report: CostReport, *, limit: int | None = None) -> str:
     if len(shown) < len(ranked):
         out.append(f"  ... {len(ranked) - len(shown)} more (--top 0 shows every node)")
     out.append("")
-    out.append("advice per kernel")
-    for k, v in kernels.items():
-        first = next(n for n in ranked if n.kernel == k)
-        out.append(f"  {printable(k)}: {printable(first.prediction.advice)}")
+    out += advice_lines(report.advice())
     for note in report.notes:
         out.append(f"note: {printable(note)}")
     out.append(f"[analysed in {report.seconds:.2f} s on this CPU: {report.recorded} nodes "
                "recorded on the interpreter, the rest reused identical traces]")
     return "\n".join(out)
+
+
+def _occupancy_cells(k: dict) -> list[str]:
+    occ = k.get("occupancy")
+    if occ is None:
+        return ["-", "-", "-", "-"]
+    return [f"{k['max_live_r']}/{k['max_live_u']}",
+            f"{occ['registers_per_lane']}{' spills' if occ['spills'] else ''}",
+            _pct(occ["theoretical_occupancy"]), occ["limiter"]]
+
+
+def advice_text(a: dict) -> str:
+    """One advice line's price: before -> after per token and the saving, or why not."""
+    if a["not_computed"] is not None:
+        return printable(a["not_computed"])
+    saving = a["saving_us_per_token"]
+    verb = "saves" if saving >= 0 else "costs"
+    return (f"{a['predicted_us']:.2f} -> {a['predicted_us_after']:.2f} us per token "
+            f"({a['nodes']} node{'s' if a['nodes'] != 1 else ''}): {verb} "
+            f"{abs(saving):.2f} us")
+
+
+def advice_lines(advice: list[dict]) -> list[str]:
+    out = ["advice, ranked by the time it saves per token (predicted by the same model on "
+           "the changed geometry; not computed where the model cannot cost the change)"]
+    for a in advice:
+        out.append(f"  {printable(a['kernel'])}: {printable(a['text'])}")
+        out.append(f"      {advice_text(a)}")
+    return out
 
 
 def run_cost(opened_input, *, device: str | None, at: int | None, as_json: bool,
@@ -122,6 +152,7 @@ def run_cost(opened_input, *, device: str | None, at: int | None, as_json: bool,
     opened = opened_input.open()
     from .analyze import analyse_position
     report = analyse_position(opened.model, dev, list(opened.ids), at, engine=engine)
+    report.devices = devices
     if baseline is not None:
         from .baseline import baseline_doc, compare
         from .baseline import render as render_baseline
@@ -142,6 +173,15 @@ def run_cost(opened_input, *, device: str | None, at: int | None, as_json: bool,
     else:
         print(render(report, limit=top or None))
     return 0
+
+
+def residency_text(c, r) -> str:
+    """``info cost``'s registers and occupancy line (Nsight's occupancy section)."""
+    limits = ", ".join(f"{k} {'-' if v is None else v}" for k, v in r.limits.items())
+    return (f"  registers: live at most R {c.max_live_r}, U {c.max_live_u} (with loop "
+            f"counters {c.register_pressure}) -> {r.registers} per lane"
+            f"{' (spills)' if r.spills else ''}; occupancy {r.occupancy:.0%}, limited by "
+            f"{r.limiter} (threadgroups per unit: {limits})")
 
 
 def _jsonable(v):
@@ -166,6 +206,7 @@ def node_text(n: NodeCost, device, *, where: str = "") -> str:
         out.append(f"  work: {c.lane_instructions} lane-instructions, longest lane "
                    f"{c.max_lane_instructions}, SIMD efficiency {_pct(c.simd_efficiency)}, "
                    f"{c.flops} flops ({c.sfu_ops} on SFUs)")
+        out.append(residency_text(c, p.residency))
     else:
         out.append(f"  work: {c.flops} flops (from the op's definition)")
     out.append(f"  memory: read {_bytes(c.bytes_read)}, written {_bytes(c.bytes_written)}, "
@@ -182,6 +223,10 @@ def node_text(n: NodeCost, device, *, where: str = "") -> str:
             out.append(f"  line {ls.line}: {ls.sectors_per_request:.1f} sectors/request "
                        f"({_pct(ls.coalescing_efficiency)} coalesced): {printable(ls.text)}")
     out.append(f"  advice: {printable(p.advice)}")
+    for a in n.priced:
+        price = printable(a["not_computed"]) if a["not_computed"] is not None else \
+            f"{p.predicted_us:.2f} -> {a['predicted_us_after']:.2f} us"
+        out.append(f"    {printable(a['text'])}: {price}")
     out.append("  (a prediction from the recorded execution, not a measurement; "
                "docs/cost-model.md)")
     return "\n".join(out)

@@ -271,13 +271,15 @@ def gpu_section(report: dict, figs) -> str:
     advice = _kernel_advice(gpu["nodes"])
     out.append(table(
         ["kernel", "nodes", "predicted µs", "share", "bound", "SIMD eff.", "sectors/request",
-         "coalescing", "B/sector", "flop/byte", "advice"],
+         "coalescing", "B/sector", "flop/byte", "live R/U", "regs/lane", "occupancy",
+         "limiter", "advice"],
         [[esc(k["kernel"]), num(k["nodes"]), num(k["predicted_us"], ".2f"), pct(k["share"]),
           esc(k["bound"]), pct(k["simd_efficiency"]), num(k["sectors_per_request"], ".2f"),
           pct(k["coalescing_efficiency"]), num(k.get("bytes_per_sector"), ".0f"),
-          num(k["arithmetic_intensity"], ".3g"),
+          num(k["arithmetic_intensity"], ".3g"), *_occupancy_cells(k),
           f"<span class='advice'>{esc(advice.get(k['kernel'], ''))}</span>"]
-         for k in gpu["kernels"]], {0, 4, 10}))
+         for k in gpu["kernels"]], {0, 4, 13, 14}))
+    out.append(_priced_advice(gpu.get("advice") or []))
     # every node: the top rows shown, the rest one click away; no advice per row (it is the
     # kernel's, above): 61 rows of advice squeezed to 8 characters were 16 lines each
     ranked = sorted(gpu["nodes"], key=lambda n: -n["predicted_us"])
@@ -300,12 +302,37 @@ def gpu_section(report: dict, figs) -> str:
         if not k.get("lines"):
             continue
         lines = [[num(ln["line"]), f"<code>{esc(ln['text'])}</code>", num(ln["executions"]),
-                  num(ln["sectors_per_request"], ".2f"), pct(ln["coalescing_efficiency"]),
-                  pct(ln["simd_efficiency"])] for ln in k["lines"]]
+                  pct(ln.get("active_lane_share")), num(ln["sectors_per_request"], ".2f"),
+                  pct(ln["coalescing_efficiency"]), pct(ln["simd_efficiency"]),
+                  pct(ln.get("time_share")),
+                  f"{ln.get('live_r', '-')}/{ln.get('live_u', '-')}"] for ln in k["lines"]]
         out.append(f"<details><summary>{esc(k['kernel'])}: per source line</summary>"
-                   + table(["line", "source", "executions", "sectors/request", "coalescing",
-                            "SIMD eff."], lines, {1}) + "</details>")
+                   + table(["line", "source", "executions", "active lanes", "sectors/request",
+                            "coalescing", "SIMD eff.", "share of time", "live R/U"],
+                           lines, {1}) + "</details>")
     return "".join(out)
+
+
+def _occupancy_cells(k: dict) -> list[str]:
+    occ = k.get("occupancy")
+    if not occ:
+        return ["-", "-", "-", "-"]
+    return [f"{k['max_live_r']}/{k['max_live_u']}", num(occ["registers_per_lane"]),
+            pct(occ["theoretical_occupancy"]), esc(occ["limiter"])]
+
+
+def _priced_advice(advice: list[dict]) -> str:
+    """The advice ranked by the time it would save per token, each with its price."""
+    if not advice:
+        return ""
+    rows = [[esc(a["kernel"]), f"<span class='advice'>{esc(a['text'])}</span>",
+             num(a["predicted_us"], ".2f"),
+             "-" if a["predicted_us_after"] is None else num(a["predicted_us_after"], ".2f"),
+             "-" if a["saving_us_per_token"] is None else num(a["saving_us_per_token"], ".2f"),
+             esc(a["not_computed"] or "")] for a in advice]
+    return ("<h3>Advice, ranked by the time it would save per token</h3>"
+            + table(["kernel", "advice", "µs now", "µs after", "saves µs", "not computed"],
+                    rows, {0, 1, 5}))
 
 
 TOP_NODES = 8  # GPU rows shown before the collapsed table of every node

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .console_view import ConsoleView
 from .jobs import Job, measure_cost
 from .profile_view import ProfileView
-from .source_pane import SourcePane, cost_marks
+from .source_pane import SourcePane, cost_lines, cost_marks
 
 
 class CostActions:
@@ -25,7 +25,9 @@ class CostActions:
                 self.query_one(ConsoleView).write("GPU cost: no token has run yet")
                 return
             pv.cost = report  # each redraws itself with the prediction
-            self.query_one(SourcePane).cost_marks = cost_marks(report)
+            pane = self.query_one(SourcePane)
+            pane.set_reactive(SourcePane.cost_lines, cost_lines(report))
+            pane.cost_marks = cost_marks(report)  # redraws with both
 
         if not auto:
             self.query_one("#bottom").active = "profile"

@@ -63,6 +63,20 @@ KEYS: tuple[Key, ...] = (
         "quit (asks first: q again; s saves the breakpoints first)", True),
 )
 
+# The source pane's gutter, left to right, as the help screen explains it. The cost rows
+# appear once a GPU prediction exists (key G or --device; firscope cost's per-line figures).
+GUTTER: tuple[tuple[str, str], ...] = (
+    ("●  !", "a breakpoint; a line a sanitizer finding involves"),
+    ("≠  ◌", "GPU prediction: the line wastes most of each sector (below 50% coalesced); "
+             "most SIMD lanes idle when it issues (below 50% SIMD efficiency)"),
+    ("▶  ▷", "the pc; the first line of the next node's kernel"),
+    ("▁ … █", "GPU prediction: the line's share of its kernel's predicted time, scaled to "
+              "the kernel's largest (█)"),
+    ("×N", "times the line ran in this run (where the width allows)"),
+    ("42% 100% 1.0", "GPU prediction, where the width allows: share of the kernel's "
+                     "predicted time, active lanes per execution, sectors per memory request"),
+)
+
 _NAMES = {"question_mark": "?", "left_square_bracket": "[", "right_square_bracket": "]",
           "equals_sign": "=", "escape": "escape"}
 

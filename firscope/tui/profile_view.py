@@ -16,6 +16,8 @@ from textual.containers import VerticalScroll
 from textual.reactive import var
 from textual.widgets import Static
 
+from ..cost.render import advice_text
+from ..text import printable
 from .state import StopView
 
 
@@ -57,11 +59,38 @@ def time_tables(model, times: Mapping[int, float], cost=None, width: int | None 
                        _predicted(cost) if cost is not None else None, narrow)
     layers = _layer_table(by_layer)
     head = [cost_header(cost)] if cost is not None else []
+    # below the node table: its header stays in view at 80x24
+    tail = [Text(""), *gpu_kernel_tables(cost)] if cost is not None else []
     if stacked:
-        return Group(*head, grid, Text(""), layers)
+        return Group(*head, grid, Text(""), layers, *tail)
     outer = Table.grid(padding=(0, 4))
     outer.add_row(grid, layers)
-    return Group(*head, outer) if head else outer
+    return Group(*head, outer, *tail) if head else outer
+
+
+ADVICE_SHOWN = 3  # the advice lines the Profile tab shows (firscope cost has every one)
+
+
+def gpu_kernel_tables(cost) -> list:
+    """Per micro kernel: registers live at once, allocated per lane, occupancy and its
+    limiter; then the advice that would save the most per token, with its price."""
+    t = Table(title="GPU occupancy per kernel (registers from a liveness analysis)",
+              title_justify="left", box=None, padding=(0, 1))
+    for col in ("kernel", "live R/U", "regs", "occ", "limiter"):
+        t.add_column(col, justify="left" if col in ("kernel", "limiter") else "right",
+                     no_wrap=True)
+    kernels = cost.by_kernel()
+    for name, k in kernels.items():
+        occ = k.get("occupancy")
+        if occ is not None:
+            t.add_row(printable(name), f"{k['max_live_r']}/{k['max_live_u']}",
+                      str(occ["registers_per_lane"]), f"{occ['theoretical_occupancy']:.0%}",
+                      occ["limiter"])
+    advice = Text("advice, ranked by the time it saves per token:", style="bold")
+    for a in cost.advice()[:ADVICE_SHOWN]:
+        advice.append(f"\n  {printable(a['kernel'])}: {printable(a['text'])}\n    "
+                      f"{advice_text(a)}", style="")
+    return [t, advice]
 
 
 BOUND_SHORT = {"memory": "mem", "compute": "cmp", "latency": "lat", "launch": "lch"}

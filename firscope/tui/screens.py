@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .keys import rows
+from .keys import GUTTER, rows
 
 
 def help_table(commands: list[tuple[str, str]]) -> Group:
@@ -22,8 +22,14 @@ def help_table(commands: list[tuple[str, str]]) -> Group:
     keys.add_column("action", ratio=1)
     for k, help_text in rows():
         keys.add_row(Text(k), Text(help_text))  # Text: no markup ([i] is not italics)
+    gutter = Table(title="\nthe kernel source's gutter", box=None, padding=(0, 2),
+                   title_style="bold", expand=True, title_justify="left")
+    gutter.add_column("mark", style="bold dark_orange", max_width=20)
+    gutter.add_column("meaning", ratio=1)
+    for mark, meaning in GUTTER:
+        gutter.add_row(Text(mark), Text(meaning))
     if not commands:
-        return Group(keys)
+        return Group(keys, gutter)
     cmds = Table(title="\ncommands: the console (4) and the palette (ctrl+p) take every "
                  "batch-mode command", box=None, padding=(0, 2), title_style="bold",
                  expand=True, title_justify="left")
@@ -31,7 +37,7 @@ def help_table(commands: list[tuple[str, str]]) -> Group:
     cmds.add_column("what it does", ratio=1)
     for usage, help_text in commands:
         cmds.add_row(Text(usage), Text(help_text))
-    return Group(keys, cmds)
+    return Group(keys, gutter, cmds)
 
 
 class HelpScreen(ModalScreen[None]):

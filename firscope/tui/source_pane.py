@@ -80,6 +80,56 @@ def cost_marks(report) -> dict[str, dict[int, str]]:
     return out
 
 
+# a line's share of its kernel's predicted time, as one cell (key G / --device): none to most
+HEAT_MARKS = " ▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class LineCost:
+    """One source line's GPU-prediction counters (firscope cost's per-line figures)."""
+
+    time_share: float  # of the kernel's predicted time
+    active: float | None  # active-lane share
+    sectors_per_request: float | None
+
+
+def cost_lines(report) -> dict[str, dict[int, LineCost]]:
+    """kernel -> line -> its counters, from a firscope/cost report."""
+    return {name: {ln["line"]: LineCost(ln["time_share"], ln["active_lane_share"],
+                                        ln["sectors_per_request"]) for ln in k["lines"]}
+            for name, k in report.by_kernel().items() if k["lines"]}
+
+
+def heat_mark(share: float, top: float) -> str:
+    """The cell for a line's time share, scaled to the kernel's largest (top: █)."""
+    if not share > 0 or not top > 0:
+        return " "
+    return HEAT_MARKS[max(1, min(8, round(8 * share / top)))]
+
+
+def _kernel_costs(costs: dict | None, kernel: str) -> tuple[dict[int, LineCost], float]:
+    """The kernel's line costs and the largest time share among them."""
+    mine = (costs or {}).get(kernel, {})
+    return mine, max((lc.time_share for lc in mine.values()), default=0.0)
+
+
+def _share(costs: dict[int, LineCost], line: int) -> float:
+    lc = costs.get(line)
+    return lc.time_share if lc is not None else 0.0
+
+
+def _cost_cell(lc: LineCost | None) -> str:
+    """``42% 100% 1.0``: share of the kernel's time, active lanes, sectors per request."""
+    if lc is None:
+        return " " * COST_CELL
+    spr = "   -" if lc.sectors_per_request is None else f"{lc.sectors_per_request:4.1f}"
+    act = "   -" if lc.active is None else f"{lc.active:4.0%}"
+    return f"{lc.time_share:4.0%} {act} {spr} "
+
+
+COST_CELL = 15  # the width of _cost_cell
+
+
 def _gutter(line: int, breakpoint: bool, flagged: bool, mark: str, cost: str = "") -> Text:
     """Breakpoint (or sanitizer finding, or GPU cost) mark, pc mark, line number."""
     t = Text(no_wrap=True, overflow="crop")
@@ -94,10 +144,35 @@ def _gutter(line: int, breakpoint: bool, flagged: bool, mark: str, cost: str = "
     return t
 
 
+def _cells(t: Text, line: int, costs: dict[int, LineCost], top_share: float,
+           counts: dict[int, int] | None, top: int, show_costs: bool) -> None:
+    """After the gutter: the heat cell (a kernel with costs), the execution count (when
+    ``counts``) and the cost column (when ``show_costs``)."""
+    if costs:
+        t.append(heat_mark(_share(costs, line), top_share), style="dark_orange")
+    if counts is not None:
+        cell, style = _count_cell(counts.get(line), top)
+        t.append(cell, style=style)
+    if show_costs:
+        t.append(_cost_cell(costs.get(line)), style="dark_orange")
+
+
+def _columns(width: int, widest: int, counts: bool, costs: bool) -> tuple[bool, bool]:
+    """Whether the execution counts and then the cost column fit beside whole lines (the
+    heat cell of a kernel with costs always shows)."""
+    gutter = 8 + costs
+    show_counts = counts and gutter + 7 + widest <= width  # counts give way to whole lines
+    return show_counts, costs and gutter + 7 * show_counts + COST_CELL + widest <= width
+
+
 def source_rows(model, view: StopView, node_index: int, width: int,
-                marks: dict[str, dict[int, str]] | None = None) -> SourceView:
+                marks: dict[str, dict[int, str]] | None = None,
+                costs: dict[str, dict[int, LineCost]] | None = None) -> SourceView:
     """The kernel of node ``node_index`` as the source pane shows it at this stop;
-    ``marks``: the GPU prediction's gutter marks (:func:`cost_marks`)."""
+    ``marks``: the GPU prediction's gutter marks (:func:`cost_marks`); ``costs``: its
+    per-line counters (:func:`cost_lines`): a heat cell of the line's share of the kernel's
+    predicted time, and where the width allows, that share, active lanes and sectors per
+    request as a column."""
     node = model.nodes[node_index]
     snap = view.snapshot
     loc = snap.location
@@ -118,15 +193,15 @@ def source_rows(model, view: StopView, node_index: int, width: int,
     # instructions only: the kernel header and comments may be cut, an instruction never
     widest = max((len(b) + 2 * depth.get(ln, 0) for ln, b in bodies.items() if ln in depth),
                  default=0)
-    show_counts = bool(top) and 8 + 7 + widest <= width  # counts give way to whole lines
+    line_costs, top_share = _kernel_costs(costs, node.target)
+    show_counts, show_costs = _columns(width, widest, bool(top), bool(line_costs))
     rows = []
     mine = (marks or {}).get(node.target, {})
     for ln, body in bodies.items():
         t = _gutter(ln, ln in bps, view.findings.line_marked(node.target, ln),
                     "▶" if ln == pc_line else ("▷" if ln == next_line else " "), mine.get(ln, ""))
-        if show_counts:
-            cell, style = _count_cell(per_line.get(ln), top)
-            t.append(cell, style=style)
+        _cells(t, ln, line_costs, top_share, per_line if show_counts else None, top,
+               show_costs)
         here = ln in (pc_line, next_line)
         style = "bold yellow" if here else ("dim" if body.startswith("#") else "")
         t.append(_fit(body, depth.get(ln, 0), max(width - t.cell_len, 8)), style=style)
@@ -202,6 +277,8 @@ class SourcePane(Vertical):
     view: var[StopView | None] = var(None, always_update=True, init=False)
     # the GPU prediction's gutter marks (:func:`cost_marks`): new marks redraw at the pc
     cost_marks: var[dict[str, dict[int, str]]] = var(dict, always_update=True, init=False)
+    # its per-line counters (:func:`cost_lines`), set before cost_marks (which redraws)
+    cost_lines: var[dict[str, dict[int, LineCost]]] = var(dict, init=False)
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -256,7 +333,7 @@ class SourcePane(Vertical):
         width = lines.scrollable_content_region.width
         if width <= 0:  # hidden (loading, another pane maximized): drawn once it is shown
             width = max(self.size.width - 3, 0) or 200
-        sv = source_rows(model, view, idx, width - 1, self.cost_marks)
+        sv = source_rows(model, view, idx, width - 1, self.cost_marks, self.cost_lines)
         old = lines.highlighted
         same = self._shown == (node.target,)
         lines.clear_options()
