@@ -25,7 +25,8 @@ def _models(root):
     return [
         ("sample", SEED_FIR, {}),
         ("sample dequant", SEED_FIR, {"q4_path": "dequant"}),
-        ("sample q4 group 16", SEED_FIR, {"group": 16}),  # the shader's general group path
+        ("sample q4 group 16", SEED_FIR, {"group": 16}),  # codes a word (8) at a time
+        ("sample q4 group 4", SEED_FIR, {"group": 4}),  # a group under a word: one at a time
         ("random arena-f32", write_random_gpt2(root / "a", fir_text=arena_f32), {}),
         ("random --fir-f32", write_random_gpt2(root / "b", seed=3), {"fir_f32": True}),
     ]
@@ -195,6 +196,16 @@ def test_the_arena_split_across_pages_and_row_tables_gives_the_same_bits(gpu):
         ref.step(t)
         d = compare_arrays(model.view(model.outputs["logits"]), step["logits"], TOL)
         assert not d.diverged, d.reason
+
+
+def test_q4_codes_are_read_a_word_at_a_time_where_rows_and_groups_allow(gpu):
+    from firscope.gpu.runner import GpuRunner
+    for group, words in ((32, True), (16, True), (4, False)):
+        runner = GpuRunner(load_model(SEED_FIR, group=group), gpu)
+        text = next(p for p in runner.prepared if p.node.target == "fir.linear").passes[0].shader
+        assert ("let bits = packed_buf[first + w];" in text) == words, group
+        assert ("q4_weight(r, c)" in text) == (not words), group
+        assert f"c0 / {group}u" in text or f"c / {group}u" in text  # the group, a constant
 
 
 def test_a_shader_over_more_buffers_than_the_adapter_binds_is_one_clear_error(gpu):

@@ -25,8 +25,8 @@ from ..runtime.machine import DEFAULT_BUDGET
 from ..vm import wgsl
 from .device import Gpu, GpuError, device_error, open_device
 from .layout import ArenaLayout
-from .shaders import COL_LANES, EMBEDDING, FAULTS_BINDING, PARAMS_BINDING, ROWS, ROWS_Q4, COLS, \
-    binding_of, compose
+from .shaders import COL_LANES, COLS, EMBEDDING, FAULTS_BINDING, PARAMS_BINDING, ROWS, ROWS_Q4, \
+    ROWS_Q4_WORDS, binding_of, compose, q4_by_words
 
 MIB = 1 << 20
 
@@ -187,7 +187,8 @@ class GpuRunner:
             for b, buf in sorted(buffers.items())])
         return Pass(text, group, groups)
 
-    def _ext_pass(self, shader, roles: dict[str, object], params, groups, what: str) -> Pass:
+    def _ext_pass(self, shader, roles: dict[str, object], params, groups, what: str,
+                  constants: dict[str, int] | None = None) -> Pass:
         """An ext op's dispatch: each role's buffer (one binding per distinct buffer)."""
         distinct: list = []
         slots = {}
@@ -198,7 +199,7 @@ class GpuRunner:
                 distinct.append(buf)
                 k = len(distinct) - 1
             slots[r.name] = k
-        text, writable = compose(shader, slots)
+        text, writable = compose(shader, slots, constants)
         return self._pass(text, {binding_of(k): rw for k, rw in enumerate(writable)},
                           {binding_of(k): b for k, b in enumerate(distinct)},
                           params, groups, what)
@@ -306,11 +307,13 @@ class GpuRunner:
         if entry.q4 is not None and node.target == "fir.linear":
             q = entry.q4
             packed, scale, minimum = self._weight_buffers(entry)
-            one = self._ext_pass(ROWS_Q4, {"y": y_buf, "xs": self.xs, "packed": packed,
+            shader = ROWS_Q4_WORDS if q4_by_words(cols, q.packed.shape[1], q.group) \
+                else ROWS_Q4
+            one = self._ext_pass(shader, {"y": y_buf, "xs": self.xs, "packed": packed,
                                            "scale": scale, "minimum": minimum},
                                  [rows, node.index, cols, y_base, 0, q.group,
                                   q.packed.shape[1], q.ngroups],
-                                 wgsl.grid(rows, 1), what)
+                                 wgsl.grid(rows, 1), what, {"group": q.group})
             return Prepared(node, [one], copy_x=copy_x)
         raise GpuError(f"node {node.full_name}: {node.target} over a {entry.stored} weight "
                        "has no GPU shader")

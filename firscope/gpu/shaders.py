@@ -73,7 +73,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
 _ROW_SUM = """
 var<workgroup> part: array<f32, {lanes}>;
 {extra}
-// params: rows, node, cols, y base, w base, group, bytes per row, groups per row
+// params: rows, node, cols, y base, w base, (q4: unused, bytes per row, groups per row; the
+// group size is a constant of the text)
 @compute @workgroup_size({lanes})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
         @builtin(num_workgroups) groups: vec3<u32>) {{{{
@@ -100,7 +101,7 @@ _Q4 = """
 fn q4_weight(r: u32, c: u32) -> f32 {{
     let b = r * p[6] + c / 2u;
     let q = ({packed}[b / 4u] >> ((b % 4u) * 8u + (c % 2u) * 4u)) & 15u;
-    let g = r * p[7] + c / p[5];
+    let g = r * p[7] + c / {group}u;
     return f32(q) * {scale}[g] + {minimum}[g];
 }}
 """
@@ -114,6 +115,49 @@ ROWS_Q4 = ExtShader(
     (Role("y", writes=True), Role("xs"), Role("packed", "u32"), Role("scale"),
      Role("minimum")),
     _ROW_SUM.format(lanes=ROW_LANES, extra=_Q4, weight="q4_weight(r, c)"))
+
+# the same a packed u32 word (8 codes) at a time, when rows and groups are whole words:
+# one load of codes, scale and minimum per 8 weights instead of three per weight
+_Q4_WORDS = """
+var<workgroup> part: array<f32, {lanes}>;
+
+// params: rows, node, cols, y base, 0, (unused), bytes per row, groups per row
+@compute @workgroup_size({lanes})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+        @builtin(num_workgroups) groups: vec3<u32>) {{{{
+    let r = wid.x + wid.y * groups.x;
+    var acc: f32 = 0.0;
+    if (r < p[0]) {{{{
+        let words = p[2] / 8u;
+        let first = r * (p[6] / 4u);
+        for (var w: u32 = lid; w < words; w = w + {lanes}u) {{{{
+            let bits = {{packed}}[first + w];
+            let c0 = w * 8u;
+            let g = r * p[7] + c0 / {{group}}u;
+            let s = {{scale}}[g];
+            let m = {{minimum}}[g];
+            for (var k: u32 = 0u; k < 8u; k = k + 1u) {{{{
+                let q = (bits >> (k * 4u)) & 15u;
+                acc = acc + (f32(q) * s + m) * {{xs}}[c0 + k];
+            }}}}
+        }}}}
+    }}}}
+    part[lid] = acc;
+    workgroupBarrier();
+    for (var t: u32 = {lanes}u / 2u; t > 0u; t = t / 2u) {{{{
+        if (lid < t) {{{{ part[lid] = part[lid] + part[lid + t]; }}}}
+        workgroupBarrier();
+    }}}}
+    if (lid == 0u && r < p[0]) {{{{ {{y}}[p[3] + r] = part[0]; }}}}
+}}}}
+"""
+ROWS_Q4_WORDS = ExtShader(ROWS_Q4.roles, _Q4_WORDS.format(lanes=ROW_LANES))
+
+
+def q4_by_words(cols: int, row_bytes: int, group: int) -> bool:
+    """Whether a q4 weight's rows and groups are whole u32 words of codes (ROWS_Q4_WORDS)."""
+    return cols % 8 == 0 and row_bytes % 4 == 0 and group % 8 == 0
+
 
 # y = x W for W declared [in, out] (Conv1D) in the arena: one lane per output, in order
 COLS = ExtShader((Role("y", writes=True), Role("xs"), Role("w")), f"""
@@ -132,7 +176,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
 }}}}
 """)
 
-SHADERS = {"embedding": EMBEDDING, "rows": ROWS, "rows_q4": ROWS_Q4, "cols": COLS}
+SHADERS = {"embedding": EMBEDDING, "rows": ROWS, "rows_q4": ROWS_Q4,
+           "rows_q4_words": ROWS_Q4_WORDS, "cols": COLS}
 
 
 def binding_of(slot: int) -> int:
@@ -140,9 +185,13 @@ def binding_of(slot: int) -> int:
     return 0 if slot == 0 else slot + FIRST_EXTRA - 1
 
 
-def compose(shader: ExtShader, slots: dict[str, int]) -> tuple[str, tuple[bool, ...]]:
+def compose(shader: ExtShader, slots: dict[str, int],
+            constants: dict[str, int] | None = None) -> tuple[str, tuple[bool, ...]]:
     """The shader's text with each role in the buffer ``slots[role]`` (0, 1, ...: distinct
-    buffers in binding order), and per slot whether it is bound writable."""
+    buffers in binding order), and per slot whether it is bound writable. ``constants``:
+    numbers written into the text (q4's ``group``: a division by a constant is a shift or a
+    multiply, where one by a parameter is a long sequence on a GPU and a scalar loop on a
+    CPU's SIMD lanes)."""
     count = max(slots.values()) + 1
     writable = [False] * count
     element = ["f32"] * count
@@ -155,7 +204,8 @@ def compose(shader: ExtShader, slots: dict[str, int]) -> tuple[str, tuple[bool, 
     decls = [f"@group(0) @binding({binding_of(k)}) var<storage, "
              f"{'read_write' if writable[k] else 'read'}> {names[k]}: array<{element[k]}>;"
              for k in range(count)]
-    body = shader.body.format(**{r.name: names[slots[r.name]] for r in shader.roles})
+    body = shader.body.format(**{r.name: names[slots[r.name]] for r in shader.roles},
+                              **(constants or {}))
     return "\n".join(decls) + "\n" + _COMMON + body, tuple(writable)
 
 
@@ -163,4 +213,5 @@ def default_text(name: str) -> str:
     """An op's shader with every role in a buffer of its own (what `firscope wgsl` prints);
     an arena-resident operand shares the arena's binding in a real node."""
     shader = SHADERS[name]
-    return compose(shader, {r.name: k for k, r in enumerate(shader.roles)})[0]
+    return compose(shader, {r.name: k for k, r in enumerate(shader.roles)},
+                   {"group": 32})[0]
