@@ -380,7 +380,7 @@ def breakdown_child(args) -> int:
 def hot_linears(machine) -> dict[str, float]:
     """Per linear that fits a quarter of the last-level cache: ms per token of its calls
     with its matrix in cache (its first layer's node run again and again, the best of 7
-    loops, each call the plain loop's: Machine._calls): the kernel's own speed, what it
+    loops, each call the plain loop's: Machine.bound_calls): the kernel's own speed, what it
     would take if memory cost nothing. A linear whose decode time is near this is bound by
     its instructions, not by memory."""
     from bandwidth import last_level_cache
@@ -397,7 +397,8 @@ def hot_linears(machine) -> dict[str, float]:
     out = {}
     with np.errstate(all="ignore"):
         for name, node in first.items():
-            _, fn, args, _ = machine._call_of(node)
+            call = machine.bound_call(node)
+            fn, args = call.fn, call.args
             fn(*args)
             best = []
             for _ in range(7):
@@ -419,9 +420,8 @@ def dispatch_costs(machine, per_node: dict[str, list[float]]) -> dict[str, dict]
     position."""
     import time
     out = {}
-    runner = machine.kernel_runner
-    bound = getattr(runner, "_plain_bound", None)  # attention's: the runner's plain path
-    calls = {c[0].target: c for c in machine._calls() if c[3] and c[1] != bound}
+    # the driver's own entries (attention's goes through the runner, proved per dispatch)
+    calls = {c.node.target: c for c in machine.bound_calls() if c.plain and c.direct}
     for target, v in per_node.items():
         row = {"calls": len(v), "us": statistics.median(v) * 1e6}
         c = calls.get(target)

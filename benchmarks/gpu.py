@@ -172,6 +172,10 @@ def kernels(gpu: list[dict]) -> None:
         ratio = 1e3 * total / sol["predicted_us_per_token"]
         print(f"  predicted {sol['predicted_us_per_token']:.1f} us for that step, measured/"
               f"predicted {ratio:.2f} (analysis {gpu[0].get('analysis_s', 0):.1f} s on the CPU)")
+        if sol.get("within_2x_share") is not None:
+            print(f"  the prediction is within 2x for {sol['within_2x_share']:.0%} of the "
+                  f"step's measured time (first round; {sol['within_2x_nodes']} of "
+                  f"{len(sol['nodes'])} node instances)")
     rows = []
     for k, us in sorted(measured.items(), key=lambda kv: -kv[1]):
         p = predicted.get(k)

@@ -146,7 +146,7 @@ def test_runner_works_on_any_arena_copy(random_model):
 
 
 def test_one_compiled_function_serves_every_layer(random_model):
-    from firscope.vm.compiled import _load_module
+    from firscope.vm.kernel_cache import load_module as _load_module
     model = load_model(random_model)
     runner = CompiledRunner(model)
     runner.warmup()
@@ -850,31 +850,31 @@ def test_the_plain_loop_binds_each_linears_call_once_with_the_same_bits(random_m
     hooked.hooks.after_node.append(lambda m, node, dt: None)
     got = [plain.step(t).logits for t in tokens]
     assert all(same_bits(a, hooked.step(t).logits) for a, t in zip(got, tokens))
-    linears = [c for c in plain._calls() if c[0].target in ("fir.linear", "fir.linear_t")]
+    linears = [c for c in plain.bound_calls() if c.node.target in ("fir.linear", "fir.linear_t")]
     impls = set(extops.EXT_IMPLS.values())
-    bound = [c for c in linears if c[1] not in impls]
+    bound = [c for c in linears if c.fn not in impls]
     if opts.get("group") == 16:  # only the f32 head
-        assert [c[0].target for c in bound] == ["fir.linear_t"]
+        assert [c.node.target for c in bound] == ["fir.linear_t"]
     else:
         assert len(bound) == len(linears) > 1
     monkeypatch.setattr(machine, "EXT_CALLS", {})  # every op through its own function
     unbound = Machine(load_model(random_model, **opts), engine="compiled")
     assert all(same_bits(a, unbound.step(t).logits) for a, t in zip(got, tokens))
-    assert all(c[1] in impls for c in unbound._calls() if c[0].kind == "ext")
+    assert all(c.fn in impls for c in unbound.bound_calls() if c.node.kind == "ext")
     monkeypatch.setattr(machine, "EXT_CALLS", extops.EXT_CALLS)
-    calls = plain._calls()
-    assert plain._calls() is calls  # kept while nothing changes
+    calls = plain.bound_calls()
+    assert plain.bound_calls() is calls  # kept while nothing changes
     before = plain._threads
     plain._threads = before + 1  # adapt chose another count: bound again
-    other = plain._calls()
+    other = plain.bound_calls()
     assert other is not calls
     plain._threads = before  # ... and back: the first binding, kept
-    assert plain._calls() is calls
+    assert plain.bound_calls() is calls
     plain._threads = before + 1
-    assert plain._calls() is other
+    assert plain.bound_calls() is other
     monkeypatch.setitem(gemv.BACKEND, "f32", "blas")  # the measuring switch: not bound
-    head = next(c for c in plain._calls() if c[0].target == "fir.linear_t")
-    assert head[1] is extops.EXT_IMPLS["fir.linear_t"]
+    head = next(c for c in plain.bound_calls() if c.node.target == "fir.linear_t")
+    assert head.fn is extops.EXT_IMPLS["fir.linear_t"]
 
 
 def test_plain_loop_takes_direct_calls_and_the_same_bits(random_model):
@@ -892,13 +892,13 @@ def test_plain_loop_takes_direct_calls_and_the_same_bits(random_model):
         logits = plain.step(tok).logits
         assert same_bits(logits, hooked.step(tok).logits)
         assert same_bits(logits, interp.step(tok).logits)
-    calls = plain._calls()
+    calls = plain.bound_calls()
     runner = plain.kernel_runner
-    entry = {c[0].target for c in calls if c[3] and c[1] != runner._plain_bound}
+    entry = {c.node.target for c in calls if c.plain and c.direct}
     assert {"g2.add", "g2.layernorm", "g2.gelu_new"} <= entry
-    bound = [c for c in calls if c[0].target == "g2.attn_decode"]
-    assert bound and all(c[3] and c[1] == runner._plain_bound for c in bound)
-    assert bound[0][2][5] is plain.stop_flag  # a dispatch that falls back to run can stop
+    bound = [c for c in calls if c.node.target == "g2.attn_decode"]
+    assert bound and all(c.plain and not c.direct for c in bound)  # the runner's wrapper
+    assert bound[0].args[5] is plain.stop_flag  # a dispatch that falls back to run can stop
     dispatches = runner.plain_dispatches
     plain.step(5)
     assert runner.plain_dispatches - dispatches == len(bound)  # each on the plain driver

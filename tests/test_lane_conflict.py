@@ -20,7 +20,7 @@ from firscope.errors import BudgetExceeded, FirError, FirFault
 from firscope.model.numerics import sigmoid_f32_numpy
 from firscope.runtime import load_model
 from firscope.runtime import Machine
-from firscope.vm import compiled as C
+from firscope.vm import compiled as C, kernel_plan
 from firscope.vm.interp import Dispatch
 
 # Lane l updates x[3l .. 3l + position + 1] in place (x = x * 0.5 + l + 0.125): from
@@ -200,7 +200,7 @@ def test_a_budget_overrun_leaves_the_arena_as_before(tmp_path):
 
 
 def test_a_full_journal_grows_and_the_run_matches(tmp_path, monkeypatch):
-    monkeypatch.setattr(C, "JOURNAL_START", 8)
+    monkeypatch.setattr(kernel_plan, "JOURNAL_START", 8)
     model = fill_model(tmp_path)
     node = next(n for n in model.nodes if n.full_name == "fill")
     set_counts(model, [64, 64, 64, 64])
@@ -218,7 +218,7 @@ def test_a_kernel_storing_more_than_it_writes_copies_the_regions(tmp_path, monke
     """A lane that stores into one element again and again (65 loads of the journal for
     a 64-element buffer): the runner copies the written region instead, and still undoes
     a fault exactly."""
-    monkeypatch.setattr(C, "JOURNAL_START", 8)
+    monkeypatch.setattr(kernel_plan, "JOURNAL_START", 8)
     kernel = FILL.replace("uaddk 2 2 1\n", "")
     text = SEED_FIR.read_text().replace(
         "node token ext", "buf fin f32 16\nbuf fout f32 256\n"

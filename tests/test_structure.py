@@ -5,8 +5,8 @@
   profile, then tui / dap / cli); nothing imports ``cli``. Imports inside
   functions count. Only firscope/gpu/device.py imports ``wgpu`` (the optional extra).
 * No import cycle between modules (imports inside functions count too).
-* Size: no module over 600 lines unless its docstring says why in a sentence
-  containing ``size:``; no function over 80 lines or cyclomatic complexity
+* Size: no module over 600 lines unless its docstring says why in a line
+  beginning with ``size:``; no function over 80 lines or cyclomatic complexity
   over 25, except at most three whose docstring gives the reason as
   ``length: ...`` or ``complexity: ...``.
 * Every package's ``__init__`` says what it exports (``__all__``).
@@ -232,8 +232,9 @@ def test_module_size(module):
     n = len(path.read_text().splitlines())
     if n > MAX_MODULE_LINES:
         doc = _docstring(ast.parse(path.read_text()))
-        assert "size:" in doc, (f"{path.relative_to(REPO)} has {n} lines (> {MAX_MODULE_LINES}) "
-                                "and its docstring does not say why ('size: ...')")
+        said = [ln for ln in doc.splitlines() if ln.lstrip().startswith("size:")]
+        assert said, (f"{path.relative_to(REPO)} has {n} lines (> {MAX_MODULE_LINES}) and no "
+                      "line of its docstring begins with 'size:' to say why")
 
 
 def complexity(fn) -> int:
@@ -614,3 +615,37 @@ def test_each_engine_names_a_machine_class_and_its_module_imports_no_engine():
         assert issubclass(cls, Machine), name
         params = inspect.signature(cls.__init__).parameters
         assert {"engine", "hooks", "budget"} <= set(params), name
+
+
+# Classes whose private methods nothing outside their module calls (issue 45: benchmarks
+# and tests reached into Machine._calls and CompiledRunner._plain_bound for want of
+# Machine.bound_calls). A module's own test file (tests/test_compiled.py for
+# vm/compiled.py) may still replace one with a test double.
+PRIVATE_OWNERS = {"firscope/runtime/machine.py": "Machine",
+                  "firscope/vm/compiled.py": "CompiledRunner"}
+
+
+def test_no_private_method_of_the_engines_is_used_outside_its_module():
+    private: dict[str, str] = {}
+    for rel, cls in PRIVATE_OWNERS.items():
+        for node in ast.walk(ast.parse((REPO / rel).read_text())):
+            if isinstance(node, ast.ClassDef) and node.name == cls:
+                private.update({b.name: rel for b in node.body
+                                if isinstance(b, ast.FunctionDef) and b.name.startswith("_")
+                                and not b.name.startswith("__")})
+    assert {"_execute", "_plain_bound"} <= set(private)
+    files = [*PKG.rglob("*.py"), *(REPO / "benchmarks").glob("*.py"),
+             *(REPO / "tests").glob("*.py")]
+    bad = []
+    for path in files:
+        rel = str(path.relative_to(REPO))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Attribute) and node.attr in private):
+                continue
+            owner = private[node.attr]
+            if rel == owner or rel == f"tests/test_{Path(owner).stem}.py":
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue  # a subclass's own (GpuMachine._execute)
+            bad.append(f"{rel}:{node.lineno} uses {node.attr}")
+    assert not bad, bad

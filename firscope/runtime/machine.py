@@ -28,7 +28,7 @@ import enum
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -99,6 +99,19 @@ class StepResult:
     logits: np.ndarray
 
 
+class BoundCall(NamedTuple):
+    """One node of the plan bound for the plain loop (:meth:`Machine.bound_calls`):
+    ``fn(*args)`` runs it exactly as a step does."""
+
+    node: PlanNode
+    fn: Callable | None  # None: the node goes through the general path (Machine.run_node)
+    args: tuple | None
+    plain: bool  # a compiled micro node on its plain driver: the call returns a status
+    # the driver's own machine-code entry (False: the runner's wrapper, which proves the
+    # plain path per dispatch, as attention's position, and else runs the checked driver)
+    direct: bool = False
+
+
 class Machine:
     def __init__(self, model: Model, *, engine: str | Engine = Engine.INTERP,
                  hooks: Hooks | None = None, budget: int | None = DEFAULT_BUDGET):
@@ -124,7 +137,7 @@ class Machine:
             self.kernel_runner = CompiledRunner(model, parallel=True)
         self._buffer_slices = [(r.base, r.base + r.size) for r in model.buffer_regions()]
         # (arena, kernel runner, {(budget, threads, f32 backend): per node (node, fn, args,
-        # plain micro?)}): _calls()
+        # plain micro?)}): bound_calls()
         self._plain: tuple | None = None
         self._threads = 0  # what model/threads.adapt chose at the last begin_token
 
@@ -212,8 +225,9 @@ class Machine:
 
     def _execute(self, node: PlanNode) -> None:
         if node.kind == NodeKind.EXT:
-            call = self._call_of(node)  # the plain loop's, so that a profile times the same
-            fn, args = (call[1], call[2]) if call else (EXT_IMPLS[node.target], (self.arena, node))
+            call = self.bound_call(node)  # the plain loop's, so that a profile times the same
+            fn, args = (call.fn, call.args) if call else (EXT_IMPLS[node.target],
+                                                          (self.arena, node))
             with np.errstate(all="ignore"):  # NaN/Inf propagate as on a GPU; break nan finds them
                 fn(*args)
             return
@@ -226,28 +240,30 @@ class Machine:
             return
         runner = self.kernel_runner
         if runner is not None:
-            call = self._call_of(node)
-            if call is not None and call[3]:
+            call = self.bound_call(node)
+            if call is not None and call.plain:
                 self._plain_call(call)
                 return
             runner.run(node, self.arena, self.budget, stop=self.stop_flag)
             return
         Dispatch(node.program, self.arena).run(self.budget, stop=self.stop_flag)
 
-    def _call_of(self, node: PlanNode) -> tuple | None:
-        """The plain loop's (node, fn, args, plain) of ``node``; None for a node from
-        outside the plan (a debugger's)."""
-        calls = self._calls()
+    def bound_call(self, node: PlanNode) -> BoundCall | None:
+        """The plain loop's :class:`BoundCall` of ``node``; None for a node from outside the
+        plan (a debugger's)."""
+        calls = self.bound_calls()
         i = node.index
-        return calls[i] if 0 <= i < len(calls) and calls[i][0] is node else None
+        return calls[i] if 0 <= i < len(calls) and calls[i].node is node else None
 
-    def _calls(self) -> list[tuple]:
-        """Per node of the plan (node, fn, args, plain): ``fn(*args)`` runs an ext node
+    def bound_calls(self) -> list[BoundCall]:
+        """Per node of the plan, its :class:`BoundCall`: ``fn(*args)`` runs an ext node
         (plain False) or a compiled micro node on its plain driver (plain True, the call
-        returns the driver's status); fn None: the node goes through :meth:`_execute`'s
-        general path. Made once per arena and kernel runner for each budget, thread count
+        returns the driver's status: negative if the lane analysis was wrong); fn None:
+        the node goes through the general path. What a benchmark times to see a kernel's
+        own speed. Made once per arena and kernel runner for each budget, thread count
         (the calls are bound for one: adapt() may go back and forth between two on a busy
-        machine, and binding GPT-2 small's took 2.7 ms) and f32 product backend."""
+        machine, and binding GPT-2 small's took 2.7 ms) and f32 product backend; the same
+        list while none of those changes."""
         cached = self._plain
         runner = self.kernel_runner
         threads = self._threads or matvec_threads()
@@ -263,17 +279,19 @@ class Machine:
             if node.kind == NodeKind.EXT:
                 bind = EXT_CALLS.get(node.target)
                 call = bind(self.arena, node, threads) if bind else None
-                calls.append((node, *call, False) if call
-                             else (node, EXT_IMPLS[node.target], (self.arena, node), False))
+                calls.append(BoundCall(node, *call, False) if call else
+                             BoundCall(node, EXT_IMPLS[node.target], (self.arena, node), False))
                 continue
             call = (plain_call(node, self.arena, self.budget, self.stop_flag, threads)
                     if plain_call else None)
-            calls.append((node, *call, True) if call else (node, None, None, False))
+            calls.append(BoundCall(node, *call, True, getattr(runner, "direct", None)
+                                   is not None and runner.direct(call[0]))
+                         if call else BoundCall(node, None, None, False))
         cached[2][key] = calls
         return calls
 
-    def _plain_call(self, call: tuple) -> None:
-        node, fn, args, _ = call
+    def _plain_call(self, call: BoundCall) -> None:
+        node, fn, args = call.node, call.fn, call.args
         if self.stop_flag.is_set():
             raise stopped_before(node)
         if fn(*args) < 0:
@@ -282,15 +300,15 @@ class Machine:
 
     def _run_plain(self) -> None:
         """Every node of the plan, with no hook to call: the plain loop."""
-        self._run_calls(self._calls())
+        self._run_calls(self.bound_calls())
 
-    def _run_calls(self, calls: list[tuple]) -> None:
+    def _run_calls(self, calls: list[BoundCall]) -> None:
         # One errstate for the step: the ext ops' (NaN/Inf propagate as on a GPU); nothing
         # else in the loop computes with NumPy.
         at_node = self.hooks.at_node  # the taps after chosen nodes (usually none)
         with np.errstate(all="ignore"):
             for call in calls:
-                node, fn, args, plain = call
+                node, fn, args, plain = call.node, call.fn, call.args, call.plain
                 if plain:
                     self._plain_call(call)
                 elif fn is not None:
@@ -342,7 +360,7 @@ class Machine:
         self.begin_token(token)
         if prepare is not None:
             prepare(self)
-        self._run_calls(self._calls()[start:])
+        self._run_calls(self.bound_calls()[start:])
         return self.finish_token()
 
     # -- generation ------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """Compiled micro-kernels: the runner of the per-lane code vm/codegen writes.
 
 For each bound :class:`Program`, vm/codegen writes one Python function that
-runs a single lane, from the opcode table's renderers, and two drivers that
-run a range of lanes. This module writes that source to
+runs a single lane, from its table of renderers, and two drivers that run a
+range of lanes. vm/kernel_cache writes that source to
 ``$XDG_CACHE_HOME/firscope/kernels/k<sha>.py`` (a temp dir if that is not
 writable), imports it, and JIT-compiles it with numba with ``cache=True``, so
-a second process loads machine code from disk. The sha is of the generated
+a second process loads machine code from disk; vm/kernel_plan holds what the
+runner decides per node once; vm/proofs proves when a dispatch may take the
+plain driver. The sha is of the generated
 source, which depends on the kernel's instructions only (and on which
 operands alias a written region): every number a node binds (constants,
 offsets, extents, lane slices) is an argument. So one compiled function
@@ -76,23 +78,22 @@ Limits, on purpose:
   dispatch.
 * A dispatch with zero lanes executes nothing (the interpreter still steps
   through its instructions and can hit a budget smaller than the kernel).
+
+size: what is left here is one job, the runner's dispatch: the checked, plain, split and
+journaled paths and the undo and fault reports after them read and update the same plan
+(vm/kernel_plan), and spreading them over modules would only pass it around.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ..errors import FirError
 from ..fir.syntax import NodeKind
-from ..jitcache import cache_dir, entry_for, prepare_numba
+from ..jitcache import entry_for
 from ..model.threads import matvec_threads, run_split
 from .assembler import Address, Program
 from .codegen import Generated, fault_message, generate
@@ -100,8 +101,10 @@ from .faults import budget_error, fault_error, interrupted_error, stopped_before
 from .interp import Dispatch
 from .isa import FrameKind
 from .kernel_abi import (C_ABORT, C_EPOCH, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
-                         F_RTOU, F_STOP, F_STORE, REC_FIXED, driver_signature)
-from .lanes import analyse, infallible_for, infallible_steps, lane_partition, uniform_reads
+                         F_RTOU, F_STOP, F_STORE, REC_FIXED)
+from .kernel_plan import COPY_WRITTEN, JOURNAL_GROWTH, KernelPlan, journal_plan
+from .lanes import analyse, infallible_steps, lane_partition, uniform_reads
+from .proofs import PlainProofs, plain_within, takes_plain
 
 UNLIMITED = 1 << 62
 # numba's compile time grows faster than linearly with straight-line code (250 ops ~1 s,
@@ -139,167 +142,7 @@ class StopFlag(threading.Event):
         super().clear()
 
 
-# --- loading generated modules ------------------------------------------------------
-_MODULES: dict[str, object] = {}
-_MODULES_LOCK = threading.RLock()
-
-
-def kernel_dir() -> Path:
-    """Where generated kernel sources (and numba's cache of them) live: see firscope.jitcache."""
-    return cache_dir("kernels")
-
-
-def _load_module(gen: Generated):
-    prepare_numba()
-    with _MODULES_LOCK:
-        mod = _MODULES.get(gen.sha)
-        if mod is not None:
-            return mod
-        folder = kernel_dir()
-        path = folder / f"k{gen.sha}.py"
-        if not path.exists() or path.read_text() != gen.source:
-            tmp = folder / f".k{gen.sha}.{os.getpid()}.tmp"
-            tmp.write_text(gen.source)
-            os.replace(tmp, path)  # atomic: another process may be importing it
-        name = f"firscope_kernel_{gen.sha}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        _MODULES[gen.sha] = mod
-        return mod
-
-
-def compiled_driver(gen: Generated, name: str) -> Callable:
-    """The module's ``run_lanes`` or ``run_plain``, compiled (or loaded from numba's cache)
-    for the one signature the runner calls it with."""
-    fn = getattr(_load_module(gen), name)
-    if not fn.signatures:
-        with _MODULES_LOCK:
-            if not fn.signatures:
-                fn.compile(driver_signature(name))
-    return fn
-
-
-# The most instructions (all lanes together) a dispatch may run on the plain driver, which
-# does not look at the stop flag: tens of milliseconds, which a stop request then waits.
-PLAIN_MAX_WORK = 1 << 26
-
-
-def _plain_within(steps: int | None, limit: int, threads: int) -> bool:
-    """Whether lanes that execute at most ``steps`` instructions each and cannot fault
-    take the plain driver under ``limit`` instructions a lane: none can run past the
-    budget, and the whole dispatch is short enough not to look at the stop flag."""
-    return steps is not None and steps <= limit and steps * max(threads, 1) <= PLAIN_MAX_WORK
-
-
-def _takes_plain(plan, limit: int) -> bool:
-    """Whether every dispatch of ``plan`` under ``limit`` instructions takes the plain driver:
-    no lane can fault or run past the budget, and it is short (PLAIN_MAX_WORK)."""
-    return _plain_within(plan.infallible, limit, plan.program.threads)
-
-
-class PlainProofs:
-    """Proofs, per range of the values a kernel's uniform reads load, that no lane can stop
-    early (vm/lanes.infallible_for): g2.attn_decode's loop counts come from the position
-    buffer, so no proof holds for every dispatch, but one for positions 0..1022 does.
-
-    ``steps(values)`` (the values the reads hold now) answers from a range already proved
-    or proves a new one: the values up to the next power of two (from 0), else, with one
-    read, the widest range from 0 up to below that the analysis proves (a bisection:
-    attention's last positions), else the values alone. An analysis takes a millisecond or
-    two, which the dispatch that waits for it would show as its own time (4 ms for
-    attention in the UI's profile), so for a kernel with one such read the ranges 0..1,
-    0..2, 0..4, ... and the widest below the first that fails are proved when it is
-    planned (20 analyses for attention with 1024 positions). Shared by every node with
-    the same instructions, numbers and aliasing (the runner's cache)."""
-
-    def __init__(self, program, gen: Generated, slicing: dict, reads: dict[int, int]):
-        self.program, self.fault_pcs, self.slicing = program, gen.fault_pcs, slicing
-        self.pcs = tuple(sorted(reads))
-        self.boxes: list[tuple[tuple, int]] = []  # ((lo, hi) per read, steps)
-        self._last: tuple[tuple, int] | None = None  # the box the last answer came from
-        self.refused: set[tuple] = set()  # values no proof holds for
-        if len(self.pcs) == 1:
-            self._ladder()
-
-    def _ladder(self) -> None:
-        """Prove 0..1, 0..2, 0..4, ... up to the first range that fails (or whose lanes
-        would run longer than the plain driver may), then the widest range below it."""
-        hi, last = 1.0, None
-        while hi <= 2.0 ** 40:
-            steps = self._prove(((0.0, hi),))
-            if steps is None:
-                if last is not None:
-                    self._bisect(0.0, hi / 2, last, hi, hi / 2)
-                return
-            if steps * max(self.program.threads, 1) > PLAIN_MAX_WORK:
-                return
-            hi, last = hi * 2, steps
-
-    def steps(self, values: tuple[float, ...]) -> int | None:
-        last = self._last  # first: a decode asks again with the next position
-        if last is not None and all(lo <= v <= hi for v, (lo, hi) in zip(values, last[0])):
-            return last[1]
-        for box, steps in self.boxes:
-            if all(lo <= v <= hi for v, (lo, hi) in zip(values, box)):
-                self._last = (box, steps)
-                return steps
-        if values in self.refused or not all(np.isfinite(values)):
-            return None
-        wide = tuple((min(v, 0.0), float(1 << max(int(v), 0).bit_length())) for v in values)
-        found = self._prove(wide)
-        if found is None and len(values) == 1:
-            found = self._widest(values[0], wide[0])
-        if found is None:
-            found = self._prove(tuple((v, v) for v in values))
-        if found is None:
-            if len(self.refused) < 4096:
-                self.refused.add(values)
-            return None
-        return found
-
-    def _check(self, box: tuple) -> int | None:
-        """infallible_for with the reads' values in ``box`` ((lo, hi) per read)."""
-        return infallible_for(self.program, self.fault_pcs, self.slicing,
-                              dict(zip(self.pcs, box)))
-
-    def _prove(self, box: tuple) -> int | None:
-        steps = self._check(box)
-        if steps is not None:
-            self.boxes.append((box, steps))
-        return steps
-
-    def _widest(self, v: float, box: tuple[float, float]) -> int | None:
-        """The proof for (lo, h) with the largest whole h in v..box's end the analysis
-        proves (v itself must be provable), by bisection."""
-        lo, good = box[0], float(np.floor(v))
-        steps = self._check(((lo, max(good, v)),))
-        return None if steps is None else self._bisect(lo, good, steps, box[1], v)
-
-    def _bisect(self, lo: float, good: float, steps: int, bad: float, v: float) -> int:
-        """Keep the proof for (lo, max(good, v)), which holds with ``steps``, after moving
-        ``good`` up towards ``bad`` (which fails) while the analysis proves (lo, good)."""
-        while bad - good > 1:
-            mid = float((good + bad) // 2)
-            found = self._check(((lo, mid),))
-            if found is None:
-                bad = mid
-            else:
-                good, steps = mid, found
-        self.boxes.append((((lo, max(good, v)),), steps))
-        return steps
-
-
 # --- the runner -------------------------------------------------------------------------
-# A kernel's store journal starts with room for one store per store instruction and lane
-# (at least JOURNAL_START entries) and grows by JOURNAL_GROWTH when a dispatch fills it;
-# it never gets larger than the regions the kernel can write (a copy of those is then
-# cheaper, and is what the runner takes instead, from the start for kernels that store
-# into every element they can write).
-JOURNAL_START = 4096
-JOURNAL_GROWTH = 8
-COPY_WRITTEN = -1  # _Plan.journal: copy the written regions instead of journaling
 # Lanes are spread over threads only for kernels with loops (vm/codegen: Generated.parallel)
 # whose previous dispatch's lanes took at least this long together (on one thread, or the
 # sum of each range's own call when split): handing a range of lanes to a worker costs
@@ -314,65 +157,6 @@ PARALLEL_MIN_SECONDS = 100e-6
 # and 45-76 us on two threads (two runs; its K and V rows, cold after the linears'
 # streams, read by both cores).
 PARALLEL_PLAIN_MIN_SECONDS = 10e-6
-
-
-@dataclass
-class _Plan:
-    program: Program
-    gen: Generated | None  # None: runs on the interpreter
-    why: str = ""
-    bases: np.ndarray | None = None
-    slicing: dict = field(default_factory=dict)
-    need: int = 0  # arena elements the kernel's regions span
-    written: tuple[tuple[int, int], ...] = ()  # (start, stop) of every region it may store to
-    journal: int = 0  # journal entries for one dispatch, or COPY_WRITTEN
-    # Instructions a lane executes at most when no lane can fault (None: one may), so that
-    # a dispatch under a budget of at least this many cannot stop early: nothing to undo.
-    infallible: int | None = None
-    # For a kernel whose proof depends on values it reads (see PlainProofs): the arena
-    # addresses of those reads, and the proofs.
-    reads: tuple[int, ...] = ()
-    proofs: "PlainProofs | None" = None
-    saved: np.ndarray | None = field(default=None, repr=False)  # the copy, in COPY_WRITTEN
-    drivers: dict = field(default_factory=dict, repr=False)  # name -> compiled driver
-    work: float = 0.0  # seconds the last dispatch's lanes took together (see _ranges)
-    # One thread's work below which no split is tried again: twice the work of the last
-    # split that did not pay for itself (see CompiledRunner.run).
-    retry_split_at: float = 0.0
-    alone: float = 0.0  # seconds the last dispatch on one thread took
-    dispatched: bool = False  # whether the compiled code has run once (see run)
-    one_range: list = field(default_factory=list, repr=False)  # [(0, threads)]
-
-    @property
-    def written_size(self) -> int:
-        return sum(b - a for a, b in self.written)
-
-    def save_written(self, arena: np.ndarray) -> None:
-        """Copy the regions a store can touch (COPY_WRITTEN plans), before the lanes run."""
-        if self.saved is None:
-            self.saved = np.empty(self.written_size, dtype=np.float32)
-        k = 0
-        for a, b in self.written:
-            self.saved[k: k + b - a] = arena[a:b]
-            k += b - a
-
-    def driver(self, name: str) -> Callable:
-        fn = self.drivers.get(name)
-        if fn is None:
-            fn = self.drivers[name] = compiled_driver(self.gen, name)
-        return fn
-
-
-def _journal_plan(program: Program) -> tuple[tuple[tuple[int, int], ...], int]:
-    """(the regions a store can touch, journal entries or COPY_WRITTEN). A kernel that
-    stores at least once per element it can write (g2.add, gelu: one store per lane)
-    copies the regions: a block copy costs less than journaling every store."""
-    written = tuple((r.base, r.base + r.size) for r in program.written_regions())
-    size = sum(b - a for a, b in written)
-    stores = program.threads * sum(op.spec.stores for op in program.ops)
-    if size <= stores:
-        return written, COPY_WRITTEN
-    return written, min(size, max(JOURNAL_START, stores))
 
 
 class CompiledRunner:
@@ -401,7 +185,7 @@ class CompiledRunner:
         self.stop = stop
         # Lanes over threads only on request (see Machine for the default).
         self.parallel = parallel
-        self._plans: dict[int, _Plan] = {}
+        self._plans: dict[int, KernelPlan] = {}
         self._proof_cache: dict[tuple, PlainProofs] = {}
         self.fallbacks: dict[str, str] = {}  # kernel@node -> why it is interpreted
         self._ctl = np.zeros(4, dtype=np.int64)
@@ -428,7 +212,7 @@ class CompiledRunner:
         self._range_seconds: list[float] = []  # each range's own call, in a split dispatch
 
     # -- planning and compiling ---------------------------------------------------------
-    def plan(self, node) -> _Plan:
+    def plan(self, node) -> KernelPlan:
         plan = self._plans.get(node.index)
         if plan is not None:
             return plan
@@ -444,17 +228,17 @@ class CompiledRunner:
             except ValueError as e:
                 why = str(e)
         if gen is None:
-            plan = _Plan(program, None, why)
+            plan = KernelPlan(program, None, why)
             self.fallbacks[node.full_name] = why
         else:
             addrs = {a.operand: a for op in program.ops for a in op.args
                      if isinstance(a, Address)}
             bases = np.array([addrs[s].base for s in gen.slots] or [0], dtype=np.int64)
             need = max((a.base + a.extent for a in addrs.values()), default=0)
-            written, journal = _journal_plan(program)
+            written, journal = journal_plan(program)
             infallible = infallible_steps(an, gen.fault_pcs)
             reads = uniform_reads(an) if infallible is None else {}
-            plan = _Plan(program, gen, "", bases, slicing=slicing, need=need, written=written,
+            plan = KernelPlan(program, gen, "", bases, slicing=slicing, need=need, written=written,
                          journal=journal, infallible=infallible,
                          reads=tuple(reads[pc] for pc in sorted(reads)),
                          proofs=self._proofs_for(program, gen, slicing, reads) if reads else None,
@@ -475,9 +259,9 @@ class CompiledRunner:
             proofs = self._proof_cache[key] = PlainProofs(program, gen, slicing, reads)
         return proofs
 
-    def kernels(self) -> list[_Plan]:
+    def kernels(self) -> list[KernelPlan]:
         """One plan per distinct generated kernel of the model (what warmup compiles)."""
-        seen: dict[str, _Plan] = {}
+        seen: dict[str, KernelPlan] = {}
         for node in self.model.nodes:
             if node.kind == NodeKind.MICRO:
                 p = self.plan(node)
@@ -490,7 +274,7 @@ class CompiledRunner:
         each node will use (run_plain for nodes that cannot stop early, and run_par where
         their lanes may be spread over threads, else run_lanes), loaded from numba's cache
         when an earlier process compiled it."""
-        todo: dict[tuple[str, str], _Plan] = {}
+        todo: dict[tuple[str, str], KernelPlan] = {}
         for node in self.model.nodes:
             if node.kind == NodeKind.MICRO:
                 p = self.plan(node)
@@ -534,13 +318,13 @@ class CompiledRunner:
             ranges = self._dispatch(plan, node, arena, limit, budget, stop)
         self._account(plan, arena, False, ranges, self.clock() - t)
 
-    def _plain_dispatch(self, plan: _Plan, arena: np.ndarray, threads: int | None = None) -> None:
+    def _plain_dispatch(self, plan: KernelPlan, arena: np.ndarray, threads: int | None = None) -> None:
         """A dispatch on the plain driver (_run_plain), timed for the next one's ranges."""
         t = self.clock()
         ranges = self._run_plain(plan, arena, threads)
         self._account(plan, arena, True, ranges, self.clock() - t)
 
-    def _account(self, plan: _Plan, arena: np.ndarray, plain: bool, ranges: int,
+    def _account(self, plan: KernelPlan, arena: np.ndarray, plain: bool, ranges: int,
                  elapsed: float) -> None:
         """After a dispatch that took ``elapsed`` seconds on ``ranges`` ranges of lanes: what
         the next dispatch of ``plan`` decides its ranges from (see _ranges)."""
@@ -593,7 +377,7 @@ class CompiledRunner:
         self._range_seconds = seconds
         return out
 
-    def _usable(self, arena: np.ndarray, plan: _Plan) -> bool:
+    def _usable(self, arena: np.ndarray, plan: KernelPlan) -> bool:
         """Whether the compiled code can run on ``arena`` (1-D contiguous writable f32,
         large enough); the last arena that passed is remembered (a Machine passes the
         same one for every node)."""
@@ -604,12 +388,12 @@ class CompiledRunner:
             self._usable_arena = arena
         return arena.size >= plan.need
 
-    def _spreads(self, plan: _Plan) -> bool:
+    def _spreads(self, plan: KernelPlan) -> bool:
         """Whether this runner spreads ``plan``'s lanes over threads when it is worth it
         (asked to, a kernel with loops, two lanes or more)."""
         return bool(self.parallel and plan.gen.parallel and plan.program.threads >= 2)
 
-    def _may_split(self, plan: _Plan) -> bool:
+    def _may_split(self, plan: KernelPlan) -> bool:
         """Whether a dispatch of ``plan`` may ever run on more than one thread."""
         if not self._spreads(plan):
             return False
@@ -618,7 +402,7 @@ class CompiledRunner:
         from numba import config
         return config.NUMBA_NUM_THREADS > 1
 
-    def _ranges(self, plan: _Plan, plain: bool = False,
+    def _ranges(self, plan: KernelPlan, plain: bool = False,
                 threads: int | None = None) -> list[tuple[int, int]]:
         """Lane ranges [l0, l1), one per thread the dispatch runs on. Only kernels with
         loops run on more than one; with ``parallel=True`` only those whose previous
@@ -664,7 +448,7 @@ class CompiledRunner:
         if plan.gen is None or not self._usable(arena, plan):
             return None
         limit = UNLIMITED if budget is None else max(int(budget), 0)
-        if _takes_plain(plan, limit) and not self._spreads(plan):
+        if takes_plain(plan, limit) and not self._spreads(plan):
             g = plan.gen
             # its machine-code entry: no matching of types to signatures, a fifth of a
             # micro node's dispatch on the plain path
@@ -674,7 +458,7 @@ class CompiledRunner:
             return None  # always the checked driver
         return self._plain_bound, (plan, node, arena, budget, limit, stop, threads)
 
-    def _plain_bound(self, plan: _Plan, node, arena: np.ndarray, budget: int | None,
+    def _plain_bound(self, plan: KernelPlan, node, arena: np.ndarray, budget: int | None,
                      limit: int, stop, threads: int | None) -> int:
         """One dispatch of a node plain_call bound: run's plain path, or run itself."""
         if self._plain_now(plan, arena, limit):
@@ -683,12 +467,17 @@ class CompiledRunner:
             self.run(node, arena, budget, stop=stop)
         return 0
 
+    def direct(self, fn: Callable) -> bool:
+        """Whether a function :meth:`plain_call` returned is a driver's own entry (False:
+        this runner's wrapper, which decides per dispatch)."""
+        return getattr(fn, "__func__", None) is not CompiledRunner._plain_bound
+
     def plain_broke(self, node) -> None:
         """A plain call of ``node`` returned a negative status: never trust the analysis
         again, and raise."""
         self._plain_broke(self._plans[node.index])
 
-    def _plain_broke(self, plan: _Plan) -> None:
+    def _plain_broke(self, plan: KernelPlan) -> None:
         plan.infallible = None
         plan.proofs = None
         program = plan.program
@@ -696,18 +485,18 @@ class CompiledRunner:
                        "stopped early although no lane could; the arena may hold part "
                        "of its stores (please report)")
 
-    def _plain_now(self, plan: _Plan, arena: np.ndarray, limit: int) -> bool:
+    def _plain_now(self, plan: KernelPlan, arena: np.ndarray, limit: int) -> bool:
         """Whether this dispatch takes the plain driver under ``limit`` instructions a
-        lane: every dispatch of ``plan`` does (_takes_plain), or, for a kernel proved per
+        lane: every dispatch of ``plan`` does (takes_plain), or, for a kernel proved per
         dispatch (PlainProofs), a proof holds for the values its uniform reads hold now."""
-        if _takes_plain(plan, limit):
+        if takes_plain(plan, limit):
             return True
         if plan.proofs is None:
             return False
         steps = plan.proofs.steps(tuple([float(arena[a]) for a in plan.reads]))
-        return _plain_within(steps, limit, plan.program.threads)
+        return plain_within(steps, limit, plan.program.threads)
 
-    def _run_plain(self, plan: _Plan, arena: np.ndarray, threads: int | None = None) -> int:
+    def _run_plain(self, plan: KernelPlan, arena: np.ndarray, threads: int | None = None) -> int:
         """A node that cannot stop early: the plain driver, nothing to undo; its lanes on
         numba's threads (run_par) when it is worth it (``threads``: numba's count, None:
         look). Returns how many ranges of lanes ran at once."""
@@ -727,7 +516,7 @@ class CompiledRunner:
             self._plain_broke(plan)
         return len(ranges)
 
-    def _dispatch(self, plan: _Plan, node, arena, limit: int, budget, stop) -> int | None:
+    def _dispatch(self, plan: KernelPlan, node, arena, limit: int, budget, stop) -> int | None:
         """Run the checked driver once: how many ranges of lanes ran at once when the node
         has run, None when the dispatch was undone to be run again with a larger journal."""
         fn = plan.driver("run_lanes")
@@ -767,7 +556,7 @@ class CompiledRunner:
         raise self._error(plan, by_code, budget)
 
     # -- the journal -------------------------------------------------------------------------
-    def _journal_room(self, plan: _Plan, ranges: int) -> int:
+    def _journal_room(self, plan: KernelPlan, ranges: int) -> int:
         """jend for the generated code: the plan's journal entries (at least one per range
         of lanes, each range in its own segment), or -1 for no journal (a copy)."""
         if plan.journal == COPY_WRITTEN:
@@ -778,11 +567,11 @@ class CompiledRunner:
             self._jval = np.zeros(room, dtype=np.float32)
         return room
 
-    def _grow_journal(self, plan: _Plan) -> None:
+    def _grow_journal(self, plan: KernelPlan) -> None:
         grown = min(plan.journal * JOURNAL_GROWTH, plan.written_size)
         plan.journal = grown if grown > plan.journal else COPY_WRITTEN
 
-    def _undo(self, plan: _Plan, arena, jend: int) -> None:
+    def _undo(self, plan: KernelPlan, arena, jend: int) -> None:
         """Put back what the dispatch stored: the arena is as before it."""
         if jend < 0:  # the regions were saved before the lanes ran
             k = 0
@@ -805,7 +594,7 @@ class CompiledRunner:
             by_code.setdefault(int(rec[lane, 1]), []).append(int(lane))
         return by_code
 
-    def _order(self, plan: _Plan) -> Callable:
+    def _order(self, plan: KernelPlan) -> Callable:
         """Sort key of a lane's record: the lockstep interpreter meets the smallest first
         (earliest (loop, trip, ..., pc) position, then lowest lane)."""
         rec, loops = self._rec, plan.gen.loop_pcs
@@ -819,7 +608,7 @@ class CompiledRunner:
             return tuple(k) + (pc,), lane
         return key
 
-    def _fall_back(self, plan: _Plan, node, lane: int) -> None:
+    def _fall_back(self, plan: KernelPlan, node, lane: int) -> None:
         """Lanes shared memory: interpret this node from now on, and say why."""
         program = plan.program
         pc, arg = int(self._rec[lane, 2]), int(self._rec[lane, 3])
@@ -829,10 +618,10 @@ class CompiledRunner:
         owner = ((arg % sl.modulus) if sl.modulus else arg) // sl.stride
         why = (f"lanes shared memory at run time: lane {lane} accessed {addr.region.name}[{arg}] "
                f"(pc {pc}, line {op.loc.line}: {op.text}), which is in lane {owner}'s slice")
-        self._plans[node.index] = _Plan(program, None, why)
+        self._plans[node.index] = KernelPlan(program, None, why)
         self.fallbacks[node.full_name] = why
 
-    def _error(self, plan: _Plan, by_code: dict[int, list[int]], budget) -> FirError:
+    def _error(self, plan: KernelPlan, by_code: dict[int, list[int]], budget) -> FirError:
         """The error the interpreter would have raised first."""
         program = plan.program
         key = self._order(plan)
