@@ -208,6 +208,39 @@ def test_q4_codes_are_read_a_word_at_a_time_where_rows_and_groups_allow(gpu):
         assert f"c0 / {group}u" in text or f"c / {group}u" in text  # the group, a constant
 
 
+def test_a_model_over_the_adapters_memory_says_what_it_needs(gpu):
+    from dataclasses import replace
+
+    from firscope.gpu import GpuError
+    from firscope.gpu.runner import GpuRunner
+
+    class Full:  # a device that runs out of memory at the tenth buffer
+        def __init__(self, device):
+            self.device, self.made = device, 0
+
+        def __getattr__(self, name):
+            return getattr(self.device, name)
+
+        def create_buffer(self, **kw):
+            self.made += 1
+            if self.made > 10:
+                raise RuntimeError("Validation Error\n\nCaused by:\n  Not enough memory left."
+                                   " Out of memory")
+            return self.device.create_buffer(**kw)
+    model = load_model(SEED_FIR)
+    want = GpuRunner(model, gpu).needed_bytes()
+    # the arena in one page, every q4 weight's codes, scales and minimums
+    q4 = {a.weight.name: a.weight.q4.nbytes for n in model.nodes for a in n.args
+          if a.weight is not None and a.weight.q4 is not None and a.weight.matrix is None}
+    assert want == model.arena.nbytes + sum(q4.values())
+    with pytest.raises(GpuError) as e:
+        GpuRunner(model, replace(gpu, device=Full(gpu.device)))
+    msg = str(e.value)
+    assert msg.startswith(f"gpt2.fir needs {want / (1 << 20):.1f} MiB on the GPU ("), msg
+    assert "more than it could allocate" in msg and "\n" not in msg
+    assert "WebGPU does not say how much memory an adapter has" in msg
+
+
 def test_a_shader_over_more_buffers_than_the_adapter_binds_is_one_clear_error(gpu):
     from dataclasses import replace
 

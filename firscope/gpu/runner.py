@@ -75,7 +75,28 @@ class GpuRunner:
         except FirError:
             raise
         except Exception as e:
+            if _out_of_memory(e):
+                raise GpuError(f"{self.label} needs {self.needed_bytes() / MIB:.1f} MiB on the "
+                               f"GPU ({self.gpu.name}), more than it could allocate "
+                               f"({_first_line(e)}); WebGPU does not say how much memory an "
+                               "adapter has: use a GPU with more memory, or a smaller model"
+                               ) from None
             raise device_error(self.gpu, "preparing the model's shaders and buffers", e) from None
+
+    def needed_bytes(self) -> int:
+        """Bytes the model's buffers take on the GPU: the arena's pages and tables, the
+        weights stored beside it (q4 codes, scales and minimums; f32 matrices)."""
+        total = sum(4 * (p.hi - p.lo) for p in self.layout.pages)
+        total += sum(4 * (c.hi - c.lo) for t in self.layout.tables.values() for c in t.chunks)
+        seen = set()
+        for node in self.model.nodes:
+            for a in node.args:
+                e = a.weight
+                if e is None or e.name in seen or (e.region is not None and e.matrix is None):
+                    continue
+                seen.add(e.name)
+                total += e.matrix.nbytes if e.matrix is not None else e.q4.nbytes
+        return total
 
     # -- buffers ------------------------------------------------------------------------------
     def _cap(self) -> int:
@@ -439,6 +460,11 @@ class GpuRunner:
         except Exception as e:
             raise device_error(self.gpu, f"reading {region.name} back", e) from None
         return out
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    text = str(e).lower()
+    return "out of memory" in text or "outofmemory" in text or "oom" in text.split()
 
 
 def _first_line(e: BaseException) -> str:
