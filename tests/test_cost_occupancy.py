@@ -28,14 +28,7 @@ def live_at(lv, pc: int) -> tuple[list[int], list[int]]:
 
 
 # -- liveness on hand-counted kernels ------------------------------------------------------
-ADD = """kernel k in=2 out=1 threads=64 tg=64 tgbytes=0
-rtou 0 0
-uloadf32 1 0 @in0
-uloadf32 2 0 @in1
-add 1 1 2
-ustoref32 1 0 @out0
-endkernel
-"""
+from test_cost import ADD  # noqa: E402 - the same one-add kernel as the counting tests
 
 
 def test_straight_line_kernel_live_sets():
