@@ -441,7 +441,7 @@ def dispatch_costs(machine, per_node: dict[str, list[float]]) -> dict[str, dict]
                 best.append((time.perf_counter() - t) / 50 * 1e6)
             row["alone_us"] = min(best)
         if c is not None:
-            _, fn, args, _ = c
+            fn, args = c.fn, c.args
             row["lanes"] = args[5]
             for name, a in (("hot_us", args), ("empty_us", args[:4] + (0, 0))):
                 best = []
