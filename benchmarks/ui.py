@@ -38,13 +38,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-SAMPLE = REPO / "sample_models" / "tiny-gpt2" / "gpt2.fir"
-CACHE = Path.home() / ".cache" / "firscope-bench"
+from gpu import PROMPT, SAMPLE, model_path  # noqa: E402 - the same models and prompt
 STOP = re.compile(rb"stopped at ([^\x1b\r\n]{1,80})")
 KEYS = "nsr"
-PROMPT = "464,2068,7586,21831,18045,625,262,16931"  # benchmarks/gpu.py's
 FAILED = b"press F2 to reload"
 QUIET_S = 0.05
 KEY_TIMEOUT_S = 5.0
@@ -115,7 +112,8 @@ class Terminal:
 
 
 def one_round(model: Path, cols: int, rows: int, keys: int) -> dict:
-    extra = [] if model == SAMPLE else ["--tokens", PROMPT]  # the checkpoint has no tokenizer
+    # the checkpoint has no tokenizer: benchmarks/gpu.py's prompt as ids
+    extra = [] if model == SAMPLE else ["--tokens", ",".join(map(str, PROMPT))]
     term = Terminal([sys.executable, "-m", "firscope", str(model), *extra], cols, rows)
     try:
         if term.wait_stop(0, None, START_TIMEOUT_S) is None:
@@ -137,15 +135,6 @@ def one_round(model: Path, cols: int, rows: int, keys: int) -> dict:
         return {"first_stop": first_stop, "keys": lat, "timeouts": timeouts}
     finally:
         term.close()
-
-
-def model_path(name: str) -> Path:
-    if name == "sample":
-        return SAMPLE
-    if name == "gpt2":
-        from decode import make_checkpoint
-        return make_checkpoint(CACHE / "gpt2-small-random")
-    raise SystemExit(f"unknown model {name!r} (sample, gpt2)")
 
 
 def p95(values: list[float]) -> float:

@@ -284,8 +284,8 @@ class Machine:
                 continue
             call = (plain_call(node, self.arena, self.budget, self.stop_flag, threads)
                     if plain_call else None)
-            calls.append(BoundCall(node, *call, True, getattr(runner, "direct", None)
-                                   is not None and runner.direct(call[0]))
+            # a call came from plain_call: the runner is a CompiledRunner, which says
+            calls.append(BoundCall(node, *call, True, runner.direct(call[0]))
                          if call else BoundCall(node, None, None, False))
         cached[2][key] = calls
         return calls
