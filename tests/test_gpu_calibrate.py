@@ -140,3 +140,14 @@ def test_the_calibrate_options_go_with_calibrate(capsys):
     from firscope.cli import main
     assert main(["gpu", "--device", "a100"]) == 2
     assert "--device, --key and --quick go with --calibrate" in capsys.readouterr().err
+
+
+def test_a_bad_key_or_base_is_refused_before_anything_is_measured(gpu, config, capsys):
+    before = config.read_text()
+    code, out, err = _calibrate(capsys, "--key", "bad key")
+    assert code == 2 and "measuring" not in out
+    assert err.strip() == ("firscope: --key 'bad key': give a name of letters, digits, '_', "
+                           "'.', '+' or '-'")
+    code, out, err = _calibrate(capsys, "--device", "nosuch")
+    assert code == 1 and err.startswith("firscope: unknown device 'nosuch'")
+    assert config.read_text() == before

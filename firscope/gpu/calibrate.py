@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import FirError
+from ..errors import FirError, UsageError
 from ..cost.devices import NUMBERS, Device, find_device, load_devices, read_file, user_file
 from ..text import printable
 from .device import Gpu, GpuError, device_error
@@ -491,8 +491,8 @@ def run_calibrate(*, device: str | None = None, key: str | None = None, quick: b
     base = base_profile(gpu, device)  # a typo in --device fails before any measuring
     key = key or profile_key(gpu)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", key):
-        raise GpuError(f"--key '{printable(key)}': give a name of letters, digits, '_', '.', "
-                       "'+' or '-'")
+        raise UsageError(f"--key '{printable(key)}': give a name of letters, digits, '_', "
+                         "'.', '+' or '-'")
     print(f"calibrating {printable(gpu.name)} ({gpu.backend}); the rest from {base[2]}",
           file=out, flush=True)
     measured = measure(gpu, quick=quick,
