@@ -431,6 +431,10 @@ def _corpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print every figure as JSON")
     p.add_argument("--workers", type=count_arg, default=None, metavar="N",
                    help="worker processes (default: one per core, at most one per work item)")
+    p.add_argument("--cluster", type=cluster_arg, default=None, metavar="ADDRESS",
+                   help="run the work items on this Dask distributed scheduler's workers "
+                        "(needs firscope[cluster]; every worker needs the model's files at "
+                        "the same paths); the same figures bit for bit")
 
 
 def _replay_parser(sub) -> None:
@@ -495,6 +499,15 @@ def _quant_parsers(sub) -> None:
 
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1024,
           "mib": 1024 ** 2, "gib": 1024 ** 3}
+
+
+def cluster_arg(text: str) -> str:
+    """--cluster: a Dask scheduler's address (checked for reachability when used)."""
+    from .quant.cluster import cluster_address
+    try:
+        return cluster_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def bytes_arg(text: str) -> int:
@@ -787,6 +800,7 @@ def _eval_options(args):
                        engine=args.engine, ctx=args.ctx, chunks=args.chunks,
                        second_half=args.second_half, as_json=args.json,
                        out=getattr(args, "out", None), workers=args.workers,
+                       cluster=args.cluster,
                        full=getattr(args, "full", False))
 
 

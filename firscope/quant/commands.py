@@ -25,6 +25,7 @@ class EvalOptions:
     as_json: bool = False
     out: str | None = None
     workers: int | None = None
+    cluster: str | None = None  # a Dask scheduler's address (quant/cluster.py)
     full: bool = False  # sensitivity: run every variant from the first node (no replay)
 
 
@@ -38,6 +39,9 @@ def open_bank(opts: EvalOptions):
     runner = bank.machine(bank.model, opts.engine).kernel_runner
     if runner is not None:  # kernels loaded now, as firscope run loads them before its steps
         runner.warmup()
+    if opts.cluster:  # reached and checked before anything is printed
+        from .cluster import connect
+        connect(opts.cluster, Setup(str(path), opts.group, opts.engine))
     return bank, str(path)
 
 
@@ -146,7 +150,7 @@ def evaluate(bank, model_path: str, corpus: Corpus, opts: EvalOptions, choice: d
     parts: list[TokenStats] = []
     if bar and not opts.as_json:
         bar.say(CHUNK_HEAD)
-    for r in run_tasks(setup, tasks, workers=opts.workers,
+    for r in run_tasks(setup, tasks, workers=opts.workers, cluster=opts.cluster,
                          load_seconds=bank.model.timings["total"]):
         parts.append(r.stats[0])
         if bar:

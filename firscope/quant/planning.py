@@ -94,7 +94,10 @@ def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> S
     if opts.workers is not None:
         n_workers = max(1, opts.workers)
     bar = None if quiet else Bar("sensitivity", len(corpus.chunks) * (1 + len(variants)))
-    runner = Runner(setup, workers=opts.workers, load_seconds=bank.model.timings["total"])
+    runner = Runner(setup, workers=opts.workers, load_seconds=bank.model.timings["total"],
+                    cluster=opts.cluster)
+    if runner.slots is not None:
+        n_workers = runner.slots
     with runner:
         return _sweep(bank, corpus, opts, runner, first, caches, snaps, variants, origins,
                       n_workers, bar)

@@ -177,7 +177,8 @@ def run_task(setup: Setup, task: Task) -> Result:
         q, cost = None, full_steps
         if task.replay == "replay" and origin in records:
             layer = first_changed_layer(origins[origin], variant)
-            if layer in verified and layer in bounds and bounds[layer].start > 0:
+            if (layer in verified and layer in bounds and bounds[layer].start > 0
+                    and bounds[layer].layer in records[origin]):
                 b = bounds[layer]
                 q = replay_logits(variant, setup.engine, task.tokens, task.first_scored, b,
                                   records[origin][b.layer], bank)
@@ -270,13 +271,24 @@ class Runner:
     in this process (its model is loaded); workers start only when that pays: when their
     start (an interpreter and a model load each, ``load_seconds`` being this process's)
     costs less than a quarter of running the rest here. ``workers``: a fixed count (0 or 1:
-    everything in this process)."""
+    everything in this process). ``cluster``: a Dask scheduler's address; every task then
+    runs on its workers (quant/cluster.py), none here."""
 
-    def __init__(self, setup: Setup, *, workers: int | None = None, load_seconds: float = 0.0):
+    def __init__(self, setup: Setup, *, workers: int | None = None, load_seconds: float = 0.0,
+                 cluster: str | None = None):
         self.setup, self.workers, self.load_seconds = setup, workers, load_seconds
         self.pool = None
-        self.n = 1
+        self.cluster = None
         self.decided = workers is not None and workers <= 1
+        if cluster:
+            from .cluster import connect
+            self.cluster = connect(cluster, setup)
+            self.decided = True
+
+    @property
+    def slots(self) -> int | None:
+        """Tasks that run at once on the cluster (None: local)."""
+        return self.cluster.slots if self.cluster is not None else None
 
     def __enter__(self) -> "Runner":
         return self
@@ -290,6 +302,9 @@ class Runner:
         """``remaining``: tasks of later lists, counted when deciding to start workers."""
         tasks = list(tasks)
         if not tasks:
+            return
+        if self.cluster is not None:
+            yield from self.cluster.run(tasks)
             return
         if not self.decided:
             first = run_task(self.setup, tasks[0])
@@ -333,13 +348,12 @@ class Runner:
                                         initializer=_init_worker, initargs=(self.wsetup,))
 
 
-START_SECONDS = 1.5  # a spawned worker's interpreter, NumPy and numba, before its model load
 
 
 def run_tasks(setup: Setup, tasks: Sequence[Task], *, workers: int | None = None,
-              load_seconds: float = 0.0) -> Iterator[Result]:
+              load_seconds: float = 0.0, cluster: str | None = None) -> Iterator[Result]:
     """:class:`Runner` for one list of tasks."""
-    with Runner(setup, workers=workers, load_seconds=load_seconds) as runner:
+    with Runner(setup, workers=workers, load_seconds=load_seconds, cluster=cluster) as runner:
         yield from runner.run(tasks)
 
 
