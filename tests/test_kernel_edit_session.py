@@ -105,6 +105,11 @@ def test_dap_edit_replay_revert(sample_fir):
         assert rep["success"], rep
         assert "embeddings (g2.add): DIFFERS" in rep["body"]["result"]
         assert "add_wrong.fir:" in rep["body"]["result"]
+        ab = c.response(c.send("firscopeKernel", {"action": "toggle", "name": "g2.add"}))
+        assert "g2.add: the model's own code runs" in ab["body"]["result"]
+        hist = c.response(c.send("firscopeKernel", {"action": "history"}))
+        assert "g2.add: runs the model's own code now; 1 edit(s) made" in \
+            hist["body"]["result"]
         back = c.response(c.send("firscopeKernel", {"action": "revert", "name": "g2.add"}))
         assert "reverted g2.add" in back["body"]["result"]
         bad = c.response(c.send("firscopeKernel", {"action": "replay"}))
@@ -113,3 +118,56 @@ def test_dap_edit_replay_revert(sample_fir):
         assert not bad["success"] and "unknown action" in bad["message"]
     finally:
         c.close()
+
+
+def test_toggle_history_and_the_version_that_ran(tmp_path):
+    """A/B keeps the edit while the model's own code runs; the session says which version
+    ran each node, and a stop before a node that last ran another version says so."""
+    r = debug(f"""goto ln1@0
+kernel edit g2.layernorm {EDITS / 'ln_wrong.fir'}
+next
+print norm[0]
+kernel toggle
+reverse-next
+next
+print norm[0]
+kernel history
+kernel toggle g2.layernorm
+reverse-next
+kernel replay
+kernel edit g2.layernorm {EDITS / 'ln_wrong.fir'}
+kernel history
+kernel toggle nothing
+""", tmp_path, "--keep-going")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "Traceback" not in out  # the last line is an error
+    values = [line for line in out.splitlines() if line.startswith("$ = ")]
+    assert len(values) == 2 and values[0] != values[1]  # edit 1, then the model's own code
+    assert "from now on g2.layernorm: the model's own code runs" in out
+    assert ("note: ln1@0 at token 0 last ran edit 1 (ln_wrong.fir) of g2.layernorm; from "
+            "here the model's own code runs") in out
+    assert ("g2.layernorm: runs the model's own code now; 1 edit(s) made\n"
+            "  token 0 ln1@0: the model's own code (1 run(s))") in out
+    assert "from now on g2.layernorm: edit 1 (ln_wrong.fir) runs" in out
+    assert ("note: ln1@0 at token 0 last ran the model's own code of g2.layernorm; from "
+            "here edit 1 (ln_wrong.fir) runs") in out
+    assert "ln1@0 (g2.layernorm): DIFFERS" in out  # replay judges the kept edit
+    assert "(edit 2): 9 node(s)" in out and "2 edit(s) made" in out
+    assert "kernel 'nothing' is not edited (g2.layernorm)" in out
+
+
+def test_the_report_lists_the_changed_lines_with_their_counts(tmp_path):
+    r = debug(f"""goto ln1@0
+kernel edit g2.layernorm {EDITS / 'ln_wrong.fir'}
+kernel replay
+goto qkv_bias@0
+kernel edit g2.add {EDITS / 'add_tg32.fir'}
+kernel replay
+""", tmp_path)
+    out = r.stdout
+    assert r.returncode == 0, out + r.stderr
+    import re
+    assert re.search(r"changed lines \(2; - before, \+ after\):\n"
+                     r" +- line \d+ +add 2 2 5 +128 exec, 100% lanes, SIMD +\d+%, [\d.]+ us\n"
+                     r" +\+ line 32 +sub 2 2 5 +128 exec", out), out
+    assert "SIMD efficiency 3% -> 100%" in out  # tg=32 against tg=1

@@ -73,3 +73,51 @@ def test_edit_replay_apply_revert_in_the_app():
             assert app.session.model.edited == ()
             await press(app, pilot, "escape")
     run(go())
+
+
+def test_ab_toggle_and_the_users_own_editor(tmp_path, monkeypatch):
+    """ctrl+b runs the model's own code while the edit is kept (the header says so);
+    ctrl+e hands the draft to $EDITOR and checks what it saved."""
+    import contextlib
+    editor = tmp_path / "ed.sh"  # an 'editor' that swaps the gamma and beta loads
+    editor.write_text("#!/bin/sh\nsed -i -e 's/^uloadf32 4 0 @in1$/@@/' "
+                      "-e 's/^uloadf32 5 0 @in2$/uloadf32 4 0 @in1/' "
+                      "-e 's/^@@$/uloadf32 5 0 @in2/' \"$1\"\n")
+    editor.chmod(0o755)
+    monkeypatch.setenv("EDITOR", str(editor))
+    monkeypatch.delenv("VISUAL", raising=False)
+
+    async def go():
+        app = FirscopeApp(Path(SAMPLE / "gpt2.fir"), prompt_ids=[3, 1, 4], n=1,
+                          show_times=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            monkeypatch.setattr(app, "suspend", contextlib.nullcontext)  # headless: no tty
+            await wait_loaded(app, pilot)
+            app.run_command("goto ln1@0")
+            await settle(app, pilot)
+            await press(app, pilot, "E")
+            screen = app.screen
+            area = screen.query_one(TextArea)
+            original = area.text
+            result = screen.query_one("#edit-result", Static)
+            await press(app, pilot, "ctrl+e")
+            await settle(app, pilot)
+            assert area.text == swapped(original)  # what the editor saved came back
+            assert "ln1@0 (g2.layernorm): identical" in plain(result)  # and was checked
+            await press(app, pilot, "ctrl+t")
+            await press(app, pilot, "ctrl+b")
+            assert "g2.layernorm: the model's own code runs" in plain(result)
+            assert app.session.model.edited == ()  # A: the model's own code
+            await press(app, pilot, "escape")
+            await settle(app, pilot)
+            assert "edited: g2.layernorm (edit 1 off)" in screen_text(app)
+            await press(app, pilot, "E", "ctrl+b")
+            assert app.session.model.edited == ("g2.layernorm",)  # B again
+            result = app.screen.query_one("#edit-result", Static)
+            assert "g2.layernorm: edit 1 (" in plain(result)
+            monkeypatch.setenv("EDITOR", "/nonexistent/editor")
+            await press(app, pilot, "ctrl+e")
+            assert "cannot run $EDITOR" in plain(result)
+            assert app.screen.query_one(TextArea).text == swapped(original)  # kept
+            await press(app, pilot, "escape")
+    run(go())

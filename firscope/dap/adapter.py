@@ -524,7 +524,8 @@ class Adapter(LifeCycle):
 
     def r_firscopeKernel(self, req):
         """Custom request (``session.customRequest('firscopeKernel', {...})``): ``action``
-        edit (``name``, ``file``), replay (``node``, ``all``), revert (``name``) or write;
+        edit (``name``, ``file``), replay (``node``, ``all``), toggle (``name``), history,
+        revert (``name``) or write;
         answers ``{"result": text}``, the A/B report for replay."""
         action = arg(req, "action", str, required=True)
         if action == "edit":
@@ -537,8 +538,13 @@ class Adapter(LifeCycle):
             text = self.ci.kernel_revert(arg(req, "name", str))
         elif action == "write":
             text = self.ci.kernel_write()
+        elif action == "toggle":
+            text = self.ci.kernel_toggle(arg(req, "name", str))
+        elif action == "history":
+            text = self.ci.kernel_history()
         else:
-            raise RequestError(f"unknown action {action!r} (edit, replay, revert, write)")
+            raise RequestError(f"unknown action {action!r} (edit, replay, toggle, history, "
+                               "revert, write)")
         self.out.response(req, {"result": text})
         if self.client.get("supportsInvalidatedEvent"):
             self.out.event("invalidated", {"areas": ["variables"]})

@@ -171,10 +171,12 @@ class CommandInterpreter(Debugger):
                     self.c_where),
             Command(("list", "l"), "list", "kernel source around the next instruction",
                     self.c_list),
-            Command(("kernel",), "kernel edit NAME FILE | replay [NODE] [--all] | revert "
-                    "[NAME] | write", "edit a kernel here: the session runs FILE's block from "
-                    "now on; replay judges it on this node's inputs (--all: every node so far) "
-                    "with the cost before/after; revert; write it into the model file",
+            Command(("kernel",), "kernel edit NAME FILE | replay [NODE] [--all] | toggle "
+                    "[NAME] | history | revert [NAME] | write", "edit a kernel here: the "
+                    "session runs FILE's block from now on; replay judges it on this node's "
+                    "inputs (--all: every node so far) with the cost before/after; toggle A/B "
+                    "(the model's own code or the kept edit); history: which version ran each "
+                    "node; revert; write it into the model file",
                     self.c_kernel),
             Command(("save",), "save breakpoints FILE",
                     "write breakpoints, watchpoints, catchpoints, log points and displays as "
@@ -388,7 +390,8 @@ class CommandInterpreter(Debugger):
     def c_kernel(self, rest):
         words = rest.split()
         usage = FirError("usage: kernel edit NAME FILE | kernel replay [NODE] [--all] | "
-                         "kernel revert [NAME] | kernel write")
+                         "kernel toggle [NAME] | kernel history | kernel revert [NAME] | "
+                         "kernel write")
         if not words:
             raise usage
         action, args = words[0], words[1:]
@@ -403,6 +406,10 @@ class CommandInterpreter(Debugger):
             return self.kernel_revert(args[0] if args else None)
         if action == "write" and not args:
             return self.kernel_write()
+        if action == "toggle" and len(args) <= 1:
+            return self.kernel_toggle(args[0] if args else None)
+        if action == "history" and not args:
+            return self.kernel_history()
         raise usage
 
     def c_checkpoint(self, rest):

@@ -321,6 +321,14 @@ class Debugger:
     def kernel_write(self) -> str:
         return kernel_edits.write(self.s)
 
+    def kernel_toggle(self, name: str | None = None) -> str:
+        """A/B: run the model's own code for a kept edit, or the edit again."""
+        return kernel_edits.toggle(self.s, name)
+
+    def kernel_history(self) -> str:
+        """Which version of each edited kernel ran its nodes, token by token."""
+        return kernel_edits.history(self.s)
+
     def save_breakpoints(self, path: str | os.PathLike) -> str:
         """Write breakpoints and displays as commands ``source FILE`` reads back; returns
         what was saved, as one line per note."""
@@ -389,6 +397,10 @@ class Debugger:
             lines.append(f"Old value = {info.fmt_array(stop.old)}")
             lines.append(f"New value = {info.fmt_array(stop.new)}")
         lines.append(self.where_line())
+        edits = getattr(self.session, "kernel_edits", None)
+        note = edits.ran_note(self.session) if edits is not None else None
+        if note:
+            lines.append(note)
         return "\n".join(lines)
 
     @staticmethod

@@ -11,9 +11,15 @@ the tokens fed so far (from token 0, on a copy: the session does not move). ``ke
 puts the edited blocks into the model file in place of the original ones, every other line
 untouched, after copying the original to a backup beside it.
 
-What it does not do: undo records do not say which version of a kernel ran a node (reverse
-execution restores values, and the session keeps the current version); a line breakpoint
-in an edited kernel's original lines does not stop in the edited code.
+Versions: the model's own code is version 0 of a kernel, each ``kernel edit`` of it the next
+number. ``kernel toggle [NAME]`` keeps an edit but runs the model's own code again (A/B; a
+second toggle runs the edit again). The session records which version ran each node of an
+edited kernel at each token (``kernel history``); reverse execution restores the values the
+nodes left, and a stop before (or inside) a node that last ran another version than the one
+that runs now says so, since going forward runs the code running now.
+
+What it does not do: a line breakpoint in an edited kernel's original lines does not stop in
+the edited code.
 """
 from __future__ import annotations
 
@@ -37,18 +43,64 @@ class KernelEdits:
     # the cost of the code running now at the last node previewed: (model, node, step) ->
     # NodeCost; a draft checked again and again there costs only its own side
     cost_before: dict = field(default_factory=dict)
+    off: set = field(default_factory=set)  # edits kept while the model's own code runs
+    number: dict[str, int] = field(default_factory=dict)  # name -> the edit's version
+    made: dict[str, int] = field(default_factory=dict)  # name -> edits made so far
+    # (token, node index) -> (kernel, version) that last ran it, for every kernel ever edited
+    ran: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)
+    # name -> (token, node index) where the session stood at its first edit: every node of
+    # the kernel before that ran the model's own code
+    first_at: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def edited_model(self):
+        """The model with every kept edit, toggled off or not (what replay judges)."""
+        from ..runtime.load import with_kernels
+        return with_kernels(self.original, list(self.blocks.values()))
 
     def model(self):
         from ..runtime.load import with_kernels
-        if not self.blocks:
+        blocks = [b for n, b in self.blocks.items() if n not in self.off]
+        if not blocks:
             return self.original
-        return with_kernels(self.original, list(self.blocks.values()))
+        return with_kernels(self.original, blocks)
+
+    def running(self, name: str) -> int:
+        """The version of ``name`` that runs now: 0 for the model's own code."""
+        return 0 if name not in self.blocks or name in self.off else self.number[name]
+
+    def label(self, name: str, version: int) -> str:
+        if version == 0:
+            return "the model's own code"
+        file = self.files.get(name) if self.number.get(name) == version else None
+        return f"edit {version}" + (f" ({printable(file.name)})" if file is not None else "")
+
+    def observe(self, session, node) -> None:
+        if node.target in self.made:
+            self.ran[(session.step, node.index)] = (node.target, self.running(node.target))
+
+    def ran_note(self, session) -> str | None:
+        """A stop before (or inside) a node whose last run used another version than the
+        one that runs now, in words; None otherwise."""
+        node = session.node
+        if node is None or node.target not in self.made:
+            return None
+        here = (session.step, node.index)
+        got = self.ran.get(here)
+        if got is None and here < self.first_at[node.target]:
+            got = (node.target, 0)  # ran before the first edit
+        now = self.running(node.target)
+        if got is None or got[1] == now:
+            return None
+        return (f"note: {node.full_name} at token {session.step} last ran "
+                f"{self.label(node.target, got[1])} of {node.target}; from here "
+                f"{self.label(node.target, now)} runs")
 
 
 def edits_of(session) -> KernelEdits:
     got = getattr(session, "kernel_edits", None)
     if got is None:
         got = session.kernel_edits = KernelEdits(session.model)
+        session.observe_nodes(got.observe)
     return got
 
 
@@ -68,12 +120,18 @@ def edit(session, name: str, path: str) -> str:
     trial = dict(edits.blocks)
     trial[name] = mine[0]
     from ..runtime.load import with_kernels
-    model = with_kernels(edits.original, list(trial.values()))  # raises before any change
+    model = with_kernels(edits.original, [b for n, b in trial.items()
+                                          if n == name or n not in edits.off])  # may raise
     session.use_model(model)
     edits.blocks, edits.files[name] = trial, Path(path)
+    edits.off.discard(name)
+    edits.first_at.setdefault(name, (session.step, session.node_index))
+    edits.made[name] = edits.made.get(name, 0) + 1
+    edits.number[name] = edits.made[name]
     uses = sum(1 for n in model.nodes if n.target == name)
-    return (f"kernel {name} edited from {printable(path)}: {uses} node(s) dispatch it from now "
-            f"on (kernel replay judges it here, kernel revert {name} undoes it)")
+    return (f"kernel {name} edited from {printable(path)} (edit {edits.number[name]}): "
+            f"{uses} node(s) dispatch it from now on (kernel replay judges it here, kernel "
+            f"toggle {name} runs the model's own code again, kernel revert {name} drops it)")
 
 
 def preview(session, name: str, path: str) -> str:
@@ -143,7 +201,59 @@ def revert(session, name: str | None) -> str:
         raise
     for n in names:
         edits.files.pop(n, None)
+        edits.off.discard(n)
     return f"reverted {', '.join(names)}: the model's own code runs from now on"
+
+
+def toggle(session, name: str | None) -> str:
+    """A/B: run the model's own code for an applied edit (kept), or run the kept edit
+    again; without ``name``, every edit flips the same way (all off when any runs)."""
+    edits = edits_of(session)
+    if not edits.blocks:
+        raise FirError("no kernel is edited (kernel edit NAME FILE)")
+    if name is not None and name not in edits.blocks:
+        raise FirError(f"kernel '{printable(name)}' is not edited "
+                       f"({', '.join(edits.blocks)})")
+    names = [name] if name is not None else list(edits.blocks)
+    to_off = any(n not in edits.off for n in names)
+    before = set(edits.off)
+    edits.off = (edits.off | set(names)) if to_off else (edits.off - set(names))
+    try:
+        session.use_model(edits.model())
+    except FirError:
+        edits.off = before
+        raise
+    said = ", ".join(f"{n}: {edits.label(n, edits.running(n))}" for n in names)
+    return (f"from now on {said} runs (A/B: kernel toggle again to switch; the edit is kept "
+            "until kernel revert)")
+
+
+def history(session) -> str:
+    """Which version of each edited kernel ran each of its nodes, token by token."""
+    edits = edits_of(session)
+    if not edits.made:
+        raise FirError("no kernel has been edited in this session")
+    out = []
+    for name in edits.made:
+        out.append(f"{name}: runs {edits.label(name, edits.running(name))} now; "
+                   f"{edits.made[name]} edit(s) made")
+        runs: list[list] = []  # [version, first (token, index), last (token, index), count]
+        for (tok, idx), (k, v) in sorted(edits.ran.items()):
+            if k != name:
+                continue
+            if runs and runs[-1][0] == v:
+                runs[-1][2] = (tok, idx)
+                runs[-1][3] += 1
+            else:
+                runs.append([v, (tok, idx), (tok, idx), 1])
+        if not runs:
+            out.append("  no node of it has run since it was first edited")
+        for v, a, b, n in runs:
+            na, nb = session.nodes[a[1]].full_name, session.nodes[b[1]].full_name
+            span = (f"token {a[0]} {na}" if a == b else
+                    f"token {a[0]} {na} .. token {b[0]} {nb}")
+            out.append(f"  {span}: {edits.label(name, v)} ({n} run(s))")
+    return "\n".join(out)
 
 
 def replay_here(session, node: str | None = None, every: bool = False) -> str:
@@ -167,9 +277,9 @@ def replay_here(session, node: str | None = None, every: bool = False) -> str:
     if session.dispatch is not None:
         raise FirError("inside a dispatch: kernel replay judges a node from its start "
                        "(finish it, or reverse-next)")
-    lines = node_lines(_judge_here(session, edits.original, session.model),
-                       edits.files[here.target])
-    lines += _cost_pair(edits.original, session.model, here.index, session.arena)
+    edited = edits.edited_model()
+    lines = node_lines(_judge_here(session, edits.original, edited), edits.files[here.target])
+    lines += _cost_pair(edits.original, edited, here.index, session.arena)
     return "\n".join(lines)
 
 
@@ -188,7 +298,7 @@ def _replay_all(session, edits, e=None, where=None) -> str:
     from ..edit.replay import Edit, replay
     fed = list(session.sequence[: session.step + 1])
     if e is None:
-        e = Edit(edits.original, session.model, next(iter(edits.files.values())),
+        e = Edit(edits.original, edits.edited_model(), next(iter(edits.files.values())),
                  tuple(edits.blocks))
     report = replay(e, fed, 0, engine="interp", budget=session.machine.budget)
     out = [f"every node that runs an edited kernel, over the {len(fed)} token(s) fed so far "
@@ -227,7 +337,49 @@ def _cost_pair(model_a, model_b, index: int, arena, cache=None) -> list[str]:
             f"{pb.predicted_us:.2f} us ({pb.predicted_us / pa.predicted_us:.2f}x), "
             f"{pa.bound} -> {pb.bound}, SIMD efficiency {ca.simd_efficiency:.0%} -> "
             f"{cb.simd_efficiency:.0%}, sectors/request {ca.sectors_per_request:.1f} -> "
-            f"{cb.sectors_per_request:.1f}"]
+            f"{cb.sectors_per_request:.1f}", *changed_lines(a, b, dev)]
+
+
+SHOWN_LINES = 8
+
+
+def changed_lines(a, b, dev) -> list[str]:
+    """The counts of the source lines the edit changed (removed: -, added: +), each with
+    executions, active lanes, sectors per request and its part of the predicted time, as
+    ``cost --json`` gives per line; lines kept as they were are left out."""
+    import difflib
+    from ..cost.model import line_times
+
+    def rows(nc):
+        us = line_times(nc.counts, nc.prediction, dev)
+        return [(ls, us.get(ln, 0.0)) for ln, ls in sorted(nc.counts.lines.items())]
+
+    ra, rb = rows(a), rows(b)
+    sm = difflib.SequenceMatcher(a=[ls.text for ls, _ in ra], b=[ls.text for ls, _ in rb],
+                                 autojunk=False)
+    out = []
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            continue
+        out += [("-", *r) for r in ra[i1:i2]] + [("+", *r) for r in rb[j1:j2]]
+    if not out:
+        return ["  changed lines: none (the same instructions; the header or geometry changed)"]
+    w = dev.simd_width
+
+    def pct(v) -> str:
+        return "   -" if v is None else f"{v:4.0%}"
+
+    text = [f"  changed lines ({len(out)}; - before, + after):"]
+    for sign, ls, us in out[:SHOWN_LINES]:
+        spr = ls.sectors_per_request
+        text.append(f"    {sign} line {ls.line:<4} {printable(ls.text)[:28]:<28} "
+                    f"{ls.executions:>6} exec, {pct(ls.active_lane_share)} lanes, "
+                    f"SIMD {pct(ls.simd_efficiency(w))}"
+                    + (f", {spr:.1f} sect/req" if spr is not None else "")
+                    + f", {us:.3f} us")
+    if len(out) > SHOWN_LINES:
+        text.append(f"    ... {len(out) - SHOWN_LINES} more (cost --json has every line)")
+    return text
 
 
 def write(session) -> str:

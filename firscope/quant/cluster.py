@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..errors import FirError
 
 CONNECT_SECONDS = 15
-_LOCK = threading.Lock()
 _POOLS: dict = {}  # (address, setup) -> ClusterPool, for the command's whole life
 
 
@@ -60,13 +58,6 @@ def _probe(model: str) -> dict | str:
         return _fingerprint(model)
     except Exception as e:  # reported per worker by the caller
         return f"{type(e).__name__}: {e}"
-
-
-def _run(setup, task):
-    """A task on a worker: one at a time per process (see the module docstring)."""
-    from .work import run_task
-    with _LOCK:
-        return run_task(setup, task)
 
 
 class ClusterPool:
@@ -113,10 +104,10 @@ class ClusterPool:
                                    f"{what} {kind} ({got.get(what)} here {value}); every "
                                    "worker needs the same files and firscope version")
 
-    def run(self, tasks: Sequence) -> Iterator:
-        """Results in task order (each waited for in turn: the order they are handed back
-        in is the order they were asked for, whatever order the workers finish them in)."""
-        futures = [self.client.submit(_run, self.setup, t, pure=False) for t in tasks]
+    def run(self, fn, tasks: Sequence) -> Iterator:
+        """``fn(setup, task)`` of each task on the workers; results in task order (each
+        waited for in turn, whatever order the workers finish them in)."""
+        futures = [self.client.submit(fn, self.setup, t, pure=False) for t in tasks]
         done = 0
         try:
             for f in futures:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -256,6 +257,16 @@ def _worker_task(setup: Setup, task: Task) -> Result:
     return run_task(setup, task)
 
 
+_ONE_AT_A_TIME = threading.Lock()
+
+
+def cluster_task(setup: Setup, task: Task) -> Result:
+    """A task on a Dask worker, which may run several in threads of one process: one at a
+    time here (a process holds one model and its machines, not made to be shared)."""
+    with _ONE_AT_A_TIME:
+        return run_task(setup, task)
+
+
 def workers_for(tasks: int) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
@@ -304,7 +315,7 @@ class Runner:
         if not tasks:
             return
         if self.cluster is not None:
-            yield from self.cluster.run(tasks)
+            yield from self.cluster.run(cluster_task, tasks)
             return
         if not self.decided:
             first = run_task(self.setup, tasks[0])

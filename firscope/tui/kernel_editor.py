@@ -2,8 +2,11 @@
 the app, with the model file's line numbers; ctrl+s assembles it and replays it on the
 current node's inputs (the A/B report below the text; ctrl+g: at every node that runs the
 kernel, over the tokens so far), ctrl+t applies it to the session,
-ctrl+r reverts an applied edit, ctrl+o writes it into the model file (after a y/n prompt,
-keeping a backup), escape closes the editor and keeps the draft for the next E.
+ctrl+r reverts an applied edit, ctrl+b toggles A/B (the model's own code or the kept edit),
+ctrl+e hands the draft to ``$VISUAL``/``$EDITOR`` and reads it back when that editor exits
+(and checks it), ctrl+o writes it into the model file (after a y/n prompt, keeping a
+backup), escape closes the editor and keeps the draft for the next E. The setting
+``FIRSCOPE_EDITOR=external`` (environment) makes E go straight to ``$EDITOR``.
 
 An edit that does not assemble says where (line and column of the model file, the cursor
 moved there) and stays open: nothing typed is lost. The engine work runs as a job (the
@@ -11,6 +14,10 @@ session's own queue); the editor never touches the session itself.
 """
 from __future__ import annotations
 
+import os
+import re
+import shlex
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -47,6 +54,8 @@ class KernelEditScreen(ModalScreen[None]):
                 Binding("ctrl+g", "check_all", "every node", priority=True),
                 Binding("ctrl+t", "apply", "apply", priority=True),
                 Binding("ctrl+r", "revert", "revert", priority=True),
+                Binding("ctrl+b", "toggle", "A/B", priority=True),
+                Binding("ctrl+e", "external", "$EDITOR", priority=True),
                 Binding("ctrl+o", "write", "write into the .fir", priority=True),
                 Binding("escape", "close", "close (keeps the draft)")]
     DEFAULT_CSS = """
@@ -74,11 +83,13 @@ class KernelEditScreen(ModalScreen[None]):
                            line_number_start=self.first_line, id="edit-text")
             yield Static(Text("ctrl+s: assemble and replay on this node's inputs", style="dim"),
                          id="edit-result")
-            yield Label("ctrl+s check · ctrl+g every node · ctrl+t apply · ctrl+r revert · "
-                        "ctrl+o write · esc", id="edit-keys")
+            yield Label("ctrl+s check · ctrl+g every node · ctrl+t apply · ctrl+b A/B · "
+                        "ctrl+r revert · ctrl+e $EDITOR · ctrl+o write · esc", id="edit-keys")
 
     def on_mount(self) -> None:
         self.set_focus(self.query_one(TextArea))
+        if os.environ.get("FIRSCOPE_EDITOR", "").strip().lower() == "external":
+            self.call_after_refresh(self.action_external)
 
     def on_text_area_changed(self, _event) -> None:
         self.checked = None  # ctrl+t applies only what ctrl+s assembled
@@ -152,6 +163,47 @@ class KernelEditScreen(ModalScreen[None]):
         app, name = self.app, self.kernel
         app.submit(Job("kernel revert", lambda: app.ci.kernel_revert(name),
                        then=lambda text: self._said(text), quiet=True, on_error=self.failed))
+
+    def action_toggle(self) -> None:
+        """A/B: the model's own code or the kept edit, from now on (the edit is kept)."""
+        app, name = self.app, self.kernel
+        app.submit(Job("kernel toggle", lambda: app.ci.kernel_toggle(name),
+                       then=lambda text: self._said(text), quiet=True, on_error=self.failed))
+
+    def action_external(self) -> None:
+        """The draft in ``$VISUAL`` or ``$EDITOR`` (the app hands it the terminal); what that
+        editor saved comes back into the text area and is checked (ctrl+s)."""
+        from textual.app import SuspendNotSupported
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+        if not editor:
+            self.show("set $VISUAL or $EDITOR to edit in your own editor", error=True)
+            return
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", self.kernel)
+        f = self.folder / f"{safe}.edit.fir"
+        f.write_text(self.draft + "\n", encoding="utf-8")
+        try:
+            with self.app.suspend():
+                rc = subprocess.call([*shlex.split(editor), str(f)])
+        except SuspendNotSupported:
+            self.show("this terminal cannot be handed to $EDITOR (in a browser tab, for "
+                      "one): edit here", error=True)
+            return
+        except (OSError, ValueError) as e:
+            self.show(f"cannot run $EDITOR ({printable(editor)}): {e}", error=True)
+            return
+        try:
+            text = f.read_text(encoding="utf-8").rstrip("\n")
+        except (OSError, UnicodeDecodeError) as e:
+            self.show(f"cannot read what the editor saved ({e}): the draft here is kept",
+                      error=True)
+            return
+        if rc != 0:
+            self.show(f"$EDITOR exited with status {rc}: the draft here is kept (its file: "
+                      f"{printable(str(f))})", error=True)
+            return
+        if text != self.draft:
+            self.query_one(TextArea).load_text(text)
+        self.action_check()
 
     def action_write(self) -> None:
         from .screens import PromptScreen

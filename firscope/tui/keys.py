@@ -53,8 +53,8 @@ KEYS: tuple[Key, ...] = (
     Key("e", "export", "export", "export the profiling report (asks where; escape cancels)"),
     Key("E", "edit_kernel", "edit kernel",
         "edit the current node's kernel in place: ctrl+s assembles and replays it on this "
-        "node's inputs (A/B; ctrl+g: every node running it), ctrl+t applies, ctrl+r "
-        "reverts, ctrl+o writes the .fir"),
+        "node's inputs (A/B; ctrl+g: every node running it), ctrl+t applies, ctrl+b "
+        "toggles A/B, ctrl+r reverts, ctrl+e opens $EDITOR, ctrl+o writes the .fir"),
     Key("f2", "reload", "reload", "reload the model file, keeping breakpoints, displays and place"),
     Key("escape", "interrupt", "stop", "interrupt a run or an export; leave an input"),
     Key("ctrl+p", "command_palette", "palette", "command palette: every debugger command"),

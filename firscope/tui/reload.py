@@ -29,6 +29,7 @@ class Carried:
     finished: bool
     dropped: tuple[str, ...] = ()  # patches and checkpoints, described for the notes
     edits: tuple[tuple[str, str], ...] = ()  # kernels edited in place (E): (name, file)
+    edits_off: tuple[str, ...] = ()  # of those, the ones toggled off (A/B)
 
 
 def carry(session, ci) -> Carried:
@@ -45,7 +46,9 @@ def carry(session, ci) -> Carried:
                      "old model" for c in ci.checkpoints)
     edits = getattr(session, "kernel_edits", None)
     applied = tuple((name, str(path)) for name, path in edits.files.items()) if edits else ()
-    return Carried(breaks, displays, position, ci.lane, session.finished, dropped, applied)
+    off = tuple(sorted(edits.off)) if edits else ()
+    return Carried(breaks, displays, position, ci.lane, session.finished, dropped, applied,
+                   off)
 
 
 def restore(ci, carried: Carried) -> list[str]:
@@ -66,6 +69,10 @@ def restore(ci, carried: Carried) -> list[str]:
                    lambda: ci.kernel_edit(name, path)) is not None:
             notes.append(f"restored: the edit of kernel {name} (not in the file: ctrl+o in "
                          "the editor, or kernel write, puts it there)")
+            if name in carried.edits_off and attempt(f"kernel toggle {name}",
+                                                     lambda: ci.kernel_toggle(name)):
+                notes.append(f"restored: {name}'s edit toggled off (A: the model's own code "
+                             "runs)")
     model = ci.model
     if carried.position is not None:
         step, node = carried.position

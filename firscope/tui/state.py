@@ -161,7 +161,10 @@ def marks_of(session) -> Marks:
 def model_of(session) -> str:
     """The header's model part: ``tiny-gpt2 · q4``."""
     m = session.model
-    edited = f" · edited: {', '.join(map(printable, m.edited))}" if m.edited else ""
+    edits = getattr(session, "kernel_edits", None)
+    names = [f"{printable(n)} (edit {edits.number[n]}{' off' if n in edits.off else ''})"
+             for n in edits.blocks] if edits is not None else list(map(printable, m.edited))
+    edited = f" · edited: {', '.join(names)}" if names else ""
     return f"{printable(m.name)} · {'f32' if m.fir_f32 else 'q4'}{edited}"
 
 
