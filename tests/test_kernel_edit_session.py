@@ -171,3 +171,39 @@ kernel replay
                      r" +- line \d+ +add 2 2 5 +128 exec, 100% lanes, SIMD +\d+%, [\d.]+ us\n"
                      r" +\+ line 32 +sub 2 2 5 +128 exec", out), out
     assert "SIMD efficiency 3% -> 100%" in out  # tg=32 against tg=1
+
+
+def test_line_breakpoints_follow_the_instruction_into_the_edit(tmp_path):
+    """A breakpoint on an original line stops at the edit's instruction in its place (and
+    says the edit's file and line); one whose instruction the edit replaced by two is named
+    at the edit and does not stop while the edit runs."""
+    edit = tmp_path / "add_two.fir"
+    edit.write_text("kernel g2.add in=2 out=1 size=in0,in1,out0 threads=out0.size tg=1 "
+                    "tgbytes=16\nrtou 0 0\nuloadf32 1 0 @in0\nuloadf32 2 0 @in1\n"
+                    "sub 1 1 2\nmulconst 1 1 1\nustoref32 1 0 @out0\nendkernel\n")
+    r = debug(f"""break g2.add:64
+break g2.add:65
+goto embeddings
+kernel edit g2.add {edit}
+continue
+where
+kernel toggle g2.add
+""", tmp_path, "--keep-going")
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out
+    assert ("note: breakpoint 2 at g2.add:65: the edit has no instruction in its place; it "
+            "does not stop while the edit runs") in out
+    assert "Breakpoint 1, g2.add:64\nembeddings (g2.add) pc 2 at add_two.fir:4" in out
+    assert "#0  g2.add pc 2 at add_two.fir:4" in out
+    assert "Breakpoint 2," not in out  # never stopped at
+
+
+def test_list_shows_the_edits_own_lines(tmp_path):
+    r = debug(f"""break g2.layernorm:112
+goto ln1@0
+kernel edit g2.layernorm {EDITS / 'ln_wrong.fir'}
+continue
+list
+""", tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "●▶   32  sub 2 2 5\n     33  ustoref32 2 0 @out0" in r.stdout

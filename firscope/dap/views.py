@@ -188,8 +188,14 @@ class Views:
         node = s.node
         out = []
         d = s.dispatch
+        kernel_source = self.source
         if lane is not None and d is not None and not d.done:
             out += self._kernel_frames(d, node, lane)
+            path = node.program.kernel.syntax.loc.path
+            if path != str(s.model.path):  # an edited kernel: its lines are the edit's file's
+                import os
+                kernel_source = {"name": os.path.basename(path), "path": os.path.abspath(path)}
+        kernel_frames = len(out)
         token = s.token
         piece = self.ci.tok.piece(token) if token is not None else "-"
         where = node.full_name if lane is not None else f"before {node.full_name}"
@@ -202,7 +208,8 @@ class Views:
         for level, (name, line) in enumerate(out):
             ref = self.handles.add(FrameRef(thread, level, lane))
             frames.append({"id": ref, "name": name, "line": self.conv.line_out(line),
-                           "column": self.conv.column_out(1), "source": self.source})
+                           "column": self.conv.column_out(1),
+                           "source": kernel_source if level < kernel_frames else self.source})
         return frames
 
     def _kernel_frames(self, d, node, lane: int) -> list[tuple[str, int]]:

@@ -452,7 +452,8 @@ class Debugger:
         d = s.dispatch
         if d is not None and not d.done:
             op = d.ops[d.pc]
-            return (f"{loc.node} ({loc.kernel}) pc {loc.pc} at {s.model.path.name}:{loc.line}"
+            return (f"{loc.node} ({loc.kernel}) pc {loc.pc} at "
+                    f"{kernel_edits.source_name(s, loc.kernel)}:{loc.line}"
                     f"  [{tok}]\n{loc.line}\t{op.text}")
         return f"before {loc.node} ({node.kind} {node.target})  [{tok}]"
 

@@ -29,7 +29,9 @@ def where(ci) -> str:
     if d is not None and not d.done:
         nest = " ".join(f"{f.kind}@{d.ops[f.pc].loc.line}" +
                         (f"#{f.trips}" if f.kind == "for" else "") for f in d.stack)
-        out.append(f"#{frame}  {loc.kernel} pc {loc.pc} at {s.model.path.name}:{loc.line}  "
+        from .kernel_edits import source_name
+        out.append(f"#{frame}  {loc.kernel} pc {loc.pc} at {source_name(s, loc.kernel)}:"
+                   f"{loc.line}  "
                    f"lane {ci.lane} of {d.lanes} ({int(d.mask.sum())} active)"
                    + (f"  in {nest}" if nest else ""))
         frame += 1
@@ -44,17 +46,21 @@ def listing(ci) -> str:
     node = s.node
     if node is None or node.kind != NodeKind.MICRO:
         raise FirError("not at a kernel")
-    lines = s.model.fir.lines
     syntax = node.program.kernel.syntax
+    from ..runtime.load import kernel_source
+    text = kernel_source(s.model, syntax)  # an edited kernel: the edit's own lines
     loc = s.location()
     cur = loc.line or syntax.loc.line  # a kernel without instructions: its header
     lo = max(syntax.loc.line, cur - 5)
     hi = min(syntax.end.line, cur + 5)
-    bps = set(s.breakpoints.lines(node.target))
+    bps = s.breakpoints.lines(node.target)
+    edits = getattr(s, "kernel_edits", None)
+    if edits is not None:
+        bps = edits.map_lines(node.target, bps)
     out = []
     for ln in range(lo, hi + 1):
         mark = ("●" if ln in bps else " ") + ("▶" if ln == cur and s.dispatch else " ")
-        out.append(f"{mark}{ln:5d}  {lines[ln - 1]}")
+        out.append(f"{mark}{ln:5d}  {text.get(ln, '')}")
     return "\n".join(out)
 
 

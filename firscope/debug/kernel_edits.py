@@ -18,8 +18,10 @@ edited kernel at each token (``kernel history``); reverse execution restores the
 nodes left, and a stop before (or inside) a node that last ran another version than the one
 that runs now says so, since going forward runs the code running now.
 
-What it does not do: a line breakpoint in an edited kernel's original lines does not stop in
-the edited code.
+A line breakpoint on an edited kernel's original line stops at the edit's instruction that
+corresponds to it (the two kernels' instruction lines matched as a diff does: the same
+instruction, or the one in its place in a changed run of equal length); one whose
+instruction the edit dropped does not stop while the edit runs, and ``kernel edit`` says so.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class KernelEdits:
     # name -> (token, node index) where the session stood at its first edit: every node of
     # the kernel before that ran the model's own code
     first_at: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _maps: dict = field(default_factory=dict)  # (name, edit number) -> line_map
 
     def edited_model(self):
         """The model with every kept edit, toggled off or not (what replay judges)."""
@@ -63,6 +66,39 @@ class KernelEdits:
         if not blocks:
             return self.original
         return with_kernels(self.original, blocks)
+
+    def line_map(self, name: str) -> dict[int, int]:
+        """Original kernel line -> the running edit's line (identity-free: only lines of
+        instructions that have a counterpart)."""
+        import difflib
+        key = (name, self.number.get(name))
+        got = self._maps.get(key)
+        if got is not None:
+            return got
+        a = _op_lines(self.original.kernels[name])
+        b = _op_lines(self.edited_model().kernels[name])
+        sm = difflib.SequenceMatcher(a=[t for _, t in a], b=[t for _, t in b], autojunk=False)
+        got = {}
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+                got.update({a[i][0]: b[j][0] for i, j in zip(range(i1, i2), range(j1, j2))})
+        self._maps[key] = got
+        return got
+
+    def map_lines(self, name: str, lines: dict) -> dict:
+        """A kernel's line breakpoint table (line -> breakpoints) for the code that runs now:
+        original lines moved to the edit's when the edit runs."""
+        if not lines or self.running(name) == 0:
+            return lines
+        m = self.line_map(name)
+        own = {line for line, _ in _op_lines(self.original.kernels[name])}
+        out: dict = {}
+        for line, bps in lines.items():
+            if line in m:
+                out.setdefault(m[line], []).extend(bps)
+            elif line not in own:  # set on the edit's own lines while it runs
+                out.setdefault(line, []).extend(bps)
+        return out
 
     def running(self, name: str) -> int:
         """The version of ``name`` that runs now: 0 for the model's own code."""
@@ -94,6 +130,22 @@ class KernelEdits:
         return (f"note: {node.full_name} at token {session.step} last ran "
                 f"{self.label(node.target, got[1])} of {node.target}; from here "
                 f"{self.label(node.target, now)} runs")
+
+
+def source_name(session, kernel: str) -> str:
+    """The file a kernel's running code comes from: the edit's, while an edit runs."""
+    edits = getattr(session, "kernel_edits", None)
+    if edits is not None and edits.running(kernel):
+        return printable(edits.files[kernel].name)
+    return printable(session.model.path.name)
+
+
+def _op_lines(program) -> list[tuple[int, str]]:
+    """(line, instruction text) of each source line holding an instruction, in order."""
+    seen: dict[int, str] = {}
+    for op in program.ops:
+        seen.setdefault(op.loc.line, op.text.strip())
+    return sorted(seen.items())
 
 
 def edits_of(session) -> KernelEdits:
@@ -129,9 +181,15 @@ def edit(session, name: str, path: str) -> str:
     edits.made[name] = edits.made.get(name, 0) + 1
     edits.number[name] = edits.made[name]
     uses = sum(1 for n in model.nodes if n.target == name)
-    return (f"kernel {name} edited from {printable(path)} (edit {edits.number[name]}): "
+    said = (f"kernel {name} edited from {printable(path)} (edit {edits.number[name]}): "
             f"{uses} node(s) dispatch it from now on (kernel replay judges it here, kernel "
             f"toggle {name} runs the model's own code again, kernel revert {name} drops it)")
+    lost = [bp for line, bps in session.breakpoints.lines(name).items()
+            if line not in edits.line_map(name) for bp in bps]
+    for bp in lost:
+        said += (f"\nnote: breakpoint {bp.number} at {bp.location()}: the edit has no "
+                 "instruction in its place; it does not stop while the edit runs")
+    return said
 
 
 def preview(session, name: str, path: str) -> str:

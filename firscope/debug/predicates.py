@@ -54,6 +54,9 @@ class DriveObserver(Observer):
         self.node = node
         table = session.breakpoints
         lines = table.lines(node.target)
+        edits = getattr(session, "kernel_edits", None)
+        if edits is not None:  # original lines moved to the running edit's
+            lines = edits.map_lines(node.target, lines)
         extra = goal.extra
         if isinstance(extra, LineBreakpoint) and extra.kernel == node.target:
             lines = dict(lines)

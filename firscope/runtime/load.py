@@ -157,6 +157,22 @@ def _assemble(parts: ModelParts, kernels: Mapping[str, KernelCode],
         parts=parts)
 
 
+def kernel_source(model: Model, k: S.Kernel) -> dict[int, str]:
+    """Line number -> text of kernel ``k``'s lines (header to ``endkernel``) in the file it
+    comes from: the model file's lines, or, for an edit (with_kernels), the edit's own as it
+    was parsed (comments and blank lines between instructions come back empty)."""
+    if k.loc.path == str(model.path) or not k.loc.text:
+        lines = model.fir.lines
+        return {ln: lines[ln - 1] if ln - 1 < len(lines) else ""
+                for ln in range(k.loc.line, k.end.line + 1)}
+    out = {ln: "" for ln in range(k.loc.line, k.end.line + 1)}
+    out[k.loc.line] = k.loc.text
+    for ins in k.body:
+        out[ins.loc.line] = ins.loc.text
+    out[k.end.line] = k.end.text or "endkernel"
+    return out
+
+
 def with_kernels(model: Model, kernels: Sequence[S.Kernel]) -> Model:
     """The same model with some kernels replaced by others of the same names (an edit: their
     positions are the edit's file's), on the same arena and weights: every node that

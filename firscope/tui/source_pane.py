@@ -186,10 +186,10 @@ def source_rows(model, view: StopView, node_index: int, width: int,
     per_line, depth = _per_line(prog, counts)
     top = max(per_line.values()) if per_line else 0
     bps = view.marks.lines.get(node.target, frozenset())
-    lines = model.fir.lines
-    # the user sees \x1b from a file escaped; the terminal never gets it
-    bodies = {ln: printable((lines[ln - 1] if ln - 1 < len(lines) else "").strip())
-              for ln in range(k.loc.line, k.end.line + 1)}
+    from ..runtime.load import kernel_source
+    # the user sees \x1b from a file escaped; the terminal never gets it (an edited kernel:
+    # the edit's own lines)
+    bodies = {ln: printable(text.strip()) for ln, text in kernel_source(model, k).items()}
     # instructions only: the kernel header and comments may be cut, an instruction never
     widest = max((len(b) + 2 * depth.get(ln, 0) for ln, b in bodies.items() if ln in depth),
                  default=0)

@@ -154,6 +154,10 @@ def marks_of(session) -> Marks:
     lines: dict[str, set] = {}
     for bp in table.enabled(LineBreakpoint):
         lines.setdefault(bp.kernel, set()).add(bp.line)
+    edits = getattr(session, "kernel_edits", None)
+    if edits is not None:  # original lines shown where they stop in a running edit
+        lines = {k: set(edits.map_lines(k, dict.fromkeys(v, ())) if k in edits.made else v)
+                 for k, v in lines.items()}
     return Marks(frozenset((bp.node, bp.layer) for bp in table.enabled(NodeBreakpoint)),
                  frozenset(lines), MappingProxyType({k: frozenset(v) for k, v in lines.items()}))
 
