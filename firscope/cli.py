@@ -480,6 +480,9 @@ def _quant_parsers(sub) -> None:
     _corpus_args(s)
     s.add_argument("-o", dest="out", type=path_arg, metavar="DIR",
                    help="also write sensitivity.json and a bar chart there")
+    s.add_argument("--dtypes", type=dtypes_arg, default=(), metavar="q4:gN[,...]",
+                   help="also measure each instance at these q4 group sizes (the gain of "
+                        "giving it that dtype alone)")
     s.add_argument("--full", action="store_true",
                    help="run every variant from the first layer (default: from the layer it "
                         "changes, from the base run's records; the figures are the same)")
@@ -493,12 +496,31 @@ def _quant_parsers(sub) -> None:
                    help="the mean KLD against f32 to stay under, with the fewest bytes")
     pl.add_argument("-o", dest="out", type=path_arg, required=True, metavar="NEW.fir",
                     help="the plan's model file (beside the original's config and checkpoint)")
+    pl.add_argument("--dtypes", type=dtypes_arg, default=(), metavar="q4:gN[,...]",
+                    help="q4 group sizes an instance may take besides its own q4 form and f32 "
+                         "(e.g. q4:g16: 1 byte a weight against 0.75 at g32 and 4 as f32)")
     pl.add_argument("--baseline", action="store_true",
                     help="also measure the same bytes made f32 by size alone (largest first)")
 
 
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1024,
           "mib": 1024 ** 2, "gib": 1024 ** 3}
+
+
+def dtypes_arg(text: str) -> tuple[str, ...]:
+    """--dtypes: q4 group sizes besides each weight's own, e.g. q4:g16 or q4:g16,q4:g64."""
+    from .fir.syntax import weight_dtype
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        parsed = weight_dtype(item)
+        if parsed is None or parsed[0] != "q4" or parsed[1] is None:
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not a q4 group dtype (q4:gN, N from 2 up; f32 and the declared "
+                "q4 are always considered)")
+        if item not in out:
+            out.append(item)
+    return tuple(out)
 
 
 def cluster_arg(text: str) -> str:
@@ -800,7 +822,7 @@ def _eval_options(args):
                        engine=args.engine, ctx=args.ctx, chunks=args.chunks,
                        second_half=args.second_half, as_json=args.json,
                        out=getattr(args, "out", None), workers=args.workers,
-                       cluster=args.cluster,
+                       cluster=args.cluster, dtypes=getattr(args, "dtypes", ()),
                        full=getattr(args, "full", False))
 
 

@@ -227,6 +227,10 @@ def test_bad_input_is_a_clear_error(tmp_path):
          "finite number >= 0"),
         (["quant", "plan", "--corpus", CORPUS, "--budget", "2MB", "-o", tmp_path / "p.fir"],
          1, "beside the model it changes"),
+        (["quant", "plan", "--corpus", CORPUS, "--budget", "2MB", "--dtypes", "q4:g16,f32",
+          "-o", SAMPLE / "p.fir"], 2, "'f32' is not a q4 group dtype"),
+        (["quant", "sensitivity", "--corpus", CORPUS, "--dtypes", "q4:g1"], 2,
+         "'q4:g1' is not a q4 group dtype"),
     ]
     for args, code, message in cases:
         r = firscope(*args)
@@ -288,3 +292,39 @@ def test_plan_for_a_kld_target_measures_under_it_with_fewer_bytes_than_all_f32(t
     assert 589_824 < nbytes < 3_145_728  # some f32, not all
     doc = eval_json(out, *args)
     assert doc["summary"]["kld_mean"] == pytest.approx(measured, abs=1e-6)
+
+
+def test_a_plan_may_give_weights_another_q4_group(tmp_path):
+    """--dtypes q4:g16: each instance also measured at g16; the plan picks per instance
+    among q4 (g32), q4:g16 and f32, stays within the budget, and the file it writes (except
+    clauses with q4:g16) loads and computes the KLD the plan measured."""
+    folder = tmp_path / "tiny"
+    shutil.copytree(SAMPLE, folder)
+    out = folder / "plan.fir"
+    r = firscope("quant", "plan", folder, "--corpus", CORPUS, "--ctx", 64, "--chunks", 2,
+                 "--budget", "1.2MB", "--dtypes", "q4:g16", "-o", out, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "q4:g16: " in r.stdout and "f32: " in r.stdout
+    measured = float(r.stdout.split("measured ")[1].split()[0])
+    all_q4 = float(r.stdout.split("all q4 ")[2].split(",")[0])
+    assert measured < all_q4
+    from firscope.runtime import load_model
+    m = load_model(out)
+    q4_declared = [w for w in m.weights.values() if w.region is None]
+    assert sum(w.nbytes for w in q4_declared) <= 1_200_000
+    assert {w.declared for w in q4_declared} == {"q4", "q4:g16", "f32"}
+    assert ":q4:g16" in out.read_text()
+    doc = eval_json(out, "--corpus", CORPUS, "--ctx", 64, "--chunks", 2)
+    assert doc["summary"]["kld_mean"] == pytest.approx(measured, abs=1e-6)
+
+
+def test_an_instances_upgrades_are_the_upper_hull_of_its_options():
+    from firscope.quant.planning import Row, chain
+    r = Row("w@0", 0, "q4", 100, 400, gain=0.30,
+            other={"q4:g16": {"bytes": 130, "gain": 0.20},   # on the hull: 0.20/30 B
+                   "q4:g8": {"bytes": 190, "gain": 0.21},    # under the line g16 -> f32
+                   "q4:g64": {"bytes": 90, "gain": 0.0}})    # fewer bytes, no gain
+    steps = chain(r)
+    assert [(u.before, u.after) for u in steps] == [("q4", "q4:g16"), ("q4:g16", "f32")]
+    assert steps[0].per_byte > steps[1].per_byte
+    assert steps[1].extra_bytes == 270 and steps[1].gain == pytest.approx(0.10)

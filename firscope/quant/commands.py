@@ -26,6 +26,7 @@ class EvalOptions:
     out: str | None = None
     workers: int | None = None
     cluster: str | None = None  # a Dask scheduler's address (quant/cluster.py)
+    dtypes: tuple[str, ...] = ()  # sensitivity/plan: other q4 groups an instance may take
     full: bool = False  # sensitivity: run every variant from the first node (no replay)
 
 

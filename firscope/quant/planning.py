@@ -14,12 +14,19 @@ linear over the f32 run; the importance-weighted error of W's q4 form is
 sqrt(sum_j imp_j sum_i (w_ij - w'_ij)^2 / sum_j imp_j sum_i w_ij^2) beside the plain
 relative error (imp = 1).
 
-A plan keeps a set F of instances f32 and the rest q4. Its predicted KLD is
-KLD(all q4) - sum of the gains of F (floored at 0: the gains are measured one at a time
-and assumed to add); its bytes are those of every q4-declared instance as loaded. For a
-byte budget, F is filled by gain per extra byte (a greedy knapsack); for a KLD target, by
-the same order until the predicted KLD is under it, then measured, and more instances
-added while the measurement is above the target.
+With ``--dtypes q4:g16,...`` each instance is also measured "recovered" at each of those
+dtypes (every other instance q4): the gain of giving it that dtype instead.
+
+A plan gives each instance one dtype: its q4 form (no gain), f32, or one of ``--dtypes``.
+Its predicted KLD is KLD(all q4) - the sum of the chosen gains (floored at 0: the gains are
+measured one at a time and assumed to add); its bytes are those of every q4-declared
+instance as loaded. Per instance, the options that are worth their bytes form a chain of
+upgrades (q4 -> q4:g16 -> f32, each more bytes for more gain at a falling gain per byte:
+the upper convex hull of (bytes, gain); a dtype of fewer bytes than the q4 form is not
+used); for a byte budget, upgrades are taken by gain per
+extra byte (a greedy multiple-choice knapsack), an instance's in chain order; for a KLD
+target, in the same order until the predicted KLD is under it, then measured, and more
+taken while the measurement is above the target.
 """
 from __future__ import annotations
 
@@ -57,9 +64,20 @@ class Row:
     weight_err: float = 0.0  # relative L2 of w' - w
     weighted_err: float = 0.0  # the same weighted by activation importance
     decl: str = ""  # the weight line's name (fcw of fcw@3)
+    # --dtypes: dtype -> {"bytes", "recovered", "recovered_err", "gain"} (only this one
+    # instance at that dtype, every other q4)
+    other: dict = None
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["other"] = d["other"] or {}
+        return d
+
+    def options(self) -> list[tuple[str, int, float]]:
+        """(dtype, bytes, gain) of every dtype the instance may take."""
+        out = [(self.q4_form, self.q4_bytes, 0.0), ("f32", self.f32_bytes, self.gain)]
+        out += [(dt, o["bytes"], o["gain"]) for dt, o in (self.other or {}).items()]
+        return out
 
 
 @dataclass
@@ -80,6 +98,10 @@ def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> S
     all_q4, all_f32 = bank.all_q4(), bank.all_f32()
     alone = [_key({**all_f32, n: bank.q4_form(n)}) for n in names]
     recovered = [_key({**all_q4, n: "f32"}) for n in names]
+    # --dtypes: each instance alone at each other dtype, every other q4 (its own q4 form
+    # skipped: that is all-q4)
+    extra = [(n, dt) for dt in opts.dtypes for n in names if dt != bank.q4_form(n)]
+    recovered += [_key({**all_q4, n: dt}) for n, dt in extra]
     caches = [cache_file(bank.model, c, corpus.first_scored) for c in corpus.chunks]
     replay = not getattr(opts, "full", False)
     snaps = [_snapshot_files(cache, all_q4) if replay and cache else () for cache in caches]
@@ -100,11 +122,11 @@ def sensitivity(bank, path: str, corpus, opts: EvalOptions, *, quiet=False) -> S
         n_workers = runner.slots
     with runner:
         return _sweep(bank, corpus, opts, runner, first, caches, snaps, variants, origins,
-                      n_workers, bar)
+                      n_workers, bar, extra)
 
 
 def _sweep(bank, corpus, opts, runner, first, caches, snaps, variants, origins, n_workers,
-           bar) -> Sensitivity:
+           bar, extra=()) -> Sensitivity:
     names = bank.instances
     q4_parts: list[TokenStats] = []
     imp: dict[str, list] = {}
@@ -156,7 +178,14 @@ def _sweep(bank, corpus, opts, runner, first, caches, snaps, variants, origins, 
                   rc["kld_mean_err"], q4_summary["kld_mean"] - rc["kld_mean"])
         row.weight_err, row.weighted_err = _weight_errors(bank, n, imp.get(n))
         row.decl = e.decl
+        row.other = {}
         rows.append(row)
+    by_name = {r.name: r for r in rows}
+    for j, (n, dt) in enumerate(extra):
+        o = summarize(TokenStats.concat(per_variant[2 * len(names) + j]))
+        by_name[n].other[dt] = {"bytes": bank.nbytes(n, dt), "recovered": o["kld_mean"],
+                                "recovered_err": o["kld_mean_err"],
+                                "gain": q4_summary["kld_mean"] - o["kld_mean"]}
     return Sensitivity(rows, q4_summary, len(corpus.chunks), q4_summary["tokens"],
                        self_steps / max(self_full_steps, 1), sorted(set().union(*verified)),
                        bank.model.layers)
@@ -200,10 +229,17 @@ def table(sens: Sensitivity) -> list[str]:
              f"{'gain':>10} {'q4 B':>9} {'f32 B':>9}  {'w err':>7} {'imp err':>7}",
              f"{'-' * 4}  {'-' * 12} {'-' * 8} {'-' * 10} {'-' * 10} {'-' * 10} {'-' * 9} "
              f"{'-' * 9}  {'-' * 7} {'-' * 7}"]
+    others = list(dict.fromkeys(dt for r in sens.rows for dt in (r.other or {})))
+    if others:
+        lines[3] += "; gain at DTYPE: only this instance at that dtype"
+        lines[-2] += "".join(f" {'gain ' + dt:>14}" for dt in others)
+        lines[-1] += "".join(f" {'-' * 14}" for _ in others)
     for i, r in enumerate(rows, 1):
         lines.append(f"{i:>4}  {printable(r.name):<12} {r.q4_form:<8} {r.alone:10.6f} "
                      f"{r.recovered:10.6f} {r.gain:10.6f} {r.q4_bytes:9,} {r.f32_bytes:9,}  "
-                     f"{r.weight_err:7.4f} {r.weighted_err:7.4f}")
+                     f"{r.weight_err:7.4f} {r.weighted_err:7.4f}"
+                     + "".join(f" {(r.other or {})[dt]['gain']:14.6f}" if dt in (r.other or {})
+                               else f" {'-':>14}" for dt in others))
     return lines
 
 
@@ -275,31 +311,87 @@ def sensitivity_doc(sens: Sensitivity) -> dict:
 
 
 # -- plan -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Upgrade:
+    """One step of an instance's chain: from one dtype to a costlier one worth its bytes."""
+
+    name: str
+    before: str
+    after: str
+    extra_bytes: int
+    gain: float  # KLD saved beyond ``before``'s
+
+    @property
+    def per_byte(self) -> float:
+        return self.gain / max(self.extra_bytes, 1)
+
+
+def chain(row: Row) -> list[Upgrade]:
+    """The instance's upgrades in order: the upper convex hull of its (bytes, gain) options
+    from its q4 form, so each step gains less per extra byte than the one before."""
+    base, *rest = row.options()
+    # a dtype of fewer bytes than the q4 form (q4:g64 under a g32 model) would trade KLD for
+    # bytes: a plan here only spends bytes above all-q4, so it is not a step
+    hull = [base]
+    for o in sorted((o for o in rest if o[1] > base[1]), key=lambda o: (o[1], -o[2])):
+        if o[2] <= hull[-1][2]:
+            continue  # more bytes, no more gain
+        while len(hull) >= 2:
+            (_, b0, g0), (_, b1, g1) = hull[-2], hull[-1]
+            # drop the middle point when going straight to o gains as much per byte
+            if (g1 - g0) * (o[1] - b0) <= (o[2] - g0) * (b1 - b0):
+                hull.pop()
+            else:
+                break
+        hull.append(o)
+    return [Upgrade(row.name, a[0], b[0], b[1] - a[1], b[2] - a[2])
+            for a, b in zip(hull, hull[1:])]
+
+
 def choose(sens: Sensitivity, *, budget: int | None = None, kld: float | None = None,
-           skip: set[str] | None = None) -> list[Row]:
-    """The instances to keep f32, in the order they were taken (gain per extra byte)."""
-    base = sum(r.q4_bytes for r in sens.rows)
-    order = sorted((r for r in sens.rows if r.gain > 0 and not (skip and r.name in skip)),
-                   key=lambda r: -r.gain / max(r.f32_bytes - r.q4_bytes, 1))
-    chosen, used, predicted = [], base, sens.all_q4["kld_mean"]
-    for r in order:
-        extra = r.f32_bytes - r.q4_bytes
+           skip: set[str] | None = None) -> list[Upgrade]:
+    """The upgrades taken, in the order taken (gain per extra byte; an instance's in chain
+    order)."""
+    used = sum(r.q4_bytes for r in sens.rows)
+    predicted = sens.all_q4["kld_mean"]
+    steps = [(u, i) for r in sens.rows if not (skip and r.name in skip)
+             for i, u in enumerate(chain(r)) if u.gain > 0]
+    steps.sort(key=lambda s: (-s[0].per_byte, s[1]))
+    taken: list[Upgrade] = []
+    at: dict[str, int] = {}  # name -> upgrades of its chain taken so far
+    for u, i in steps:
+        if at.get(u.name, 0) != i:
+            continue  # an earlier step of its chain was not taken
         if budget is not None:
-            if used + extra <= budget:
-                chosen.append(r)
-                used += extra
+            if used + u.extra_bytes <= budget:
+                taken.append(u)
+                used += u.extra_bytes
+                at[u.name] = i + 1
         elif predicted > kld:
-            chosen.append(r)
-            predicted -= r.gain
-    return chosen
+            taken.append(u)
+            predicted -= u.gain
+            at[u.name] = i + 1
+    return taken
 
 
-def predicted_kld(sens: Sensitivity, f32: list[Row]) -> float:
-    return max(sens.all_q4["kld_mean"] - sum(r.gain for r in f32), 0.0)
+def dtypes_of(taken: list[Upgrade]) -> dict[str, str]:
+    """Instance -> its chosen dtype (instances left at their q4 form are not listed)."""
+    out: dict[str, str] = {}
+    for u in taken:
+        out[u.name] = u.after
+    return out
 
 
-def plan_bytes(sens: Sensitivity, f32: set[str]) -> int:
-    return sum(r.f32_bytes if r.name in f32 else r.q4_bytes for r in sens.rows)
+def predicted_kld(sens: Sensitivity, taken: list[Upgrade]) -> float:
+    return max(sens.all_q4["kld_mean"] - sum(u.gain for u in taken), 0.0)
+
+
+def plan_bytes(sens: Sensitivity, dtypes: dict[str, str]) -> int:
+    total = 0
+    for r in sens.rows:
+        dt = dtypes.get(r.name)
+        total += {o[0]: o[1] for o in r.options()}[dt] if dt else r.q4_bytes
+    return total
 
 
 def run_plan(opts: EvalOptions, *, budget: int | None, kld: float | None, out: str,
@@ -319,34 +411,34 @@ def run_plan(opts: EvalOptions, *, budget: int | None, kld: float | None, out: s
           f"{all_q4_bytes:,} B, all f32 {all_f32_bytes:,} B; {len(corpus.chunks)} chunk(s) of "
           f"{corpus.ctx} tokens from {printable(corpus.path)}")
     sens = sensitivity(bank, path, corpus, opts)
-    f32 = choose(sens, budget=budget, kld=kld)
+    taken = choose(sens, budget=budget, kld=kld)
     quiet_opts = EvalOptions(**{**opts.__dict__, "as_json": True})
-    measured, _ = evaluate(bank, path, corpus, quiet_opts, {r.name: "f32" for r in f32},
-                           quiet=True)
+    measured, _ = evaluate(bank, path, corpus, quiet_opts, dtypes_of(taken), quiet=True)
     if kld is not None:  # the gains need not add: measure, and keep going while above
-        taken = {r.name for r in f32}
         for _ in range(3):
             if measured["kld_mean"] <= kld:
                 break
-            more = [r for r in choose(sens, kld=0.0) if r.name not in taken][:max(1, len(f32) // 4)]
+            more = _more(sens, taken)[:max(1, len(taken) // 4)]
             if not more:
                 break
-            f32 += more
-            taken |= {r.name for r in more}
-            measured, _ = evaluate(bank, path, corpus, quiet_opts, {r.name: "f32" for r in f32},
+            taken += more
+            measured, _ = evaluate(bank, path, corpus, quiet_opts, dtypes_of(taken),
                                    quiet=True)
-        f32, measured = _prune(bank, path, corpus, quiet_opts, f32, measured, kld)
-    chosen = {r.name for r in f32}
+        taken, measured = _prune(bank, path, corpus, quiet_opts, taken, measured, kld)
+    chosen = dtypes_of(taken)
     nbytes = plan_bytes(sens, chosen)
     why = (f"budget {budget:,} B" if budget is not None else f"KLD target {kld:g}")
     text = write_plan_text(bank.model, chosen, why, corpus, sens)
+    kinds: dict[str, list[str]] = {}
+    for n in sorted(chosen, key=names.index):
+        kinds.setdefault(chosen[n], []).append(n)
     lines = [
-        f"plan ({why}): keep {len(chosen)} of {len(names)} instances f32"
-        + (f": {', '.join(sorted(chosen, key=names.index))}" if chosen else ""),
+        f"plan ({why}): {len(chosen)} of {len(names)} instances change"
+        + "".join(f"; {dt}: {', '.join(ns)}" for dt, ns in kinds.items()),
         f"  bytes of the q4-declared weights as loaded: {nbytes:,} (all q4 {all_q4_bytes:,}, "
         f"all f32 {all_f32_bytes:,})",
         f"  KLD against f32: all q4 {sens.all_q4['kld_mean']:.6f}, plan predicted "
-        f"{predicted_kld(sens, f32):.6f}, measured {measured['kld_mean']:.6f} ± "
+        f"{predicted_kld(sens, taken):.6f}, measured {measured['kld_mean']:.6f} ± "
         f"{measured['kld_mean_err']:.6f}",
     ]
     if kld is not None and measured["kld_mean"] > kld:
@@ -354,7 +446,8 @@ def run_plan(opts: EvalOptions, *, budget: int | None, kld: float | None, out: s
     if baseline:
         by_size = by_size_alone(sens, nbytes)
         b, _ = evaluate(bank, path, corpus, quiet_opts, {n: "f32" for n in by_size}, quiet=True)
-        lines.append(f"  by size alone (largest first, {plan_bytes(sens, set(by_size)):,} B): "
+        lines.append(f"  by size alone (largest first, "
+                     f"{plan_bytes(sens, dict.fromkeys(by_size, 'f32')):,} B): "
                      f"measured KLD {b['kld_mean']:.6f} ± {b['kld_mean_err']:.6f}")
     from ..runtime.opening import write_output
     write_output(target, text.encode("utf-8"), "the plan")
@@ -363,23 +456,39 @@ def run_plan(opts: EvalOptions, *, budget: int | None, kld: float | None, out: s
     return 0
 
 
+def _more(sens: Sensitivity, taken: list[Upgrade]) -> list[Upgrade]:
+    """The next upgrades after ``taken``, by gain per byte (each instance's chain in order)."""
+    done: dict[str, int] = {}
+    for u in taken:
+        done[u.name] = done.get(u.name, 0) + 1
+    steps = [(u, i) for r in sens.rows for i, u in enumerate(chain(r))
+             if u.gain > 0 and i >= done.get(r.name, 0)]
+    steps.sort(key=lambda s: (-s[0].per_byte, s[1]))
+    out, at = [], dict(done)
+    for u, i in steps:
+        if at.get(u.name, 0) == i:
+            out.append(u)
+            at[u.name] = i + 1
+    return out
+
+
 MAX_PRUNE = 3  # measured tries to give instances back to q4 under a KLD target
 
 
-def _prune(bank, path, corpus, opts, f32: list[Row], measured: dict, kld: float):
+def _prune(bank, path, corpus, opts, taken: list[Upgrade], measured: dict, kld: float):
     """The gains are measured one at a time and need not add (on the sample the plan often
-    measures well under what it predicted): give back to q4, one at a time, the instances
-    taken last (the least gain per byte), as long as the measurement stays under the
-    target; at most MAX_PRUNE evals."""
+    measures well under what it predicted): give back, one at a time, the upgrades taken
+    last (the least gain per byte), as long as the measurement stays under the target; at
+    most MAX_PRUNE evals."""
     for _ in range(MAX_PRUNE):
-        if measured["kld_mean"] > kld or not f32:
+        if measured["kld_mean"] > kld or not taken:
             break
-        trial = f32[:-1]
-        got, _ = evaluate(bank, path, corpus, opts, {r.name: "f32" for r in trial}, quiet=True)
+        trial = taken[:-1]
+        got, _ = evaluate(bank, path, corpus, opts, dtypes_of(trial), quiet=True)
         if got["kld_mean"] > kld:
             break
-        f32, measured = trial, got
-    return f32, measured
+        taken, measured = trial, got
+    return taken, measured
 
 
 def by_size_alone(sens: Sensitivity, nbytes: int) -> list[str]:
@@ -419,14 +528,16 @@ def _check_plan_out(out: str, original: Path) -> Path:
 _WEIGHT = re.compile(r"^(\s*weight\s+(\S+)\s+\S+\s.*?)(\s+except\s[^#]*?)?(\s*)(#.*)?$")
 
 
-def write_plan_text(model, f32: set[str], why: str, corpus, sens: Sensitivity) -> str:
-    """The model file with the plan applied: each weight line whose instances change gets an
-    ``except`` clause and a comment saying why; every other line is the original's."""
-    gains = {r.name: r.gain for r in sens.rows}
-    by_decl: dict[str, list[int]] = {}
-    for n in f32:
+def write_plan_text(model, chosen: dict[str, str], why: str, corpus,
+                    sens: Sensitivity) -> str:
+    """The model file with the plan applied (``chosen``: instance -> dtype): each weight line
+    whose instances change gets an ``except`` clause and a comment saying why; every other
+    line is the original's."""
+    gains = {r.name: {dt: g for dt, _, g in r.options()} for r in sens.rows}
+    by_decl: dict[str, dict[int, str]] = {}
+    for n, dt in chosen.items():
         e = model.weights[n]
-        by_decl.setdefault(e.decl, []).append(e.layer)
+        by_decl.setdefault(e.decl, {})[e.layer] = dt
     src = model.path.read_text(encoding="utf-8")
     out = []
     for line in src.split("\n"):
@@ -436,13 +547,13 @@ def write_plan_text(model, f32: set[str], why: str, corpus, sens: Sensitivity) -
         if d is None or d.dtype != "q4" or not d.per_layer:
             out.append(line)
             continue
-        wanted = sorted(by_decl.get(name, []))
-        # what the plan gives each layer: f32 where chosen, the q4 form otherwise
+        wanted = by_decl.get(name, {})
+        # what the plan gives each layer: its chosen dtype, the q4 form otherwise
         groups: dict[str, list[int]] = {}
         for layer in range(model.layers):
             kind, group = d.precision(layer)
             q4 = d.dtype_at(layer, None) if kind == "q4" else d.dtype_at(None, None)
-            dtype = "f32" if layer in wanted else q4
+            dtype = wanted.get(layer, q4)
             if dtype != d.dtype_at(None, None):
                 groups.setdefault(dtype, []).append(layer)
         old_clause = (m.group(3) or "").strip()
@@ -451,9 +562,10 @@ def write_plan_text(model, f32: set[str], why: str, corpus, sens: Sensitivity) -
         if new_clause == old_clause:
             out.append(line)
             continue
-        kept = ", ".join(f"{layer} (gain {gains[str(Ref(name, layer))]:.2e})" for layer in wanted)
+        kept = ", ".join(f"{layer} {dt} (gain {gains[str(Ref(name, layer))][dt]:.2e})"
+                         for layer, dt in sorted(wanted.items()))
         note = (f"{PLAN_MARK} {why}, {corpus.path.name} ctx {corpus.ctx}: "
-                + (f"layers kept f32: {kept}" if wanted else "every layer q4"))
+                + (f"layers changed: {kept}" if wanted else "every layer q4"))
         comment = m.group(5) or ""
         body = m.group(1) + (" " + new_clause if new_clause else "")
         out.append(f"{body}  {note}" + (f" {comment}" if comment else ""))
