@@ -3,6 +3,7 @@
     python benchmarks/decode.py [--quick] [--steps N] [--rounds R] [--threads T]
                                 [--engines a,b,...] [--breakdown] [--llama-lib DIR]
                                 [--firscope-threads adaptive|fixed] [--omp-wait auto|active|passive]
+                                [--position N]
 
 Makes (once) a randomly initialised GPT-2 with GPT-2 small's shapes with HF
 transformers in ~/.cache/firscope-bench (outside the repo), copies the
@@ -12,7 +13,9 @@ writes it as GGUF quantized to Q4_0 / Q4_1 with an f32 head
 in its own fresh process (the order rotates from round to round), and each
 process loads its model, warms up with one step, resets, and times N decode
 steps one token at a time (positions 0..N-1, a KV cache, at most 2 threads
-each by default). Engines that share a process slow each other down (OpenMP
+each by default; ``--position P``: positions P..P+N-1, every engine's K/V
+cache first holding the same seeded random rows 0..P-1, a prefill in
+milliseconds instead of P steps; llama.cpp, which cannot, is left out). Engines that share a process slow each other down (OpenMP
 and OpenBLAS threads spin after a call), hence one process per measurement.
 
 firscope runs as a user gets it: its kernels use the cores other processes
@@ -237,19 +240,59 @@ def transformers_engine(folder: Path, threads: int):
 
     def step(tok):
         with torch.inference_mode():
+            kw = {} if state.get("at") is None else {
+                "position_ids": torch.tensor([[state["at"]]])}
             out = model(input_ids=torch.tensor([[tok]]), past_key_values=state["past"],
-                        use_cache=True)
+                        use_cache=True, **kw)
         state["past"] = out.past_key_values
+        if state.get("at") is not None:
+            state["at"] += 1
         return out.logits[0, -1].numpy()
 
-    return step, lambda: state.update(past=None)
+    def seek(p):
+        from transformers import DynamicCache
+        cfg = model.config
+        hd = cfg.n_embd // cfg.n_head
+        layers = []
+        for layer in range(cfg.n_layer):
+            k, v = (torch.from_numpy(r.reshape(p, cfg.n_head, hd).transpose(1, 0, 2).copy())[None]
+                    for r in kv_rows(cfg.n_embd, p, layer))
+            layers.append((k, v))
+        state.update(past=DynamicCache(layers, config=cfg), at=p)
+
+    return step, lambda: state.update(past=None, at=None), seek
+
+
+# --- a cheap prefill (--position) ----------------------------------------------------------------
+def kv_rows(n_embd: int, position: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """The K and V rows [position, n_embd] every engine's cache holds for ``layer`` after a
+    ``--position`` prefill: seeded random values (the same in every engine and process),
+    in place of ``position`` decode steps, which would take minutes."""
+    rng = np.random.default_rng(1000 + layer)
+    return (rng.standard_normal((position, n_embd), dtype=np.float32),
+            rng.standard_normal((position, n_embd), dtype=np.float32))
+
+
+def firscope_seek(machine, position: int) -> None:
+    """Put a firscope Machine at ``position`` with kv_rows in every layer's caches."""
+    model = machine.model
+    machine.reset()
+    attn = [n for n in model.nodes if n.kind == "micro" and n.target == "g2.attn_decode"]
+    for layer, node in enumerate(attn):
+        e = node.args[0].size // 3
+        for cache, rows in zip((node.args[2], node.args[3]), kv_rows(e, position, layer)):
+            model.view(cache.region)[: position * e] = rows.ravel()
+    machine.history = [0] * position
+    machine.position = position
 
 
 def make_engine(name: str, folder: Path, threads: int):
-    """(step(token) -> logits, reset()) for engine ``name``, loaded in this process."""
+    """(step(token) -> logits, reset(), seek(position) or None) for engine ``name``, loaded
+    in this process; ``seek`` puts the engine at a position with kv_rows in its caches
+    (None: the engine has no way to, llama.cpp)."""
     if name in FIRSCOPE:
         step, machine = firscope_engine(folder / "gpt2.fir", FIRSCOPE[name])
-        return step, machine.reset
+        return step, machine.reset, lambda p: firscope_seek(machine, p)
     if name == "transformers":
         return transformers_engine(folder, threads)
     if name == "numpy":
@@ -258,12 +301,17 @@ def make_engine(name: str, folder: Path, threads: int):
 
         def reset():
             m.pos = 0
-        return m.step, reset
+
+        def seek(p):
+            for layer in range(len(m.h)):
+                m.k[layer, :p], m.v[layer, :p] = kv_rows(m.E, p, layer)
+            m.pos = p
+        return m.step, reset, seek
     if name in LLAMA:
         import llama_peer
         kind = name.split("-", 1)[1]
         step, llm = llama_peer.engine(llama_peer.prepare(folder)[kind], threads, 1024)
-        return step, llm.reset
+        return step, llm.reset, None
     raise SystemExit(f"unknown engine {name}")
 
 
@@ -273,11 +321,15 @@ def child(args) -> int:
     tokens = [int(t) for t in args.tokens.split(",")]
     rss0 = rss_bytes()
     t = time.perf_counter()
-    step, reset = make_engine(args.child, folder, args.threads)
+    step, reset, seek = make_engine(args.child, folder, args.threads)
     load_s = time.perf_counter() - t
     rss_load = rss_bytes()
     step(tokens[0])  # first call pays one-off costs (kernel loads, BLAS buffers, pages)
     reset()
+    if args.position:
+        if seek is None:
+            raise SystemExit(f"{args.child} cannot start at a position (--position)")
+        seek(args.position)
     load1 = os.getloadavg()[0]
     a = cpu_snapshot()
     times, logits, used = [], None, []
@@ -554,7 +606,8 @@ def run_child(engine: str, folder: Path, tokens: list[int], threads: int, out: P
               opts, breakdown: bool = False) -> dict:
     env = child_env(engine, threads, opts)
     cmd = [sys.executable, __file__, "--child", engine, "--folder", str(folder), "--tokens",
-           ",".join(map(str, tokens)), "--threads", str(threads), "--logits", str(out)]
+           ",".join(map(str, tokens)), "--threads", str(threads), "--logits", str(out),
+           "--position", str(getattr(opts, "position", 0))]
     if breakdown:
         cmd.append("--breakdown-child")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -710,6 +763,10 @@ def parse_args(argv=None):
                     "(LLAMA_CPP_LIB_PATH; the shared wheel's needs AMX)")
     ap.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
     ap.add_argument("--breakdown", action="store_true", help="firscope time per node kind")
+    ap.add_argument("--position", type=int, default=0,
+                    help="decode from this position: every engine's K/V cache first holds "
+                         "the same seeded random rows 0..N-1 (a cheap prefill; llama.cpp "
+                         "cannot, and is left out)")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "firscope-bench"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--breakdown-child", action="store_true", help=argparse.SUPPRESS)
@@ -730,6 +787,11 @@ def main() -> int:
     folder = Path(args.cache) / "gpt2-small-random"
     make_checkpoint(folder)
     engines = [e for e in args.engines.split(",") if e]
+    if args.position:
+        engines = [e for e in engines if e not in LLAMA]
+        if args.position + steps > SMALL["n_positions"]:
+            raise SystemExit(f"--position {args.position} and {steps} steps pass GPT-2's "
+                             f"{SMALL['n_positions']} positions")
     if any(e in LLAMA for e in engines):
         import llama_peer
         why = llama_peer.available()
@@ -739,7 +801,9 @@ def main() -> int:
         else:
             llama_peer.prepare(folder)
     tokens = [int(t) for t in np.random.default_rng(0).integers(0, SMALL["vocab_size"], steps)]
-    print(f"GPT-2 small shapes (random weights), {steps} decode steps (positions 0..{steps - 1}) "
+    first = args.position
+    print(f"GPT-2 small shapes (random weights), {steps} decode steps (positions {first}.."
+          f"{first + steps - 1}{', K/V rows before them seeded random' if first else ''}) "
           f"per process, {rounds} rounds of fresh processes, at most {args.threads} threads per "
           f"engine (firscope: {args.firscope_threads}, OpenMP wait {args.omp_wait}), "
           f"{os.cpu_count()} cpus, OPENBLAS_CORETYPE="

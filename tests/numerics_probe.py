@@ -3,7 +3,8 @@
 Run by tests/test_reference_numerics.py once per numba target (NUMBA_CPU_NAME,
 NUMBA_CPU_FEATURES), each in a fresh process with a fresh cache folder: the
 logits and a dump of every node of a decode (compiled and interp engines, q4
-and --fir-f32), the sample model's q4 codes, scales and mins (both compiled
+and --fir-f32), attention at later positions than the decodes reach (compiled, interp),
+the sample model's q4 codes, scales and mins (both compiled
 quantizers and the NumPy one), exp and sigmoid over a spread of f32 inputs, and
 f32 / q4 matrix-vector products of shapes with tails (serial and parallel
 kernels). The test asserts every target prints the same.
@@ -104,10 +105,38 @@ def products() -> dict:
     return out
 
 
+def attention() -> dict:
+    """Attention of the sample model at later positions than the decodes reach (its loops
+    run longer there), on the compiled engine and on the interpreter: random K and V rows
+    before the position, as earlier steps leave."""
+    from firscope.runtime import load_model
+    from firscope.vm.compiled import CompiledRunner
+    from firscope.vm.interp import Dispatch
+    model = load_model(SAMPLE / "gpt2.fir")
+    runner = CompiledRunner(model)
+    out = {}
+    for p in (17, 130, 255):
+        rng = np.random.default_rng(p)
+        for node in [n for n in model.nodes if n.target == "g2.attn_decode"][:2]:
+            arena = model.arena.copy()
+            qkv, _, kc, vc, _ = node.args
+            hidden = qkv.size // 3
+            arena[qkv.region.base: qkv.region.base + qkv.size] = rng.normal(0, 1, qkv.size)
+            for c in (kc, vc):
+                arena[c.region.base: c.region.base + p * hidden] = rng.normal(0, 1, p * hidden)
+            arena[model.inputs["position"].base] = p
+            interp = arena.copy()
+            Dispatch(node.program, interp).run()
+            runner.run(node, arena)
+            out[f"attention/{node.full_name}@{p}/compiled"] = sha(arena)
+            out[f"attention/{node.full_name}@{p}/interp"] = sha(interp)
+    return out
+
+
 def main() -> None:
     folder = Path(sys.argv[1])
     from firscope.model.numeric_kernels import FMA_EMULATED, Q4_DEQUANT
-    report = {**decodes(folder), **quantized(), **functions(), **products(),
+    report = {**decodes(folder), **quantized(), **functions(), **products(), **attention(),
               # how this target computed them (not a value: compared by no test of bits)
               "_target/fma": "emulated" if FMA_EMULATED else "instruction",
               "_target/q4-dequant": Q4_DEQUANT}

@@ -96,3 +96,20 @@ def test_the_floor_ratio_is_also_paired_round_by_round(bench, capsys):
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("firscope-q4"))
     # medians: 5.2 / 4.0 = 1.30; pairs 1.25, 1.20, (round 3 failed), 1.30
     assert "/ floor 1.30 (paired by round: median 1.25, rounds 1.20-1.30)" in line
+
+
+def test_position_puts_firscope_and_the_numpy_gpt2_at_the_same_cache_rows(bench):
+    """--position's cheap prefill: the same seeded K/V rows in firscope's caches and in the
+    NumPy GPT-2's, so that a step from there computes the same logits (f32 weights)."""
+    import numpy as np
+
+    from firscope.runtime import Machine, load_model
+    folder = REPO / "sample_models" / "tiny-gpt2"
+    machine = Machine(load_model(folder / "gpt2.fir", fir_f32=True), engine="compiled")
+    bench.firscope_seek(machine, 20)
+    assert machine.position == 20 and len(machine.history) == 20
+    ours = machine.step(7).logits
+    step, _, seek = bench.make_engine("numpy", folder, 1)
+    seek(20)
+    theirs = step(7)
+    assert np.allclose(ours, theirs, atol=2e-3, rtol=1e-3)

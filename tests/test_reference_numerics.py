@@ -334,6 +334,11 @@ def test_each_report_holds_its_own_equalities(reports):
         kind, part = what.split("/")
         assert rep[f"compiled-{kind}/{part}"] == rep[f"interp-{kind}/{part}"], what
     assert rep["compiled-q4/logits"] != rep["compiled-f32/logits"]
+    # attention past the decodes' positions
+    attn = [k for k in rep if k.startswith("attention/") and k.endswith("/compiled")]
+    assert len(attn) == 6
+    for key in attn:
+        assert rep[key] == rep[key.replace("/compiled", "/interp")], key
     assert rep["exp/numba"] == rep["exp/numpy"] and rep["sigmoid/numba"] == rep["sigmoid/numpy"]
     for key in rep:
         if key.startswith("q4/conv1d/"):
