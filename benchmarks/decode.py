@@ -152,17 +152,22 @@ def linear_shapes(cfg: dict) -> list[tuple[str, int, int]]:
     return per * cfg["n_layer"] + [("head", cfg["vocab_size"], e)]
 
 
-def token_reads(cfg: dict, q4: bool = True, group: int = 32) -> list[tuple[str, int]]:
+def token_reads(cfg: dict, q4: bool = True, group: int = 32,
+                position: int | None = None) -> list[tuple[str, int]]:
     """(node, bytes) of each linear's weights one token reads, for the seed's layout (q4
     group 32 codes + f32 scale and min per group, the head f32) or, with ``q4=False``,
-    --fir-f32's (every matrix f32)."""
+    --fir-f32's (every matrix f32); with ``position``, also each layer's attention reading
+    its K and V rows 0..position (f32), after the layer's qkv linear."""
     out = []
+    e = cfg["n_embd"]
     for name, rows, cols in linear_shapes(cfg):
         if q4 and name != "head":
             ng = -(-cols // group)
             out.append((name, rows * ((ng * group + 1) // 2) + 8 * rows * ng))
         else:
             out.append((name, 4 * rows * cols))
+        if position is not None and name == "qkv_linear":
+            out.append(("attention", 2 * (position + 1) * e * 4))
     return out
 
 
@@ -172,14 +177,16 @@ def stream_child(args) -> int:
     order, best of 7 passes per read: the bandwidth floor of a token."""
     from bandwidth import Streamer, last_level_cache
     cfg = json.loads((Path(args.folder) / "config.json").read_text())
-    q4 = [n for _, n in token_reads(cfg)]
-    f32 = [n for _, n in token_reads(cfg, q4=False)]
+    # --position: the K/V rows of the middle timed step too (each step reads one more row)
+    pos = args.position + (len(args.tokens.split(",")) - 1) // 2 if args.position else None
+    q4 = [n for _, n in token_reads(cfg, position=pos)]
+    f32 = [n for _, n in token_reads(cfg, q4=False, position=pos)]
     s = Streamer(max(f32))
     load1 = os.getloadavg()[0]
     a = cpu_snapshot()
     floor_q4, floor_f32 = s.floor(q4), s.floor(f32, passes=3)
     b = cpu_snapshot()
-    print(json.dumps({"engine": STREAM, "floor_s": floor_q4, "bytes": sum(q4),
+    print(json.dumps({"engine": STREAM, "floor_s": floor_q4, "bytes": sum(q4), "kv_position": pos,
                       "floor_f32_s": floor_f32, "bytes_f32": sum(f32), "threads": s.threads,
                       "llc": last_level_cache(), "loadavg": [load1, os.getloadavg()[0]],
                       "others_cpu": others_cpu(a, b)}))
@@ -675,18 +682,23 @@ def summarize_floor(runs: list[dict]) -> dict | None:
             "bytes": ok[0]["bytes"], "ms_f32": statistics.median(r["floor_f32_s"] * 1e3 for r in ok),
             "bytes_f32": ok[0]["bytes_f32"], "threads": ok[0]["threads"], "rounds": len(ok),
             "llc": ok[0]["llc"], "loadavg": max(max(r["loadavg"]) for r in ok),
-            "others_cpu": statistics.median(r["others_cpu"] for r in ok)}
+            "others_cpu": statistics.median(r["others_cpu"] for r in ok),
+            "kv_position": ok[0].get("kv_position")}
 
 
 def print_floor(floor: dict | None, cfg: dict) -> None:
     if floor is None:
         print("\nbandwidth floor: not measured (the stream process failed)")
         return
-    reads = token_reads(cfg)
+    pos = floor.get("kv_position")
+    reads = token_reads(cfg, position=pos)
     head = sum(n for k, n in reads if k == "head")
+    kv = sum(n for k, n in reads if k == "attention")
     gbs = floor["bytes"] / floor["ms"] / 1e6
+    kv_text = f" + K/V rows at position {pos} {kv / 1e6:.1f} MB" if pos is not None else ""
     print(f"\nbandwidth floor of a token, the seed's layout: {floor['bytes'] / 1e6:.1f} MB "
-          f"(q4 linears {(floor['bytes'] - head) / 1e6:.1f} MB + f32 head {head / 1e6:.1f} MB) "
+          f"(q4 linears {(floor['bytes'] - head - kv) / 1e6:.1f} MB + f32 head "
+          f"{head / 1e6:.1f} MB{kv_text}) "
           f"streamed at {gbs:.2f} GB/s = {floor['ms']:.2f} ms/token (rounds "
           f"{floor['min']:.2f}-{floor['max']:.2f}); --fir-f32's layout "
           f"{floor['bytes_f32'] / 1e6:.1f} MB = {floor['ms_f32']:.2f} ms/token")
