@@ -513,6 +513,11 @@ ALLOWED_DYNAMIC = {
     # arguments; its JSON output is read with json.loads
     ("tui/corpus_actions.py", "import subprocess"),
     ("tui/corpus_actions.py", "subprocess.Popen"),
+    # the kernel editor's ctrl+e runs the user's own $VISUAL / $EDITOR (from their
+    # environment, split by shlex, no shell) on the draft's file; nothing from a model file
+    # reaches the command
+    ("tui/kernel_editor.py", "import subprocess"),
+    ("tui/kernel_editor.py", "subprocess.call"),
 }
 _DANGEROUS_BUILTINS = {"eval", "exec", "compile", "__import__", "breakpoint"}
 _DANGEROUS_MODULES = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "joblib",
