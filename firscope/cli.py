@@ -602,9 +602,18 @@ class _CtrlC:
         return hook
 
 
+_RESEND = threading.Lock()
+_ACTIVE = [0]  # main() calls running with _CtrlC installed
+
+
 def _send_sigint_soon() -> None:
+    """The lost ctrl+c again, 10 ms later, but only while main() still runs: once it has
+    returned (and given the caller its handler back: a program, or a test runner) the
+    interrupt it was for is over, and a signal now would land in the caller."""
     time.sleep(0.01)
-    os.kill(os.getpid(), signal.SIGINT)
+    with _RESEND:
+        if _ACTIVE[0]:
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -617,11 +626,14 @@ def main(argv: list[str] | None = None) -> int:
         _CtrlC.pressed = False
         sys.unraisablehook = _CtrlC.unraisable_hook(old_hook)
         old = signal.signal(signal.SIGINT, _CtrlC())
+        _ACTIVE[0] += 1
         return _main(argv)
     except KeyboardInterrupt:
         print("firscope: interrupted", file=sys.stderr)
         return 130
     finally:
+        with _RESEND:  # no re-sent ctrl+c after this (see _send_sigint_soon)
+            _ACTIVE[0] = max(_ACTIVE[0] - 1, 0) if old is not None else _ACTIVE[0]
         sys.unraisablehook = old_hook
         if old is not None:  # main() called from a program: give it its handler back
             signal.signal(signal.SIGINT, old)

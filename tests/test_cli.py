@@ -478,9 +478,11 @@ def test_ctrl_c_lost_in_an_ignored_callback_is_delivered_again():
     weakref callbacks) used to print 'Exception ignored' and vanish; it comes back."""
     code = """
 import signal, sys, time, weakref
+from firscope import cli
 from firscope.cli import _CtrlC
 sys.unraisablehook = _CtrlC.unraisable_hook(lambda info: print("other", info))
 signal.signal(signal.SIGINT, _CtrlC())
+cli._ACTIVE[0] = 1  # as inside main()
 class A: pass
 def callback(ref):
     raise KeyboardInterrupt  # as if ctrl+c arrived while the callback ran
@@ -493,3 +495,21 @@ except KeyboardInterrupt:
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout == "interrupted\n" and p.stderr == "", p.stderr
+
+
+def test_a_lost_ctrl_c_is_not_sent_again_once_main_has_returned():
+    """The re-sent ctrl+c is for main(); after it returned, the caller (a program, a test
+    runner with its own handler) must not receive a stray SIGINT."""
+    code = """
+import signal, sys, time, weakref
+from firscope.cli import _CtrlC
+got = []
+signal.signal(signal.SIGINT, lambda *a: got.append("sigint"))  # the caller's own handler
+hook = _CtrlC.unraisable_hook(lambda info: None)
+class Info: exc_value = KeyboardInterrupt()
+hook(Info())  # a ctrl+c lost just as main() returned
+time.sleep(0.3)
+print(got)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout == "[]\n" and p.stderr == "", p.stdout + p.stderr
