@@ -101,7 +101,9 @@ class KernelEditScreen(ModalScreen[None]):
     def _file(self) -> Path:
         """The draft as a file whose lines are numbered as the model file's: an error in it
         is positioned where the user sees it."""
-        f = Path(tempfile.mkstemp(suffix=".fir", dir=self.folder)[1])
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", self.kernel)
+        # named after the kernel: the report, history and `where` name the draft by its file
+        f = Path(tempfile.mkstemp(prefix=f"{safe}-draft-", suffix=".fir", dir=self.folder)[1])
         f.write_text("\n" * (self.first_line - 1) + self.draft + "\n", encoding="utf-8")
         return f
 
