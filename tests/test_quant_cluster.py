@@ -79,6 +79,13 @@ def test_a_replay_without_its_records_runs_the_variant_in_full_with_the_same_fig
     assert np.array_equal(full.stats[0].nll, missing.stats[0].nll)
 
 
+@pytest.mark.parametrize("address, why", [("nonsense", "missing port number"),
+                                           ("tcp://localhost:99999", "outside 1..65535")])
+def test_a_malformed_address_is_refused_before_connecting(address, why):
+    with pytest.raises(FirError, match=f"--cluster {address}: not a scheduler address .*{why}"):
+        cl.ClusterPool(address, Setup(str(SAMPLE / "gpt2.fir"), 32, "compiled"))
+
+
 def test_a_scheduler_that_does_not_answer_is_named(monkeypatch):
     monkeypatch.setattr(cl, "CONNECT_SECONDS", 1)
     with pytest.raises(FirError, match=r"--cluster tcp://127\.0\.0\.1:9: no Dask scheduler "

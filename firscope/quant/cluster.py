@@ -70,6 +70,7 @@ class ClusterPool:
             raise FirError("--cluster needs Dask's distributed package: "
                            "pip install 'firscope[cluster]'") from None
         self.address, self.setup = address, setup
+        _check_address(address)  # a malformed one would leave a half-made Client behind
         try:
             self.client = Client(address, timeout=f"{CONNECT_SECONDS}s", set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:
@@ -122,6 +123,20 @@ class ClusterPool:
             self.client.close()
         except Exception:
             pass
+
+
+def _check_address(address: str) -> None:
+    """Dask's own parse of a scheduler address, and a port in range, before connecting."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    try:
+        scheme, where = parse_address(address)
+        if scheme in ("tcp", "tls"):
+            _, port = parse_host_port(where)
+            if not 0 < int(port) < 65536:
+                raise ValueError(f"port {port} is outside 1..65535")
+    except (ValueError, TypeError) as e:
+        raise FirError(f"--cluster {address}: not a scheduler address ({e}); for example "
+                       "tcp://HOST:8786") from None
 
 
 def cluster_address(value: str) -> str:

@@ -231,7 +231,7 @@ def table(sens: Sensitivity) -> list[str]:
              f"{'-' * 9}  {'-' * 7} {'-' * 7}"]
     others = list(dict.fromkeys(dt for r in sens.rows for dt in (r.other or {})))
     if others:
-        lines[3] += "; gain at DTYPE: only this instance at that dtype"
+        lines[2] += "; gain DTYPE: only this instance at that dtype"
         lines[-2] += "".join(f" {'gain ' + dt:>14}" for dt in others)
         lines[-1] += "".join(f" {'-' * 14}" for _ in others)
     for i, r in enumerate(rows, 1):
