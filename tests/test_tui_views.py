@@ -272,3 +272,18 @@ def test_reload_applies_kernel_edits_again_before_going_back(sample, tmp_path):
     assert any(n.startswith("restored: the edit of kernel g2.layernorm") for n in notes)
     assert s2.model.edited == ("g2.layernorm",) and s2.node.full_name == "qkv_linear@0"
     assert np.array_equal(s2.buffer_value("norm"), norm)  # the way back ran the edit
+
+
+def test_reload_keeps_an_edit_toggled_off(sample, tmp_path):
+    model, tok = sample
+    s, ci, view = fresh(sample)
+    edit = REPO / "tests" / "data" / "edits" / "ln_wrong.fir"
+    ci.run(f"kernel edit g2.layernorm {edit}")
+    ci.run("kernel toggle g2.layernorm")  # A: the model's own code runs, the edit is kept
+    carried = carry(s, ci)
+    assert carried.edits_off == ("g2.layernorm",)
+    m2, s2, ci2 = reloaded(tmp_path, tok, "# Resident", "# reloaded\n# Resident")
+    notes = restore(ci2, carried)
+    assert any(n.startswith("restored: g2.layernorm's edit toggled off") for n in notes)
+    assert s2.model.edited == () and s2.kernel_edits.off == {"g2.layernorm"}
+    assert "g2.layernorm" in s2.kernel_edits.blocks  # kept: kernel toggle runs it again
