@@ -23,6 +23,7 @@ Decisions (README "Editors" says the same to users):
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -193,7 +194,6 @@ class Views:
             out += self._kernel_frames(d, node, lane)
             path = node.program.kernel.syntax.loc.path
             if path != str(s.model.path):  # an edited kernel: its lines are the edit's file's
-                import os
                 kernel_source = {"name": os.path.basename(path), "path": os.path.abspath(path)}
         kernel_frames = len(out)
         token = s.token

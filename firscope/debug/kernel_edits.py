@@ -53,23 +53,32 @@ class KernelEdits:
     # name -> (token, node index) where the session stood at its first edit: every node of
     # the kernel before that ran the model's own code
     first_at: dict[str, tuple[int, int]] = field(default_factory=dict)
-    _maps: dict = field(default_factory=dict)  # (name, edit number) -> line_map
+    _maps: dict = field(default_factory=dict)  # (name, edit number) -> _lines
 
     def edited_model(self):
         """The model with every kept edit, toggled off or not (what replay judges)."""
         from ..runtime.load import with_kernels
         return with_kernels(self.original, list(self.blocks.values()))
 
-    def model(self):
+    def model(self, blocks: dict | None = None, off: set | None = None):
+        """The model running ``blocks`` (the applied edits) less those ``off`` (toggled
+        off); by default the session's own."""
         from ..runtime.load import with_kernels
-        blocks = [b for n, b in self.blocks.items() if n not in self.off]
-        if not blocks:
+        blocks = self.blocks if blocks is None else blocks
+        off = self.off if off is None else off
+        running = [b for n, b in blocks.items() if n not in off]
+        if not running:
             return self.original
-        return with_kernels(self.original, blocks)
+        return with_kernels(self.original, running)
 
     def line_map(self, name: str) -> dict[int, int]:
         """Original kernel line -> the running edit's line (identity-free: only lines of
         instructions that have a counterpart)."""
+        return self._lines(name)[0]
+
+    def _lines(self, name: str) -> tuple[dict[int, int], frozenset]:
+        """(line_map, the original's instruction lines), made once per edit: breakpoint
+        tables are mapped at every dispatch entered and every UI refresh."""
         import difflib
         key = (name, self.number.get(name))
         got = self._maps.get(key)
@@ -78,11 +87,11 @@ class KernelEdits:
         a = _op_lines(self.original.kernels[name])
         b = _op_lines(self.edited_model().kernels[name])
         sm = difflib.SequenceMatcher(a=[t for _, t in a], b=[t for _, t in b], autojunk=False)
-        got = {}
+        mapped = {}
         for tag, i1, i2, j1, j2 in sm.get_opcodes():
             if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
-                got.update({a[i][0]: b[j][0] for i, j in zip(range(i1, i2), range(j1, j2))})
-        self._maps[key] = got
+                mapped.update({a[i][0]: b[j][0] for i, j in zip(range(i1, i2), range(j1, j2))})
+        got = self._maps[key] = (mapped, frozenset(line for line, _ in a))
         return got
 
     def map_lines(self, name: str, lines: dict) -> dict:
@@ -90,8 +99,7 @@ class KernelEdits:
         original lines moved to the edit's when the edit runs."""
         if not lines or self.running(name) == 0:
             return lines
-        m = self.line_map(name)
-        own = {line for line, _ in _op_lines(self.original.kernels[name])}
+        m, own = self._lines(name)
         out: dict = {}
         for line, bps in lines.items():
             if line in m:
@@ -171,9 +179,7 @@ def edit(session, name: str, path: str) -> str:
         raise FirError(f"the model has no kernel '{printable(name)}'", mine[0].name.loc)
     trial = dict(edits.blocks)
     trial[name] = mine[0]
-    from ..runtime.load import with_kernels
-    model = with_kernels(edits.original, [b for n, b in trial.items()
-                                          if n == name or n not in edits.off])  # may raise
+    model = edits.model(trial, edits.off - {name})  # raises before any change
     session.use_model(model)
     edits.blocks, edits.files[name] = trial, Path(path)
     edits.off.discard(name)

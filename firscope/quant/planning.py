@@ -348,18 +348,25 @@ def chain(row: Row) -> list[Upgrade]:
             for a, b in zip(hull, hull[1:])]
 
 
-def choose(sens: Sensitivity, *, budget: int | None = None, kld: float | None = None,
-           skip: set[str] | None = None) -> list[Upgrade]:
+def _open_steps(rows, done: dict[str, int]) -> list[tuple[Upgrade, int]]:
+    """Every upgrade with a gain not yet taken (``done``: name -> steps of its chain taken),
+    each with its place in its chain, by gain per extra byte (an instance's in chain
+    order)."""
+    steps = [(u, i) for r in rows for i, u in enumerate(chain(r))
+             if u.gain > 0 and i >= done.get(r.name, 0)]
+    steps.sort(key=lambda s: (-s[0].per_byte, s[1]))
+    return steps
+
+
+def choose(sens: Sensitivity, *, budget: int | None = None,
+           kld: float | None = None) -> list[Upgrade]:
     """The upgrades taken, in the order taken (gain per extra byte; an instance's in chain
     order)."""
     used = sum(r.q4_bytes for r in sens.rows)
     predicted = sens.all_q4["kld_mean"]
-    steps = [(u, i) for r in sens.rows if not (skip and r.name in skip)
-             for i, u in enumerate(chain(r)) if u.gain > 0]
-    steps.sort(key=lambda s: (-s[0].per_byte, s[1]))
     taken: list[Upgrade] = []
     at: dict[str, int] = {}  # name -> upgrades of its chain taken so far
-    for u, i in steps:
+    for u, i in _open_steps(sens.rows, {}):
         if at.get(u.name, 0) != i:
             continue  # an earlier step of its chain was not taken
         if budget is not None:
@@ -458,14 +465,11 @@ def run_plan(opts: EvalOptions, *, budget: int | None, kld: float | None, out: s
 
 def _more(sens: Sensitivity, taken: list[Upgrade]) -> list[Upgrade]:
     """The next upgrades after ``taken``, by gain per byte (each instance's chain in order)."""
-    done: dict[str, int] = {}
+    at: dict[str, int] = {}
     for u in taken:
-        done[u.name] = done.get(u.name, 0) + 1
-    steps = [(u, i) for r in sens.rows for i, u in enumerate(chain(r))
-             if u.gain > 0 and i >= done.get(r.name, 0)]
-    steps.sort(key=lambda s: (-s[0].per_byte, s[1]))
-    out, at = [], dict(done)
-    for u, i in steps:
+        at[u.name] = at.get(u.name, 0) + 1
+    out = []
+    for u, i in _open_steps(sens.rows, dict(at)):
         if at.get(u.name, 0) == i:
             out.append(u)
             at[u.name] = i + 1

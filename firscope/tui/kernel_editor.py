@@ -98,12 +98,17 @@ class KernelEditScreen(ModalScreen[None]):
     def draft(self) -> str:
         return self.query_one(TextArea).text
 
+    @property
+    def file_stem(self) -> str:
+        """The kernel's name as a file name: drafts are named after it, so the report,
+        history and `where` name a draft by its file."""
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", self.kernel)
+
     def _file(self) -> Path:
         """The draft as a file whose lines are numbered as the model file's: an error in it
         is positioned where the user sees it."""
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", self.kernel)
-        # named after the kernel: the report, history and `where` name the draft by its file
-        f = Path(tempfile.mkstemp(prefix=f"{safe}-draft-", suffix=".fir", dir=self.folder)[1])
+        f = Path(tempfile.mkstemp(prefix=f"{self.file_stem}-draft-", suffix=".fir",
+                                  dir=self.folder)[1])
         f.write_text("\n" * (self.first_line - 1) + self.draft + "\n", encoding="utf-8")
         return f
 
@@ -180,8 +185,7 @@ class KernelEditScreen(ModalScreen[None]):
         if not editor:
             self.show("set $VISUAL or $EDITOR to edit in your own editor", error=True)
             return
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", self.kernel)
-        f = self.folder / f"{safe}.edit.fir"
+        f = self.folder / f"{self.file_stem}.edit.fir"
         f.write_text(self.draft + "\n", encoding="utf-8")
         try:
             with self.app.suspend():

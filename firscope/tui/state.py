@@ -156,8 +156,7 @@ def marks_of(session) -> Marks:
         lines.setdefault(bp.kernel, set()).add(bp.line)
     edits = getattr(session, "kernel_edits", None)
     if edits is not None:  # original lines shown where they stop in a running edit
-        lines = {k: set(edits.map_lines(k, dict.fromkeys(v, ())) if k in edits.made else v)
-                 for k, v in lines.items()}
+        lines = {k: set(edits.map_lines(k, dict.fromkeys(v, ()))) for k, v in lines.items()}
     return Marks(frozenset((bp.node, bp.layer) for bp in table.enabled(NodeBreakpoint)),
                  frozenset(lines), MappingProxyType({k: frozenset(v) for k, v in lines.items()}))
 
