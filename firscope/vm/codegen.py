@@ -43,7 +43,9 @@ run_plain keeps its checks out of the hot loops where it can, without trusting
 the proof: an innermost loop whose indices are affine in its trip number is
 checked once before its first trip (:meth:`_Plain.whole_block`), and a
 straight kernel indexed by the lane alone checks every lane first and then runs
-the lanes in a loop LLVM vectorizes (:class:`_Vector`).
+the lanes in a loop LLVM vectorizes (:class:`_Vector`). A loop around such an innermost
+loop whose trips are independent chains (attention's dot products and weighted sums)
+runs eight trips at once (vm/jam: unroll and jam).
 
 size: the module is the numba backend's three passes (checked, plain, vector)
 and the renderers whose hooks they fill; split, each pass would sit apart from
@@ -59,13 +61,14 @@ import numpy as np
 
 from ..errors import FirError
 from .faults import bounds_message, loop_count_message, rtou_message
+from . import jam
 from .isa import MAX_TRIPS, FrameKind
 from .kernel_abi import (C_ABORT, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
                          F_RTOU, F_STOP, F_STORE, POLL, TRIP_ARGS, driver_params)
 from .lanes import Slicing, lane_partition
 from .render import Renderer, indent
 
-GENERATOR_VERSION = 10  # bump when the generated code's meaning changes
+GENERATOR_VERSION = 11  # bump when the generated code's meaning changes
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
 
@@ -519,17 +522,23 @@ class _Plain(_Checked):
             return None
         body = self.ops[opener.pc + 1: opener.match]
         if any(op.spec.opens is not None for op in body):
-            return None
+            plan = jam.plan(self.ops, opener)
+            return None if plan is None else self.jammed(opener, plan)
+        return self.affine(self.pieces(opener))
+
+    def pieces(self, opener) -> jam.Pieces:
+        """An innermost loop's header and each op's lines (rendered once), the registers
+        its body steps by a constant once a trip, and its accesses."""
+        body = self.ops[opener.pc + 1: opener.match]
         self.accesses = {}
         header = self.lines_of(opener)
-        depth = len(self.loops)
         outer = self.loops
         self.loops = outer + (opener.pc,)
-        lines, steps, varying = [], {}, set()
+        per_op, steps, varying = [], {}, set()
         for op in body:
             self.loop_pcs[op.pc] = self.loops
             rendered = self.lines_of(op)
-            lines.extend(rendered)
+            per_op.append(rendered)
             for file, i in op.spec.writes:
                 if file != "U":
                     continue
@@ -540,35 +549,86 @@ class _Plain(_Checked):
                 else:
                     varying.add(reg)
         self.loops = outer
-        lines = lines or self.empty()
         for reg in varying:
             steps.pop(reg, None)
+        accesses = dict(self.accesses)
+        if any(ureg not in steps and ureg in varying for ureg, _, _ in accesses.values()):
+            accesses = None  # an index the trip number does not give
+        return jam.Pieces(header, per_op, steps, accesses)
+
+    def conditions(self, pieces: jam.Pieces, depth: int) -> list[str]:
+        """What makes every trip's accesses in bounds, with no step wrapping past 2^32
+        (none: no access, or one the trip number does not give)."""
         n = f"n{depth}"
         conds = []
-        for pc, (ureg, offset, slot) in self.accesses.items():
-            if ureg in varying:
-                return [*header, *indent(lines)]  # an index the trip number does not give
+        for pc, (ureg, offset, slot) in (pieces.accesses or {}).items():
             off = f" + {offset}" if offset else ""
-            if ureg not in steps:
+            if ureg not in pieces.steps:
                 conds += [f"{ureg}{off} >= 0", f"{ureg}{off} < E{slot}"]
                 continue
-            k, at = steps[ureg]
+            k, at = pieces.steps[ureg]
             after = 1 if at < pc else 0  # trips that stepped it before this access
             last = f"{ureg} + ({n} - {1 - after}) * {k}"
             first = f"{ureg} + {k}" if after else ureg
             conds += [f"{k} < 4294967296", f"{last} < 4294967296", f"{first}{off} >= 0",
                       f"{last}{off} < E{slot}"]
         if not conds:
-            return [*header, *indent(lines)]
-        loop = header[-1]
-        checks = " and ".join(dict.fromkeys(conds))
-        return [*header[:-1],
-                f"if {n} <= 0 or ({n} <= 1073741824 and {checks}):",
+            return []
+        for ureg, (k, _) in pieces.steps.items():  # every step's value after the last trip too
+            conds += [f"{k} < 4294967296", f"{ureg} + {n} * {k} < 4294967296"]
+        return list(dict.fromkeys(conds))
+
+    def fast_ops(self, pieces: jam.Pieces) -> list[list[str]]:
+        """Each op's lines without bounds checks and with its steps unmasked."""
+        return [_unmasked(_without_bounds(lines), pieces.steps) for lines in pieces.ops]
+
+    def affine(self, pieces: jam.Pieces) -> list[str]:
+        """An innermost loop, checked once before its first trip where its indices are
+        affine in the trip number (see above)."""
+        lines = [line for op in pieces.ops for line in op] or self.empty()
+        depth = len(self.loops)
+        conds = self.conditions(pieces, depth)
+        if not conds:
+            return [*pieces.header, *indent(lines)]
+        loop = pieces.header[-1]
+        fast = [line for op in self.fast_ops(pieces) for line in op]
+        return [*pieces.header[:-1],
+                f"if n{depth} <= 0 or (n{depth} <= 1073741824 and {' and '.join(conds)}):",
                 f"    {loop}",
-                *indent(_without_bounds(lines) or self.empty(), 2),
+                *indent(fast or self.empty(), 2),
                 "else:",
                 f"    {loop}",
                 *indent(lines, 2)]
+
+    def jammed(self, opener, plan: jam.JamPlan) -> list[str]:
+        """``opener``'s loop with its trips run four at a time (vm/jam). Every op is rendered
+        once, in the checked pass's order (so both take the same slots), and the loop as
+        written is built from the same lines for the trips left over."""
+        depth = len(self.loops)
+        header = self.lines_of(opener)
+        outer = self.loops
+        self.loops = outer + (opener.pc,)
+        self.accesses = {}
+        p_lines = []
+        for op in plan.prologue:
+            self.loop_pcs[op.pc] = self.loops
+            p_lines.append(self.lines_of(op))
+        loads = {slot for _, _, slot in self.accesses.values()}
+        self.loop_pcs[plan.inner.pc] = self.loops
+        inner = self.pieces(plan.inner)
+        inner_block = self.affine(inner)
+        loads |= {slot for _, _, slot in self.accesses.values()}
+        self.accesses = {}
+        e_lines = self.block(*plan.epilogue)
+        stores = {slot for pc, (_, _, slot) in self.accesses.items() if self.ops[pc].spec.stores}
+        self.loops = outer
+        original = [*(line for op in p_lines for line in op), *inner_block, *e_lines]
+        alias = jam.disjoint(stores, loads)
+        if alias is None:
+            return [*header, *indent(original)]
+        conds = self.conditions(inner, depth + 1) if inner.accesses is not None else []
+        fast = (self.fast_ops(inner), conds) if conds else None
+        return jam.lines(plan, depth, header, p_lines, inner, fast, e_lines, alias, original)
 
 
 BOUNDS_MARK = "  # bounds"
@@ -587,6 +647,20 @@ def _without_bounds(lines: list[str]) -> list[str]:
         if line.endswith(BOUNDS_MARK):
             skip = depth
             continue
+        out.append(line)
+    return out
+
+
+def _unmasked(lines: list[str], steps: dict) -> list[str]:
+    """``lines`` with each constant step of a register in ``steps`` written without its
+    uint32 wrap mask: the guard proved the register's value after every trip, the last
+    included, below 2^32 (the mask would change nothing), and without it LLVM sees an
+    induction variable and strength-reduces the addressing."""
+    out = []
+    for line in lines:
+        step = STEP.fullmatch(line.strip())
+        if step and step[1] in steps:
+            line = line[:len(line) - len(line.lstrip())] + f"{step[1]} = {step[1]} + {step[2]}"
         out.append(line)
     return out
 

@@ -1,0 +1,204 @@
+"""Unroll and jam for ``run_plain``: eight trips of an outer loop run their inner loops at once.
+
+Attention's dot products (``g2.attn_decode``: per position, a chain of ``headdim``
+dependent adds; per output element, a chain of ``position + 1``) run at the latency of an
+f32 add, a few cycles each, far from the rate at which the K and V rows could be read.
+Eight trips of the loop around such an inner loop are independent chains: run side by
+side, one op of each trip in turn, the core overlaps them. Every trip keeps its own
+order of operations, so the bits are the interpreter's. (Measured on GPT-2 small's
+attention, two threads: 4 trips 1.7x, 8 trips 1.8-1.9x at position 1000, +3 and +4 s of
+cold compile; a software prefetch of the next group's rows or of the trips ahead gained
+nothing measurable and is not written.)
+
+A loop is jammed when (:func:`plan`) its body is a straight prologue P, one inner ``for``
+whose body I is straight, and an epilogue E (straight, or with ``if`` blocks), and:
+
+* P and I store nothing (E may store: the code checks at run time that no region E
+  stores to overlaps one P or I loads from, else the loop runs as written);
+* the inner loop's count register is not written in the body (every trip runs it the
+  same number of times: it is read once, and the jam needs at least one inner trip);
+* every register that P or I reads before writing it in the same trip either is not
+  written in the body, or is written only by steps ``U = U + k`` outside ``if`` blocks:
+  its value at the start of trip t + j is then its value at trip t plus j times the
+  trip's total step (P's steps + the inner count x I's steps + E's), mod 2^32.
+
+Each register P or I writes, and each such stepped register, gets one copy per trip
+(``R3_0`` .. ``R3_7``), except those that hold the same value in every trip (:func:`_shared`:
+attention's query element and score, their indices), which are computed once; the
+prologues and inner loops run op by op interleaved, then the epilogues one after the
+other in trip order (registers only E writes, such as attention's running maximum, pass
+from one to the next as in the loop), and the copies of the last trip become the
+registers. The inner loop runs without its bounds checks and wrap masks where the
+accesses of all eight trips are proved in bounds before it (as vm/codegen's innermost
+loops); a group where they are not leaves the jam (nothing is stored before that
+check), and the trips left over, or every trip where the run-time conditions fail, run
+the loop as written.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .isa import FrameKind
+from .lanes import u_add_k
+from .render import indent
+
+JAM = 8  # trips run together
+REGISTER = re.compile(r"\b([RU]\d+)\b")
+
+
+@dataclass
+class JamPlan:
+    inner: object  # the inner loop's forbegin
+    prologue: list  # P's ops
+    body: list  # I's ops
+    epilogue: tuple[int, int]  # E's pcs, a..b-1
+    renamed: list[str]  # registers with a copy per trip ("R3", "U4")
+    stepped: list[str]  # of those, the ones read before written (their copies start apart)
+    shared: list[str] = field(default_factory=list)  # the same in every trip: not copied
+
+
+@dataclass
+class Pieces:
+    """The inner loop as the plain pass rendered it (each op once: slots are taken once)."""
+    header: list[str]
+    ops: list[list[str]]  # each op's lines
+    steps: dict[str, tuple[str, int]] = field(default_factory=dict)
+    accesses: dict[int, tuple[str, str, int]] = field(default_factory=dict)
+
+
+def _regs(op, which) -> set[str]:
+    return {f"{file}{op.args[i]}" for file, i in which}
+
+
+def _is_step(op) -> bool:
+    return op.spec.lanes is u_add_k and op.args[0] == op.args[1]
+
+
+def plan(ops, opener) -> JamPlan | None:
+    """How to jam ``opener``'s loop, or None where the rules above do not hold."""
+    body = ops[opener.pc + 1: opener.match]
+    fors = [op for op in body if op.spec.opens is FrameKind.FOR]
+    if len(fors) != 1:
+        return None
+    inner = fors[0]
+    p_ops = ops[opener.pc + 1: inner.pc]
+    i_ops = ops[inner.pc + 1: inner.match]
+    e_ops = ops[inner.match + 1: opener.match]
+    if any(op.spec.opens is not None or op.spec.stores for op in p_ops + i_ops):
+        return None
+    if any(op.spec.opens is FrameKind.FOR for op in e_ops):
+        return None
+    written_body = set().union(*(_regs(op, op.spec.writes) for op in body))
+    if _regs(inner, inner.spec.reads) & written_body:
+        return None  # the inner count changes from trip to trip
+    exposed, written = set(), set()
+    for op in p_ops + i_ops:
+        exposed |= _regs(op, op.spec.reads) - written
+        written |= _regs(op, op.spec.writes)
+    depth, conditional = 0, set()  # E's ops inside an if block
+    for op in e_ops:
+        depth -= op.spec.closes is not None
+        if depth:
+            conditional.add(op.pc)
+        depth += op.spec.opens is not None
+    stepped = sorted(exposed & written_body)
+    for reg in stepped:
+        writers = [op for op in body if reg in _regs(op, op.spec.writes)]
+        if not all(_is_step(op) and op.pc not in conditional for op in writers):
+            return None
+    shared = _shared(p_ops + i_ops, written - set(stepped), written_body,
+                     set().union(*(_regs(op, op.spec.writes) for op in e_ops)))
+    return JamPlan(inner, p_ops, i_ops, (inner.match + 1, opener.match),
+                   sorted((written | set(stepped)) - shared), stepped, sorted(shared))
+
+
+def _shared(ops, candidates: set[str], written_body: set[str], e_writes: set[str]) -> set[str]:
+    """The registers that hold the same value in every trip wherever P or I read them
+    (one register serves the four trips): written in P or I only from registers the body
+    does not write or that are themselves shared (a load: at a shared index, as P and I
+    store nothing), and not written in E (E's trips run one after the other)."""
+    shared = candidates - e_writes
+    changed = True
+    while changed:
+        changed = False
+        for op in ops:
+            outs = _regs(op, op.spec.writes) & shared
+            ins = _regs(op, op.spec.reads)
+            if outs and any(r in written_body and r not in shared for r in ins):
+                shared -= outs
+                changed = True
+    return shared
+
+
+def copy_of(lines: list[str], names: set[str], j: int) -> list[str]:
+    """``lines`` with each register in ``names`` renamed to its copy for trip ``j``."""
+    def sub(m):
+        return f"{m[1]}_{j}" if m[1] in names else m[1]
+    return [REGISTER.sub(sub, line) for line in lines]
+
+
+def interleaved(per_op: list[list[str]], names: set[str], once: list[bool]) -> list[str]:
+    """Each op's lines for trip 0, 1, 2, 3 in turn, op after op (once: an op that writes
+    only shared registers, from shared or unwritten ones)."""
+    out = []
+    for lines, single in zip(per_op, once):
+        out += lines if single else [ln for j in range(JAM) for ln in copy_of(lines, names, j)]
+    return out
+
+
+def step_sum(lines: list[str], reg: str) -> str:
+    """The K slots of ``reg``'s steps in ``lines``, added (or 0)."""
+    ks = re.findall(rf"^\s*{reg} = \({reg} \+ (K\d+)\) & M32$", "\n".join(lines), re.M)
+    return f"(({' + '.join(ks)}) & M32)" if ks else "0"
+
+
+def disjoint(store_slots: set[int], load_slots: set[int]) -> list[str] | None:
+    """Run-time conditions that no stored region overlaps a loaded one (None: one slot
+    both, which never holds)."""
+    if store_slots & load_slots:
+        return None
+    return [f"(B{s} + E{s} <= B{t} or B{t} + E{t} <= B{s})"
+            for s in sorted(store_slots) for t in sorted(load_slots)]
+
+
+def lines(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], inner: Pieces,
+          inner_fast: tuple[list[list[str]], list[str]] | None, e_lines: list[str],
+          alias: list[str], original: list[str]) -> list[str]:
+    """The jammed loop at depth ``d``: the groups of four trips, then the rest as written
+    (``original``: the body's lines)."""
+    names = set(plan.renamed)
+    n, m = f"n{d}", f"n{d + 1}"
+    inner_loop = inner.header[-1]
+    shared = set(plan.shared)
+    p_once, i_once = ([bool(_regs(op, op.spec.writes)) and _regs(op, op.spec.writes) <= shared
+                       for op in ops] for ops in (plan.prologue, plan.body))
+    if inner_fast is not None:  # a group whose accesses are not all proved leaves the jam
+        fast_ops, conds = inner_fast
+        checks = " and ".join(dict.fromkeys(c for j in range(JAM)
+                                            for c in copy_of(conds, names, j)))
+        loops = [f"if not ({checks}):", "    break",
+                 inner_loop, *indent(interleaved(fast_ops, names, i_once))]
+    else:
+        loops = [inner_loop, *indent(interleaved(inner.ops, names, i_once))]
+    p_flat = [line for op in p_lines for line in op]
+    i_flat = [line for op in inner.ops for line in op]
+    deltas = [f"D{reg} = ({step_sum(p_flat, reg)} + (({m} * {step_sum(i_flat, reg)}) & M32)"
+              f" + {step_sum(e_lines, reg)}) & M32" for reg in plan.stepped]
+    inits = [f"{reg}_{j} = {'ZERO' if reg[0] == 'R' else '0'}"
+             for reg in plan.renamed for j in range(JAM)]
+    starts = [f"{reg}_{j} = {reg}" if j == 0 else f"{reg}_{j} = ({reg} + {j} * D{reg}) & M32"
+              for reg in plan.stepped for j in range(JAM)]
+    group = [*starts, *interleaved(p_lines, names, p_once), *loops,
+             *[line for j in range(JAM) for line in copy_of(e_lines, names, j)],
+             *[f"{reg} = {reg}_{JAM - 1}" for reg in plan.renamed], f"r{d} -= {JAM}"]
+    cond = " and ".join([f"{n} >= {JAM}", *alias])
+    return [*header[:-1],
+            f"r{d} = {n}",
+            f"if {cond}:",
+            *indent([*inner.header[:-1],
+                     f"if {m} >= 1 and {m} <= 1073741824:",
+                     *indent([*inits, *deltas,
+                              f"for g{d} in range({n} // {JAM}):", *indent(group)])]),
+            f"for t{d} in range(r{d}):",
+            *indent(original or ["pass"])]

@@ -1,0 +1,181 @@
+"""Unroll and jam in run_plain (vm/jam): which loops it takes, and the interpreter's bits
+wherever it runs, falls back at run time (aliased regions, a step that wraps) or is
+refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import write_random_gpt2
+from firscope.runtime import Machine, load_model
+from firscope.vm import jam
+from firscope.vm.compiled import CompiledRunner, generate
+from test_compiled import model_with, node_named, randomize_buffers, run_both, same_bits
+
+# Per lane: for each of `rows` rows j, out0[lane*rows + j] = dot(in0 row j, in1 row lane)
+# (a chain of adds per row), then a running maximum over the rows (an if in the
+# epilogue, a register only the epilogue writes), stored in out1[lane].
+DOTS = """
+kernel t.dots{suffix} in=2 out=2 threads={lanes} tg=1 tgbytes=16
+rtou 0 0
+umulk 1 0 5
+umulk 2 0 {rows}
+uconst 3 {first}
+uaddk 2 2 {out_first}
+loadconstf32 14 {rows}
+loadconstf32 15 5
+loadconstf32 10 -3e38
+forbegin 14
+uaddk 5 1 0
+{reset}
+forbegin 15
+uloadf32 1 5 @in1
+uloadf32 2 3 @in0
+mul 2 1 2
+add 3 3 2
+uaddk 3 3 {step}
+uaddk 5 5 1
+forend
+ustoref32 3 2 @out0
+cmplt 4 10 3
+ifbegin 4
+mulconst 10 3 1
+ifend
+uaddk 2 2 {out_step}
+{row_step}
+forend
+ustoref32 10 0 @out1
+endkernel
+"""
+
+
+def dots(suffix="", lanes=3, rows=13, reset="loadconstf32 3 0", step=1, first=0,
+         row_step="", out_first=0, out_step=1):
+    return DOTS.format(suffix=suffix, lanes=lanes, rows=rows, reset=reset, step=step,
+                       first=first, row_step=row_step, out_first=out_first,
+                       out_step=out_step)
+
+
+BUFS = """
+buf jm_a f32 40*5
+buf jm_q f32 3*5
+buf jm_out f32 3*40
+buf jm_max f32 3
+"""
+
+
+def check(tmp_path, kernels: str, nodes: str, names: list[str], seeds=range(3)):
+    """Each node: the compiled runner's bits against the interpreter's, on random data,
+    with the plain driver taking the dispatch. Returns the runner."""
+    model = load_model(model_with(tmp_path, BUFS + kernels, nodes))
+    runner = CompiledRunner(model)
+    for seed in seeds:
+        randomize_buffers(model, np.random.default_rng(seed))
+        for name in names:
+            node = node_named(model, name)
+            before = runner.plain_dispatches
+            a, b = run_both(model, runner, node, model.arena)
+            assert runner.plan(node).gen is not None, runner.fallbacks
+            assert runner.plain_dispatches == before + 1, f"{name}: not the plain driver"
+            assert same_bits(a, b), name
+    return model, runner
+
+
+def test_attention_loops_are_jammed_and_others_not(random_model):
+    """Attention's dot products (QK) and weighted sums (V) are the loops taken: the first
+    steps its key index from trip to trip, the second its output index; the query element
+    and the score are read once for the trips together."""
+    model = load_model(random_model)
+    program = next(n for n in model.nodes if n.target == "g2.attn_decode").program
+    plans = {op.pc: jam.plan(program.ops, op) for op in program.ops
+             if op.spec.opens is not None}
+    taken = {pc: p for pc, p in plans.items() if p is not None}
+    assert len(taken) == 2
+    qk, v = (taken[pc] for pc in sorted(taken))
+    assert qk.stepped == ["U4"] and {"U5", "R1"} <= set(qk.shared)
+    assert v.stepped == ["U5"] and {"U6", "R1"} <= set(v.shared)
+    assert "R3" in qk.renamed and "R12" in v.renamed
+    for name in ("g2.layernorm", "g2.add", "g2.gelu_new"):
+        prog = next(n for n in model.nodes if n.target == name).program
+        assert all(jam.plan(prog.ops, op) is None for op in prog.ops
+                   if op.spec.opens is not None)
+    src = generate(program).source
+    assert src.count(f"// {jam.JAM}):") == 2  # for g in range(n // JAM), both loops
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 13, 16, 40])
+def test_jammed_rows_match_the_interpreter(tmp_path, rows):
+    """Fewer rows than a group, exactly one or two groups, groups and a remainder."""
+    check(tmp_path, dots(rows=rows), "node d micro t.dots jm_a jm_q -> jm_out jm_max\n", ["d"])
+
+
+def test_attention_matches_the_interpreter_at_every_remainder(random_model):
+    """Positions 0..19: every count of trips mod 8 in both jammed loops, each dispatch on
+    the plain driver."""
+    model = load_model(random_model)
+    interp, comp = Machine(model, engine="interp"), Machine(load_model(random_model),
+                                                              engine="compiled")
+    for pos in range(20):
+        a, b = interp.step(pos % 7 + 1).logits, comp.step(pos % 7 + 1).logits
+        assert same_bits(a, b), f"position {pos}"
+    assert comp.kernel_runner.plain_dispatches > 0
+
+
+def test_an_epilogue_storing_into_what_later_trips_read_runs_the_loop_as_written(tmp_path):
+    """One lane storing each row's result into the first element of the next row it
+    reads (out0 is in0): trips run ahead of the stores would read the old values. The
+    run-time check that the regions do not overlap sends it to the loop as written: the
+    interpreter's bits, which differ from those of the same kernel on separate buffers."""
+    kernels = dots(suffix=".one", lanes=1, rows=13, out_first=5, out_step=5)
+    nodes = ("node alias micro t.dots.one jm_a jm_q -> jm_a jm_max\n"
+             "node apart micro t.dots.one jm_a jm_q -> jm_out jm_max\n")
+    model, runner = check(tmp_path, kernels, nodes, ["alias", "apart"])
+    a, _ = run_both(model, runner, node_named(model, "alias"), model.arena)
+    b, _ = run_both(model, runner, node_named(model, "apart"), model.arena)
+    rows_a, out = model.regions["jm_a"], model.regions["jm_out"]
+    results = [5 * (j + 1) for j in range(13)]  # where trip j stores its dot product
+    alias = a[rows_a.base + np.array(results)]
+    apart = b[out.base + np.array(results)]
+    assert same_bits(alias[:1], apart[:1])  # trip 0 read nothing stored
+    assert not same_bits(alias[1:], apart[1:])  # later trips read what the trip before stored
+
+
+def test_a_step_that_wraps_leaves_the_jam_for_the_loop_as_written(tmp_path):
+    """Rows read backwards: the index steps by 2^32 - 1 and wraps below zero after each
+    row's last element, so no group's accesses are proved and the trips run as written."""
+    kernels = dots(suffix=".back", rows=13, step=4294967295, first=4,
+                   row_step="uaddk 3 3 10")
+    check(tmp_path, kernels, "node back micro t.dots.back jm_a jm_q -> jm_out jm_max\n",
+          ["back"])
+
+
+@pytest.mark.parametrize("change, why", [
+    (dict(reset=""), "a sum carried from trip to trip (P reads R3 before writing it)"),
+    (dict(reset="loadconstf32 3 0\nustoref32 3 2 @out0"), "a store before the inner loop"),
+    (dict(row_step="mulconst 15 15 1"), "the inner count is written"),
+])
+def test_loops_that_cannot_be_jammed_are_refused_and_still_right(tmp_path, change, why):
+    text = dots(suffix=".no", **change)
+    model, _ = check(tmp_path, text, "node no micro t.dots.no jm_a jm_q -> jm_out jm_max\n",
+                     ["no"])
+    program = node_named(model, "no").program
+    assert all(jam.plan(program.ops, op) is None for op in program.ops
+               if op.spec.opens is not None), why
+
+
+def test_a_step_inside_an_if_is_refused(tmp_path):
+    text = dots(suffix=".cond", row_step="ifbegin 4\nuaddk 3 3 0\nifend")
+    model, _ = check(tmp_path, text, "node c micro t.dots.cond jm_a jm_q -> jm_out jm_max\n",
+                     ["c"])
+    program = node_named(model, "c").program
+    assert all(jam.plan(program.ops, op) is None for op in program.ops
+               if op.spec.opens is not None)
+
+
+def test_other_shapes_of_gpt2_match(tmp_path):
+    """A model of other head sizes (3 heads of 8): both jammed loops with other counts."""
+    path = write_random_gpt2(tmp_path / "m", seed=5, n_head=3, n_embd=24)
+    a, b = Machine(load_model(path), engine="interp"), Machine(load_model(path),
+                                                               engine="compiled")
+    for pos in range(11):
+        assert same_bits(a.step(pos + 2).logits, b.step(pos + 2).logits), pos
