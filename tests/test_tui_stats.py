@@ -34,3 +34,21 @@ def test_q4_error_and_weight_stats_are_frozen_with_the_view_and_kept_per_model()
     lo, hi, mean, bad = inputs.summaries[0]
     a = np.asarray(inputs.arrays[0], dtype=np.float64)
     assert (lo, hi, bad) == (a.min(), a.max(), 0)
+
+
+def test_summary_reads_finite_f32_in_place_with_the_copys_figures():
+    """The in-place path (all finite f32) gives the f64 copy's min and max exactly and its
+    mean to f64 rounding; arrays with NaN/Inf, or nothing finite, take the copy's path."""
+    from firscope.tui.stats import summary
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((300, 77)) * 5 + 1).astype(np.float32)
+    lo, hi, mean, bad = summary(a)
+    f = a.astype(np.float64)
+    assert (lo, hi, bad) == (f.min(), f.max(), 0)
+    assert abs(mean - f.mean()) <= 1e-12 * np.abs(f).mean()
+    b = a.copy()
+    b[0, 0], b[1, 1] = np.nan, -np.inf
+    lo, hi, mean, bad = summary(b)
+    rest = np.delete(b.reshape(-1), [0, 77 + 1]).astype(np.float64)
+    assert bad == 2 and (lo, hi) == (rest.min(), rest.max())
+    assert summary(np.full(4, np.nan, dtype=np.float32)) is None

@@ -15,11 +15,19 @@ import numpy as np
 from rich.text import Text
 
 from ..errors import FirError
+from ..model.q4 import count_nonfinite
 from .heat import histogram, sparkline
 
 
 def summary(arr: np.ndarray) -> tuple[float, float, float, int] | None:
-    """(min, max, mean, non-finite count) of an array, or None when nothing is finite."""
+    """(min, max, mean, non-finite count) of an array, or None when nothing is finite.
+    An all-finite f32 array (nearly every one) is read in place, the mean summed in f64:
+    the first stop's inputs include GPT-2 small's 154 MB ``wte``, whose f64 copy took
+    1.5 s of the first stop (its pages new to the process)."""
+    if arr.dtype == np.float32 and arr.size and count_nonfinite(arr) == 0:
+        flat = arr.reshape(-1)
+        return (float(flat.min()), float(flat.max()),
+                float(np.add.reduce(flat, dtype=np.float64) / flat.size), 0)
     flat = arr.reshape(-1).astype(np.float64)
     finite = flat[np.isfinite(flat)]
     if not finite.size:
