@@ -1,4 +1,15 @@
-"""The Textual UI: ``firscope [MODEL.fir]`` (imports textual; nothing below imports this)."""
+"""The Textual UI: ``firscope [MODEL.fir]`` (imports textual; nothing below imports this).
+
+Textual repaints a changed screen at most ``TEXTUAL_FPS`` times a second, and the first
+repaint after a change waits for the next frame: at its default of 60 a step key waited
+~17 ms for it (a key took 60-65 ms to repaint, measured with benchmarks/ui.py; 48 ms at
+240). firscope repaints only when a stop changes something, so it asks for 240 unless
+the environment says otherwise (read when textual is first imported, which is below).
+"""
+import os
+
+os.environ.setdefault("TEXTUAL_FPS", "240")
+
 __all__ = ["run_app", "FirscopeApp"]
 
 

@@ -84,10 +84,20 @@ def node_rows(model, view: StopView, width: int,
 class NodeList(OptionList):
     """One option per node (id = node index); layer headers are disabled options."""
 
+    _shown: list[tuple[str, Text, bool]] | None = None
+
     def show_rows(self, rows: list[tuple[str, Text, bool]], follow: int | None) -> None:
         old = self.highlighted
-        self.clear_options()
-        self.add_options([Option(t, id=i, disabled=d) for i, t, d in rows])
+        shown, self._shown = self._shown, rows
+        if shown is not None and [(i, d) for i, _, d in shown] == [(i, d) for i, _, d in rows]:
+            # the same rows (nodes and layer headers): only those whose text changed are
+            # replaced; a rebuild of every option cost each step key several ms
+            for k, ((_, before, _), (_, now, _)) in enumerate(zip(shown, rows)):
+                if before != now:
+                    self.replace_option_prompt_at_index(k, now)
+        else:
+            self.clear_options()
+            self.add_options([Option(t, id=i, disabled=d) for i, t, d in rows])
         if follow is not None:
             self.highlighted = self.index_of_node(follow)
         elif old is not None and old < self.option_count:
