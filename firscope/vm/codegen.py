@@ -601,7 +601,7 @@ class _Plain(_Checked):
                 *indent(lines, 2)]
 
     def jammed(self, opener, plan: jam.JamPlan) -> list[str]:
-        """``opener``'s loop with its trips run four at a time (vm/jam). Every op is rendered
+        """``opener``'s loop with its trips run eight at a time (vm/jam). Every op is rendered
         once, in the checked pass's order (so both take the same slots), and the loop as
         written is built from the same lines for the trips left over."""
         depth = len(self.loops)

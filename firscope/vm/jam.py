@@ -115,7 +115,7 @@ def plan(ops, opener) -> JamPlan | None:
 
 def _shared(ops, candidates: set[str], written_body: set[str], e_writes: set[str]) -> set[str]:
     """The registers that hold the same value in every trip wherever P or I read them
-    (one register serves the four trips): written in P or I only from registers the body
+    (one register serves the trips of a group): written in P or I only from registers the body
     does not write or that are themselves shared (a load: at a shared index, as P and I
     store nothing), and not written in E (E's trips run one after the other)."""
     shared = candidates - e_writes
@@ -165,7 +165,7 @@ def disjoint(store_slots: set[int], load_slots: set[int]) -> list[str] | None:
 def lines(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], inner: Pieces,
           inner_fast: tuple[list[list[str]], list[str]] | None, e_lines: list[str],
           alias: list[str], original: list[str]) -> list[str]:
-    """The jammed loop at depth ``d``: the groups of four trips, then the rest as written
+    """The jammed loop at depth ``d``: the groups of JAM trips, then the rest as written
     (``original``: the body's lines)."""
     names = set(plan.renamed)
     n, m = f"n{d}", f"n{d + 1}"
