@@ -53,6 +53,12 @@ def test_reset_zeroes_buffers_only(random_model):
     assert all(not m.view(r).any() for r in m.buffer_regions())
     assert np.array_equal(np.concatenate([m.view(r) for r in m.regions.values() if r.is_weight]),
                           weights)
+    # reset skips buffers whose bits are zero: a -0.0 (== 0) or a NaN alone is still reset
+    x, kc = m.view(m.regions["x"]), m.view(m.regions["key_cache@1"])
+    x[5], kc[-1] = -0.0, np.nan
+    mach.reset()
+    bits = [m.view(r).view(np.uint32) for r in m.buffer_regions()]
+    assert not any(b.any() for b in bits)
 
 
 def test_buffers_view_reads_name_at_layer_through_ref():
