@@ -48,6 +48,21 @@ def test_64_lane_add_is_coalesced_and_full():
     assert c.dram_bytes == 3 * 8 * 32
 
 
+def test_a_trace_counted_again_at_another_tg_gives_a_fresh_counts_figures():
+    """The advice recounts one trace at other threadgroup sizes; what does not depend on
+    them (distinct elements and sectors) is kept from the first count: every figure must
+    equal that of a count of a fresh trace."""
+    sizes = {"in0": 64, "in1": 64, "out0": 64}
+    program, arena, _ = kernel_program(ADD, sizes)
+    trace, _ = record(program, arena.copy(), None)
+    again = [count(program, trace, tg, 0, 32) for tg in (64, 1, 16)]
+    for tg, c in zip((64, 1, 16), again):
+        fresh, _ = record(program, arena.copy(), None)
+        f = count(program, fresh, tg, 0, 32)
+        assert (c.unique_bytes, c.dram_bytes, c.sectors, c.requests, c.warps) == \
+            (f.unique_bytes, f.dram_bytes, f.sectors, f.requests, f.warps)
+
+
 def test_tg_1_puts_every_lane_in_its_own_warp():
     c, _, _ = counted(ADD, {"in0": 64, "in1": 64, "out0": 64}, tg=1)
     assert (c.threadgroups, c.warps) == (64, 64)

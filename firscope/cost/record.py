@@ -47,6 +47,9 @@ class Trace(Observer):
         # (an access outside its region faults, so every active lane's access happened)
         self.mem: list[int] = []
         self.index: list[np.ndarray] = []
+        # (distinct elements, distinct sectors) of the accesses: the threadgroup size does
+        # not change them, and the advice counts one trace at several (analyze._priced)
+        self.distinct: tuple[int, int] | None = None
 
     def before(self, d, op) -> bool:
         self.pcs.append(op.pc)
@@ -316,8 +319,10 @@ def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
     rel = index[row, lanes].astype(np.int64) + offset[pc]  # element within its region
     element = (ordinal[pc] << _REGION_SHIFT) | rel
     sector = (ordinal[pc] << _REGION_SHIFT) | (rel // PER_SECTOR)
-    c.unique_bytes = int(np.unique(element).size) * ELEMENT_BYTES
-    c.dram_bytes = int(np.unique(sector).size) * SECTOR_BYTES
+    if trace.distinct is None:
+        trace.distinct = (int(np.unique(element).size), int(np.unique(sector).size))
+    c.unique_bytes = trace.distinct[0] * ELEMENT_BYTES
+    c.dram_bytes = trace.distinct[1] * SECTOR_BYTES
     request = execs * max(n_warps, 1) + warp_of[lanes]
     order = np.lexsort((sector, request))
     req_s, sec_s, pc_s = request[order], sector[order], pc[order]

@@ -7,7 +7,7 @@ Eight trips of the loop around such an inner loop are independent chains: run si
 side, one op of each trip in turn, the core overlaps them. Every trip keeps its own
 order of operations, so the bits are the interpreter's. (Measured on GPT-2 small's
 attention, two threads: 4 trips 1.7x, 8 trips 1.8-1.9x at position 1000, +3 and +4 s of
-cold compile; a software prefetch of the next group's rows or of the trips ahead gained
+cold compile; 16 trips 15% slower than 8 (registers spill); a software prefetch of the next group's rows or of the trips ahead gained
 nothing measurable and is not written.)
 
 A loop is jammed when (:func:`plan`) its body is a straight prologue P, one inner ``for``
