@@ -54,7 +54,6 @@ the hooks it overrides.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -543,7 +542,7 @@ class _Plain(_Checked):
                 if file != "U":
                     continue
                 reg = f"U{op.args[i]}"
-                step = STEP.fullmatch(rendered[0]) if len(rendered) == 1 else None
+                step = jam.STEP.fullmatch(rendered[0]) if len(rendered) == 1 else None
                 if step and step[1] == reg and reg not in steps and reg not in varying:
                     steps[reg] = (step[2], op.pc)
                 else:
@@ -552,7 +551,7 @@ class _Plain(_Checked):
         for reg in varying:
             steps.pop(reg, None)
         accesses = dict(self.accesses)
-        if any(ureg not in steps and ureg in varying for ureg, _, _ in accesses.values()):
+        if any(ureg in varying for ureg, _, _ in accesses.values()):
             accesses = None  # an index the trip number does not give
         return jam.Pieces(header, per_op, steps, accesses)
 
@@ -626,13 +625,12 @@ class _Plain(_Checked):
         alias = jam.disjoint(stores, loads)
         if alias is None:
             return [*header, *indent(original)]
-        conds = self.conditions(inner, depth + 1) if inner.accesses is not None else []
+        conds = self.conditions(inner, depth + 1)
         fast = (self.fast_ops(inner), conds) if conds else None
         return jam.lines(plan, depth, header, p_lines, inner, fast, e_lines, alias, original)
 
 
 BOUNDS_MARK = "  # bounds"
-STEP = re.compile(r"(U\d+) = \(\1 \+ (K\d+)\) & M32")  # a register stepped by a constant
 
 
 def _without_bounds(lines: list[str]) -> list[str]:
@@ -658,7 +656,7 @@ def _unmasked(lines: list[str], steps: dict) -> list[str]:
     induction variable and strength-reduces the addressing."""
     out = []
     for line in lines:
-        step = STEP.fullmatch(line.strip())
+        step = jam.STEP.fullmatch(line.strip())
         if step and step[1] in steps:
             line = line[:len(line) - len(line.lstrip())] + f"{step[1]} = {step[1]} + {step[2]}"
         out.append(line)

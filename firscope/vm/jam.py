@@ -7,8 +7,8 @@ Eight trips of the loop around such an inner loop are independent chains: run si
 side, one op of each trip in turn, the core overlaps them. Every trip keeps its own
 order of operations, so the bits are the interpreter's. (Measured on GPT-2 small's
 attention, two threads: 4 trips 1.7x, 8 trips 1.8-1.9x at position 1000, +3 and +4 s of
-cold compile; 16 trips 15% slower than 8 (registers spill); a software prefetch of the next group's rows or of the trips ahead gained
-nothing measurable and is not written.)
+cold compile; 16 trips 15% slower than 8 (registers spill); a software prefetch of the
+next group's rows or of the trips ahead gained nothing measurable and is not written.)
 
 A loop is jammed when (:func:`plan`) its body is a straight prologue P, one inner ``for``
 whose body I is straight, and an epilogue E (straight, or with ``if`` blocks), and:
@@ -37,7 +37,7 @@ the loop as written.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .isa import FrameKind
 from .lanes import u_add_k
@@ -45,6 +45,8 @@ from .render import indent
 
 JAM = 8  # trips run together
 REGISTER = re.compile(r"\b([RU]\d+)\b")
+# the line vm/codegen writes for ``uaddk U U k``: a register stepped by a constant
+STEP = re.compile(r"(U\d+) = \(\1 \+ (K\d+)\) & M32")
 
 
 @dataclass
@@ -55,7 +57,7 @@ class JamPlan:
     epilogue: tuple[int, int]  # E's pcs, a..b-1
     renamed: list[str]  # registers with a copy per trip ("R3", "U4")
     stepped: list[str]  # of those, the ones read before written (their copies start apart)
-    shared: list[str] = field(default_factory=list)  # the same in every trip: not copied
+    shared: list[str]  # the same in every trip: not copied
 
 
 @dataclass
@@ -63,8 +65,9 @@ class Pieces:
     """The inner loop as the plain pass rendered it (each op once: slots are taken once)."""
     header: list[str]
     ops: list[list[str]]  # each op's lines
-    steps: dict[str, tuple[str, int]] = field(default_factory=dict)
-    accesses: dict[int, tuple[str, str, int]] = field(default_factory=dict)
+    steps: dict[str, tuple[str, int]]  # register -> (K slot, pc) of its one step a trip
+    # pc -> (index register, offset, slot); None: an index the trip number does not give
+    accesses: dict[int, tuple[str, str, int]] | None
 
 
 def _regs(op, which) -> set[str]:
@@ -139,8 +142,8 @@ def copy_of(lines: list[str], names: set[str], j: int) -> list[str]:
 
 
 def interleaved(per_op: list[list[str]], names: set[str], once: list[bool]) -> list[str]:
-    """Each op's lines for trip 0, 1, 2, 3 in turn, op after op (once: an op that writes
-    only shared registers, from shared or unwritten ones)."""
+    """Each op's lines for each trip of a group in turn, op after op (once: an op that
+    writes only shared registers, from shared or unwritten ones)."""
     out = []
     for lines, single in zip(per_op, once):
         out += lines if single else [ln for j in range(JAM) for ln in copy_of(lines, names, j)]
@@ -149,7 +152,8 @@ def interleaved(per_op: list[list[str]], names: set[str], once: list[bool]) -> l
 
 def step_sum(lines: list[str], reg: str) -> str:
     """The K slots of ``reg``'s steps in ``lines``, added (or 0)."""
-    ks = re.findall(rf"^\s*{reg} = \({reg} \+ (K\d+)\) & M32$", "\n".join(lines), re.M)
+    ks = [m[2] for m in map(STEP.fullmatch, (line.strip() for line in lines))
+          if m and m[1] == reg]
     return f"(({' + '.join(ks)}) & M32)" if ks else "0"
 
 
@@ -171,8 +175,8 @@ def lines(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], in
     n, m = f"n{d}", f"n{d + 1}"
     inner_loop = inner.header[-1]
     shared = set(plan.shared)
-    p_once, i_once = ([bool(_regs(op, op.spec.writes)) and _regs(op, op.spec.writes) <= shared
-                       for op in ops] for ops in (plan.prologue, plan.body))
+    p_once, i_once = ([bool(w) and w <= shared for w in (_regs(op, op.spec.writes) for op in ops)]
+                      for ops in (plan.prologue, plan.body))
     if inner_fast is not None:  # a group whose accesses are not all proved leaves the jam
         fast_ops, conds = inner_fast
         checks = " and ".join(dict.fromkeys(c for j in range(JAM)
