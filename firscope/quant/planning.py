@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -66,17 +66,15 @@ class Row:
     decl: str = ""  # the weight line's name (fcw of fcw@3)
     # --dtypes: dtype -> {"bytes", "recovered", "recovered_err", "gain"} (only this one
     # instance at that dtype, every other q4)
-    other: dict = None
+    other: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["other"] = d["other"] or {}
-        return d
+        return dict(self.__dict__)
 
     def options(self) -> list[tuple[str, int, float]]:
         """(dtype, bytes, gain) of every dtype the instance may take."""
         out = [(self.q4_form, self.q4_bytes, 0.0), ("f32", self.f32_bytes, self.gain)]
-        out += [(dt, o["bytes"], o["gain"]) for dt, o in (self.other or {}).items()]
+        out += [(dt, o["bytes"], o["gain"]) for dt, o in self.other.items()]
         return out
 
 
@@ -178,7 +176,6 @@ def _sweep(bank, corpus, opts, runner, first, caches, snaps, variants, origins, 
                   rc["kld_mean_err"], q4_summary["kld_mean"] - rc["kld_mean"])
         row.weight_err, row.weighted_err = _weight_errors(bank, n, imp.get(n))
         row.decl = e.decl
-        row.other = {}
         rows.append(row)
     by_name = {r.name: r for r in rows}
     for j, (n, dt) in enumerate(extra):
@@ -229,7 +226,7 @@ def table(sens: Sensitivity) -> list[str]:
              f"{'gain':>10} {'q4 B':>9} {'f32 B':>9}  {'w err':>7} {'imp err':>7}",
              f"{'-' * 4}  {'-' * 12} {'-' * 8} {'-' * 10} {'-' * 10} {'-' * 10} {'-' * 9} "
              f"{'-' * 9}  {'-' * 7} {'-' * 7}"]
-    others = list(dict.fromkeys(dt for r in sens.rows for dt in (r.other or {})))
+    others = list(dict.fromkeys(dt for r in sens.rows for dt in r.other))
     if others:
         lines[2] += "; gain DTYPE: only this instance at that dtype"
         lines[-2] += "".join(f" {'gain ' + dt:>14}" for dt in others)
@@ -238,7 +235,7 @@ def table(sens: Sensitivity) -> list[str]:
         lines.append(f"{i:>4}  {printable(r.name):<12} {r.q4_form:<8} {r.alone:10.6f} "
                      f"{r.recovered:10.6f} {r.gain:10.6f} {r.q4_bytes:9,} {r.f32_bytes:9,}  "
                      f"{r.weight_err:7.4f} {r.weighted_err:7.4f}"
-                     + "".join(f" {(r.other or {})[dt]['gain']:14.6f}" if dt in (r.other or {})
+                     + "".join(f" {r.other[dt]['gain']:14.6f}" if dt in r.other
                                else f" {'-':>14}" for dt in others))
     return lines
 
@@ -383,10 +380,7 @@ def choose(sens: Sensitivity, *, budget: int | None = None,
 
 def dtypes_of(taken: list[Upgrade]) -> dict[str, str]:
     """Instance -> its chosen dtype (instances left at their q4 form are not listed)."""
-    out: dict[str, str] = {}
-    for u in taken:
-        out[u.name] = u.after
-    return out
+    return {u.name: u.after for u in taken}  # the last step taken of each chain
 
 
 def predicted_kld(sens: Sensitivity, taken: list[Upgrade]) -> float:
