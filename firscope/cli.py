@@ -622,18 +622,19 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     old_hook = sys.unraisablehook
     old = None
+    with _RESEND:  # counted before the handler is in place, so the finally always undoes it
+        _ACTIVE[0] += 1
     try:  # a signal can arrive as soon as the handler is in place: it is inside this try
         _CtrlC.pressed = False
         sys.unraisablehook = _CtrlC.unraisable_hook(old_hook)
         old = signal.signal(signal.SIGINT, _CtrlC())
-        _ACTIVE[0] += 1
         return _main(argv)
     except KeyboardInterrupt:
         print("firscope: interrupted", file=sys.stderr)
         return 130
     finally:
         with _RESEND:  # no re-sent ctrl+c after this (see _send_sigint_soon)
-            _ACTIVE[0] = max(_ACTIVE[0] - 1, 0) if old is not None else _ACTIVE[0]
+            _ACTIVE[0] -= 1
         sys.unraisablehook = old_hook
         if old is not None:  # main() called from a program: give it its handler back
             signal.signal(signal.SIGINT, old)

@@ -15,7 +15,6 @@ focus; escape interrupts it (or an export, which then leaves no files).
 from __future__ import annotations
 
 import gc
-
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
