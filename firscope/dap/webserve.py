@@ -29,12 +29,13 @@ from urllib.parse import urlsplit
 
 import aiohttp_jinja2
 import jinja2
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
 QUIT_GRACE = 3.0  # seconds a child has to quit by itself once its connection ended
 TERM_GRACE = 2.0  # then seconds between SIGTERM and SIGKILL
+CLOSE_GRACE = 2.0  # seconds a browser has to answer the server's close of its websocket
 
 
 def _die_with_parent() -> None:
@@ -114,6 +115,7 @@ class GuardedServer(Server):
         self.token = token or secrets.token_urlsafe(24)
         self.max_sessions = max_sessions
         self.sessions: set[UiProcess] = set()
+        self.sockets: set[web.WebSocketResponse] = set()
         self.refusals = 0  # counted for the log line at exit
 
     @property
@@ -159,8 +161,13 @@ class GuardedServer(Server):
         return response
 
     async def on_shutdown(self, app: web.Application) -> None:
+        """The server stops (ctrl+c, SIGTERM): every UI is killed and every tab's websocket
+        closed, a tab that does not answer the close within CLOSE_GRACE cut off (aiohttp
+        otherwise waits on its handler until the heartbeat gives up on it, ~20 s)."""
         for ui in list(self.sessions):
             ui.kill_now()
+        await asyncio.gather(*(ws.close(code=WSCloseCode.GOING_AWAY)
+                               for ws in list(self.sockets)), return_exceptions=True)
 
     def _refusal(self, request: web.Request) -> web.Response | None:
         if not self._token_ok(request.match_info.get("token")):
@@ -180,13 +187,14 @@ class GuardedServer(Server):
         if refusal is not None:
             self.refusals += 1
             return refusal
-        websocket = web.WebSocketResponse(heartbeat=15)
+        websocket = web.WebSocketResponse(heartbeat=15, timeout=CLOSE_GRACE)
         width = to_int(request.query.get("width", "80"), 80)
         height = to_int(request.query.get("height", "24"), 24)
         ui = UiProcess(self.argv, write_bytes=websocket.send_bytes,
                        write_str=websocket.send_str, close=websocket.close,
                        download_manager=self.download_manager, debug=self.debug)
         self.sessions.add(ui)  # counted before the first await: no race past the cap
+        self.sockets.add(websocket)
         try:
             await websocket.prepare(request)
             await ui.start(width, height)
@@ -202,6 +210,7 @@ class GuardedServer(Server):
             finally:
                 ui.kill_now()
                 self.sessions.discard(ui)
+                self.sockets.discard(websocket)
         return websocket
 
 
