@@ -19,9 +19,16 @@ KERNEL_ADD = SEED[:SEED.index("kernel g2.add")].count("\n")  # 0-based line of i
 ADD_LINE = line_of(SEED, "add 1 1 2", KERNEL_ADD)  # 1-based, inside g2.add
 LN1_LINE = line_of(SEED, "node ln1 ")
 ATTENTION_LINE = line_of(SEED, "node attention ")
-NODES = load_model(SEED_FIR).nodes
-ADDS_BEFORE_LN1_1 = sum(n.kind == "micro" and n.target == "g2.add" for n in
-                        NODES[:next(i for i, n in enumerate(NODES) if n.full_name == "ln1@1")])
+
+
+def adds_before_ln1_1() -> int:
+    """g2.add dispatches before ln1@1 (loading the model here, in the one test that needs
+    it, not at import: every pytest worker imports every test file)."""
+    nodes = load_model(SEED_FIR).nodes
+    return sum(n.kind == "micro" and n.target == "g2.add" for n in
+               nodes[:next(i for i, n in enumerate(nodes) if n.full_name == "ln1@1")])
+
+
 LAUNCH = {"model": str(SEED_FIR), "tokens": [104, 101], "steps": 1, "engine": "interp"}
 
 
@@ -124,7 +131,7 @@ def test_log_points_print_and_do_not_stop():
         logs = [e["body"] for e in events(c, "output")
                 if e["body"]["output"].startswith("R1=")]
         # one line per g2.add dispatch before ln1@1 (embeddings, biases, residuals)
-        assert len(logs) == ADDS_BEFORE_LN1_1, logs
+        assert len(logs) == adds_before_ln1_1(), logs
         for body in logs:
             assert body["output"].endswith(" lane0 {ok}\n")
             float(body["output"][3:].split()[0])  # a number, in the print language
