@@ -18,15 +18,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def _private_caches() -> None:
     """Tests never read or write the user's ~/.cache/firscope: compiled kernels and numba's
     cache go to a folder of this test run (cold, as CI is). FIRSCOPE_TEST_CACHE=DIR keeps
-    one folder across runs instead, for quick local iteration."""
+    one folder across runs instead, for quick local iteration. pytest-xdist's workers
+    share the folder of the process that started them (FIRSCOPE_TEST_RUN_CACHE, which
+    removes it at exit): each kernel is compiled once per run, not once per worker (numba
+    and firscope/vm/kernel_cache write their files atomically, for processes sharing a
+    cache)."""
     import os
     import tempfile
-    keep = os.environ.get("FIRSCOPE_TEST_CACHE")
+    keep = os.environ.get("FIRSCOPE_TEST_CACHE") or os.environ.get("FIRSCOPE_TEST_RUN_CACHE")
     if keep:
         folder = Path(keep)
     else:
         import atexit
         folder = Path(tempfile.mkdtemp(prefix="firscope-test-cache-"))
+        os.environ["FIRSCOPE_TEST_RUN_CACHE"] = str(folder)
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     os.environ["XDG_CACHE_HOME"] = str(folder)
@@ -35,6 +40,19 @@ def _private_caches() -> None:
 
 
 _private_caches()
+
+
+class Lazy:
+    """A module imported when a test first uses it (pytest.importorskip: that test is
+    skipped, saying why, where it is not installed), not when the test file is imported:
+    every pytest-xdist worker imports every test file, and torch with transformers takes
+    ~3 s of each worker's collection."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(pytest.importorskip(self._name), attr)
 
 
 def write_random_gpt2(folder: Path, *, n_layer=2, n_embd=64, n_head=4, n_positions=32,

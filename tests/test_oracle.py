@@ -11,10 +11,10 @@ import pytest
 
 from firscope.runtime import load_model
 from firscope.runtime import Machine
-from conftest import SAMPLE, SEED_FIR
+from conftest import SAMPLE, SEED_FIR, Lazy
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = Lazy("torch")
+transformers = Lazy("transformers")
 
 TEXT = b"import os\nimport sys\n\ndef main(argv):\n    for name in argv:\n"
 

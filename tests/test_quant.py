@@ -9,11 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import REPO, SAMPLE, write_random_gpt2
+from conftest import REPO, SAMPLE, Lazy, write_random_gpt2
 from model_util import firscope
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = Lazy("torch")
+transformers = Lazy("transformers")
 
 CORPUS = REPO / "tests" / "data" / "corpus_json_decoder.txt"  # CPython's json/decoder.py:
 # not among the top-level stdlib files the sample was trained on (sample_models/.../train.py)
