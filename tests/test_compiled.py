@@ -157,11 +157,13 @@ def test_one_compiled_function_serves_every_layer(random_model):
     # g2.add runs on three sizes (n_embd, 3*n_embd, 4*n_embd): sizes are arguments
     assert {k: len(v) for k, v in shas.items()} == {
         "g2.add": 1, "g2.layernorm": 1, "g2.attn_decode": 1, "g2.gelu_new": 1}
-    for n in model.nodes:  # warmup compiled the driver every node runs
-        if n.kind == "micro":
+    for n in model.nodes:  # warmup compiled the driver every node runs (attention, proved
+        if n.kind == "micro":  # per dispatch, runs the plain one below its last position)
             plan = runner.plan(n)
-            driver = "run_plain" if plan.infallible is not None else "run_lanes"
+            plain = plan.infallible is not None or plan.proofs is not None
+            driver = "run_plain" if plain else "run_lanes"
             assert getattr(_load_module(plan.gen), driver).signatures, n.full_name
+    assert any(runner.plan(n).proofs is not None for n in model.nodes if n.kind == "micro")
 
 
 def test_models_of_every_shape_share_the_compiled_kernels(tmp_path):

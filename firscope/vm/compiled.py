@@ -273,7 +273,10 @@ class CompiledRunner:
         """Generate and compile every kernel now (e.g. in a UI worker thread): the driver
         each node will use (run_plain for nodes that cannot stop early, and run_par where
         their lanes may be spread over threads, else run_lanes), loaded from numba's cache
-        when an earlier process compiled it."""
+        when an earlier process compiled it. A kernel proved per dispatch (attention) gets
+        its plain drivers only: it takes run_lanes only past its proofs (a position past
+        the last, whose fault it reports) or under a budget smaller than it, and compiles
+        it then (~3 s once, cached on disk) rather than on every cold start."""
         todo: dict[tuple[str, str], KernelPlan] = {}
         for node in self.model.nodes:
             if node.kind == NodeKind.MICRO:
@@ -285,7 +288,7 @@ class CompiledRunner:
                     todo.setdefault((p.gen.sha, "run_plain"), p)
                     if self._may_split(p):
                         todo.setdefault((p.gen.sha, "run_par"), p)
-                if p.infallible is None:
+                if p.infallible is None and p.proofs is None:
                     todo.setdefault((p.gen.sha, "run_lanes"), p)
         spent: list[float] = []  # seconds each driver took (numba's cache: milliseconds)
         for i, ((_, name), p) in enumerate(todo.items()):
