@@ -15,7 +15,7 @@ from firscope.errors import FirError
 from firscope.profile import run_instrumented
 from firscope.runtime import load_model
 from firscope.runtime.opening import open_model
-from firscope.vm.interp import Observer
+from firscope.vm.interp import Dispatch, Observer
 from kernel_util import kernel_program
 from model_util import firscope
 
@@ -360,6 +360,41 @@ def test_cost_command_bad_input(tmp_path):
     r = firscope("cost", env={"XDG_CONFIG_HOME": str(tmp_path)})
     assert r.returncode == 1 and "devices.toml:1:" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_lanes_whose_sectors_interleave_are_counted_by_sector():
+    """Each lane reads the element a table gives it: lanes 0, 2, 4.. sector 0, 1, 2.. and
+    lanes 1, 3, 5.. sectors 5, 6, 7.. of the same buffer, so a warp's accesses arrive
+    in no sector order and a sector comes back after another (the count must sort them,
+    not take them as they come); and lanes reading downwards (element 63 - lane). Each
+    equals the naive count lane by lane at every threadgroup size."""
+    table = """kernel k in=2 out=1 threads=64 tg=64 tgbytes=0
+rtou 0 0
+uloadf32 3 0 @in1
+rtou 1 3
+uloadf32 1 1 @in0
+uloadf32 2 1 @in0
+ustoref32 1 0 @out0
+endkernel
+"""
+    down = table.replace("uloadf32 3 0 @in1\nrtou 1 3", "umulk 1 0 4294967295\nuaddk 1 1 63")
+    lanes = np.arange(64)
+    for src, index in ((table, (lanes % 2) * 40 + lanes // 2), (down, None)):
+        for tg in (64, 32, 16, 1):
+            program, arena, regions = kernel_program(src, {"in0": 128, "in1": 64, "out0": 64})
+            if index is not None:
+                r = regions["in1"]
+                arena[r.base: r.base + 64] = index
+            trace, _ = record(program, arena.copy(), None)
+            c = count(program, trace, tg, 0, 32)
+            naive = NaiveCounter(tg)
+            Dispatch(program, arena.copy()).run(observer=naive)
+            assert c.sectors == naive.sectors, (tg, c.sectors, naive.sectors)
+            assert c.requests == (3 + (index is not None)) * c.warps
+            if index is not None and tg == 16:  # 8 lanes of each half of a warp read 8
+                # elements in a row: a sector per half, 2 per access of in0
+                load = next(op.line for op in program.ops if op.text == "uloadf32 1 1 @in0")
+                assert c.lines[load].sectors == 2 * c.warps
 
 
 def test_broadcast_read_is_not_better_than_ideal():

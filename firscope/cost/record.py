@@ -50,6 +50,20 @@ class Trace(Observer):
         # (distinct elements, distinct sectors) of the accesses: the threadgroup size does
         # not change them, and the advice counts one trace at several (analyze._priced)
         self.distinct: tuple[int, int] | None = None
+        self._arrays: TraceArrays | None = None
+        self._liveness = None  # of the recorded program (vm/liveness), made once
+
+    def arrays(self) -> "TraceArrays":
+        """The recorded lists as arrays, made once (a trace is counted at several
+        threadgroup sizes); the trace must be complete."""
+        if self._arrays is None or self._arrays.pcs.size != len(self.pcs):
+            lanes = self.masks[0].size
+            index = np.stack(self.index) if self.index else np.zeros((0, lanes), np.int64)
+            self._arrays = TraceArrays(np.asarray(self.pcs, dtype=np.int64),
+                                       np.asarray(self.keys, dtype=np.int64),
+                                       np.stack(self.masks), np.asarray(self.mem, np.int64),
+                                       index)
+        return self._arrays
 
     def before(self, d, op) -> bool:
         self.pcs.append(op.pc)
@@ -67,6 +81,19 @@ class Trace(Observer):
             self.mem.append(len(self.pcs) - 1)
             self.index.append(d.Ur[op.args[mem.index]].copy())
         return False
+
+
+@dataclass(frozen=True)
+class TraceArrays:
+    """A trace's lists as arrays: pc and mask key of each execution, the distinct masks
+    [masks, lanes], the execution of each memory instruction and its index register
+    [memory executions, lanes]."""
+
+    pcs: np.ndarray
+    keys: np.ndarray
+    masks: np.ndarray
+    mem: np.ndarray
+    index: np.ndarray
 
 
 class _Coalescing:
@@ -233,10 +260,10 @@ def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
     groups, n_warps, warp_of = geometry(lanes, tg, width)
     c = Counts(lanes=lanes, tg=tg, tgbytes=tgbytes, threadgroups=groups, warps=n_warps,
                simd_width=width)
-    pcs = np.asarray(trace.pcs, dtype=np.int64)
-    keys = np.asarray(trace.keys, dtype=np.int64)
+    arrays = trace.arrays()
+    pcs, keys = arrays.pcs, arrays.keys
     c.instructions = int(pcs.size)
-    masks = np.stack(trace.masks) if lanes else np.zeros((len(trace.masks), 0), dtype=bool)
+    masks = arrays.masks if lanes else np.zeros((len(trace.masks), 0), dtype=bool)
     active = masks.sum(axis=1)
     if lanes:
         starts = np.flatnonzero(np.r_[True, warp_of[1:] != warp_of[:-1]])
@@ -260,7 +287,7 @@ def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
     sfu = np.array([op.spec.sfu for op in ops], dtype=bool)
     c.flops = int(lane_pc[arith].sum())
     c.sfu_ops = int(lane_pc[sfu].sum())
-    req_pc, sec_pc, ideal_pc = _memory(c, program, trace, pcs, warp_of, n_warps, lane_pc)
+    req_pc, sec_pc, ideal_pc = _memory(c, program, trace, arrays, warp_of, n_warps, lane_pc)
     c.per_pc = {"executions": exec_pc, "lane": lane_pc, "warp": warp_pc, "requests": req_pc,
                 "sectors": sec_pc, "ideal": ideal_pc, "flops": np.where(arith, lane_pc, 0),
                 "critical": crit_pc, "critical_loads": np.where(leaders, crit_pc, 0)}
@@ -268,13 +295,15 @@ def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
         if op.spec.opens is not None and op.spec.opens.value == "for" and lane_pc[op.pc] \
                 and op.pc + 1 < n_ops:
             c.loops.append((op.line, float(lane_pc[op.pc + 1] / lane_pc[op.pc])))
-    _per_line(c, program)
+    if trace._liveness is None:
+        trace._liveness = liveness(ops)
+    _per_line(c, program, trace._liveness)
     return c
 
 
-def _per_line(c: Counts, program) -> None:
-    """``c.lines`` from ``c.per_pc``, and the kernel's live registers (vm/liveness)."""
-    lv = liveness(program.ops)
+def _per_line(c: Counts, program, lv) -> None:
+    """``c.lines`` from ``c.per_pc``, and the kernel's live registers (``lv``: its
+    vm/liveness)."""
     c.max_live_r, c.max_live_u = lv.max_r, lv.max_u
     c.max_live, c.register_pressure = lv.max_live, lv.pressure
     pp = c.per_pc
@@ -291,7 +320,8 @@ def _per_line(c: Counts, program) -> None:
                          int(pp["critical_loads"][pc]), live_r, live_u))
 
 
-def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
+def _memory(c: Counts, program, trace: Trace, arrays: TraceArrays, warp_of, n_warps,
+            lane_pc):
     """Bytes, distinct elements and sectors, and per pc requests / sectors / ideal sectors."""
     ops = program.ops
     n_ops = len(ops)
@@ -310,12 +340,12 @@ def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
             a = op.args[op.spec.mem.address]
             ordinal[op.pc] = regions.setdefault(a.region.name, len(regions))
             offset[op.pc] = a.offset
-    rows = np.asarray(trace.mem, dtype=np.int64)  # execution of each memory instruction
-    index = np.stack(trace.index)  # [memory executions, lanes]
-    active = np.stack(trace.masks)[np.asarray(trace.keys, dtype=np.int64)[rows]]
+    rows = arrays.mem  # execution of each memory instruction
+    index = arrays.index  # [memory executions, lanes]
+    active = arrays.masks[arrays.keys[rows]]
     row, lanes = np.nonzero(active)  # row-major: executions in order, lanes ascending
     execs = rows[row]
-    pc = pcs[execs]
+    pc = arrays.pcs[execs]
     rel = index[row, lanes].astype(np.int64) + offset[pc]  # element within its region
     element = (ordinal[pc] << _REGION_SHIFT) | rel
     sector = (ordinal[pc] << _REGION_SHIFT) | (rel // PER_SECTOR)
@@ -323,12 +353,19 @@ def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
         trace.distinct = (int(np.unique(element).size), int(np.unique(sector).size))
     c.unique_bytes = trace.distinct[0] * ELEMENT_BYTES
     c.dram_bytes = trace.distinct[1] * SECTOR_BYTES
+    # executions in order and a warp's lanes side by side: requests never decrease; the
+    # accesses are in (request, sector) order already when each request's sectors do not
+    # decrease either (lanes reading ascending addresses: the usual case), else sorted
     request = execs * max(n_warps, 1) + warp_of[lanes]
-    order = np.lexsort((sector, request))
-    req_s, sec_s, pc_s = request[order], sector[order], pc[order]
+    same = request[1:] == request[:-1]
+    if np.any(same & (sector[1:] < sector[:-1])):
+        order = np.lexsort((sector, request))
+        req_s, sec_s, pc_s, ex_s = request[order], sector[order], pc[order], execs[order]
+    else:
+        req_s, sec_s, pc_s, ex_s = request, sector, pc, execs
     new_req = np.r_[True, req_s[1:] != req_s[:-1]]
     new_sec = new_req | np.r_[True, sec_s[1:] != sec_s[:-1]]
-    c.load_sectors, c.load_hits = _load_hits(execs[order][new_sec], sec_s[new_sec],
+    c.load_sectors, c.load_hits = _load_hits(ex_s[new_sec], sec_s[new_sec],
                                              ~is_store[pc_s[new_sec]])
     req_pc = np.bincount(pc_s[new_req], minlength=n_ops).astype(np.int64)
     sec_pc = np.bincount(pc_s[new_sec], minlength=n_ops).astype(np.int64)
@@ -347,10 +384,11 @@ def _memory(c: Counts, program, trace: Trace, pcs, warp_of, n_warps, lane_pc):
 
 def _load_hits(execs: np.ndarray, sectors: np.ndarray, loads: np.ndarray) -> tuple[int, int]:
     """(load sector requests, those whose sector an earlier instruction execution touched).
-    ``execs``/``sectors``: one row per distinct (request, sector), loads and stores."""
+    ``execs``/``sectors``: one row per distinct (request, sector), loads and stores, in
+    execution order (so a stable sort by sector alone orders by (sector, execution))."""
     if not sectors.size:
         return 0, 0
-    order = np.lexsort((execs, sectors))
+    order = np.argsort(sectors, kind="stable")
     s_sorted, e_sorted = sectors[order], execs[order]
     starts = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
     first_exec = np.maximum.accumulate(np.where(starts, np.arange(s_sorted.size), 0))
