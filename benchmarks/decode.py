@@ -15,7 +15,10 @@ process loads its model, warms up with one step, resets, and times N decode
 steps one token at a time (positions 0..N-1, a KV cache, at most 2 threads
 each by default; ``--position P``: positions P..P+N-1, every engine's K/V
 cache first holding the same seeded random rows 0..P-1, a prefill in
-milliseconds instead of P steps; llama.cpp, which cannot, is left out). Engines that share a process slow each other down (OpenMP
+milliseconds instead of P steps; llama.cpp, whose cache cannot be written from here, gets a
+real prefill of P tokens instead: its steps do the same work, attention reading P rows
+whatever they hold, but its logits come from another context and are not compared).
+Engines that share a process slow each other down (OpenMP
 and OpenBLAS threads spin after a call), hence one process per measurement.
 
 firscope runs as a user gets it: its kernels use the cores other processes
@@ -293,10 +296,10 @@ def firscope_seek(machine, position: int) -> None:
     machine.position = position
 
 
-def make_engine(name: str, folder: Path, threads: int):
-    """(step(token) -> logits, reset(), seek(position) or None) for engine ``name``, loaded
-    in this process; ``seek`` puts the engine at a position with kv_rows in its caches
-    (None: the engine has no way to, llama.cpp)."""
+def make_engine(name: str, folder: Path, threads: int, position: int = 0):
+    """(step(token) -> logits, reset(), seek(position)) for engine ``name``, loaded in this
+    process (``position``: where the timed steps will start); ``seek`` puts the engine at a
+    position with kv_rows in its caches (llama.cpp: a real prefill, see the docstring)."""
     if name in FIRSCOPE:
         step, machine = firscope_engine(folder / "gpt2.fir", FIRSCOPE[name])
         return step, machine.reset, lambda p: firscope_seek(machine, p)
@@ -317,8 +320,13 @@ def make_engine(name: str, folder: Path, threads: int):
     if name in LLAMA:
         import llama_peer
         kind = name.split("-", 1)[1]
-        step, llm = llama_peer.engine(llama_peer.prepare(folder)[kind], threads, 1024)
-        return step, llm.reset, None
+        step, llm = llama_peer.engine(llama_peer.prepare(folder)[kind], threads, 1024,
+                                      n_batch=256 if position else 1)
+
+        def prefill(p):  # llama.cpp's own prefill of p tokens (batched, untimed)
+            llm.eval([int(t) for t in np.random.default_rng(p).integers(0, llm.n_vocab(), p)])
+        return step, llm.reset, prefill
+
     raise SystemExit(f"unknown engine {name}")
 
 
@@ -328,14 +336,12 @@ def child(args) -> int:
     tokens = [int(t) for t in args.tokens.split(",")]
     rss0 = rss_bytes()
     t = time.perf_counter()
-    step, reset, seek = make_engine(args.child, folder, args.threads)
+    step, reset, seek = make_engine(args.child, folder, args.threads, args.position)
     load_s = time.perf_counter() - t
     rss_load = rss_bytes()
     step(tokens[0])  # first call pays one-off costs (kernel loads, BLAS buffers, pages)
     reset()
     if args.position:
-        if seek is None:
-            raise SystemExit(f"{args.child} cannot start at a position (--position)")
         seek(args.position)
     load1 = os.getloadavg()[0]
     a = cpu_snapshot()
@@ -744,8 +750,9 @@ def print_ratios(summary: dict[str, dict], floor: dict | None = None) -> None:
             print(f"  {p}: no ratio, the engine failed ({summary[p]['error'][:80]})")
 
 
-def compare_logits(files: dict[str, Path]) -> None:
-    got = {k: np.load(p) for k, p in files.items() if p.exists()}
+def compare_logits(files: dict[str, Path], position: int = 0) -> None:
+    got = {k: np.load(p) for k, p in files.items() if p.exists()
+           and not (position and k in LLAMA)}  # llama.cpp: another context (real prefill)
     if not got:
         return
     print("\nagreement of the last step's logits (max |difference|, logits up to "
@@ -778,7 +785,7 @@ def parse_args(argv=None):
     ap.add_argument("--position", type=int, default=0,
                     help="decode from this position: every engine's K/V cache first holds "
                          "the same seeded random rows 0..N-1 (a cheap prefill; llama.cpp "
-                         "cannot, and is left out)")
+                         "gets a real prefill of N tokens, untimed)")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "firscope-bench"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--breakdown-child", action="store_true", help=argparse.SUPPRESS)
@@ -800,7 +807,6 @@ def main() -> int:
     make_checkpoint(folder)
     engines = [e for e in args.engines.split(",") if e]
     if args.position:
-        engines = [e for e in engines if e not in LLAMA]
         if args.position + steps > SMALL["n_positions"]:
             raise SystemExit(f"--position {args.position} and {steps} steps pass GPT-2's "
                              f"{SMALL['n_positions']} positions")
@@ -837,7 +843,7 @@ def main() -> int:
     print_table(summary)
     print_floor(floor, json.loads((folder / "config.json").read_text()))
     print_ratios(summary, floor)
-    compare_logits(logits)
+    compare_logits(logits, args.position)
     if args.breakdown:
         b = run_child("firscope-q4", folder, tokens, args.threads, tmp / "b.npy", args,
                       breakdown=True)

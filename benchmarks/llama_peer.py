@@ -136,11 +136,12 @@ def prepare(folder: Path) -> dict[str, Path]:
     return out
 
 
-def engine(path: Path, threads: int, n_ctx: int):
-    """step(token) -> logits, warmed up, at position 0 (one Llama per process)."""
+def engine(path: Path, threads: int, n_ctx: int, n_batch: int = 1):
+    """step(token) -> logits, warmed up, at position 0 (one Llama per process); ``n_batch``:
+    tokens per batch of a prefill (decode.py's --position)."""
     from llama_cpp import Llama
     llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                n_batch=1, logits_all=False, verbose=False, use_mmap=True)
+                n_batch=n_batch, logits_all=False, verbose=False, use_mmap=True)
 
     vocab = llm.n_vocab()
 
