@@ -65,6 +65,12 @@ class Trace(Observer):
                                        index)
         return self._arrays
 
+    def liveness(self, ops):
+        """The recorded program's registers live at each pc (vm/liveness), made once."""
+        if self._liveness is None:
+            self._liveness = liveness(ops)
+        return self._liveness
+
     def before(self, d, op) -> bool:
         self.pcs.append(op.pc)
         if d.full:
@@ -295,9 +301,7 @@ def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
         if op.spec.opens is not None and op.spec.opens.value == "for" and lane_pc[op.pc] \
                 and op.pc + 1 < n_ops:
             c.loops.append((op.line, float(lane_pc[op.pc + 1] / lane_pc[op.pc])))
-    if trace._liveness is None:
-        trace._liveness = liveness(ops)
-    _per_line(c, program, trace._liveness)
+    _per_line(c, program, trace.liveness(ops))
     return c
 
 
