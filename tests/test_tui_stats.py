@@ -52,3 +52,32 @@ def test_summary_reads_finite_f32_in_place_with_the_copys_figures():
     rest = np.delete(b.reshape(-1), [0, 77 + 1]).astype(np.float64)
     assert bad == 2 and (lo, hi) == (rest.min(), rest.max())
     assert summary(np.full(4, np.nan, dtype=np.float32)) is None
+
+
+def test_buffer_stats_of_finite_f32_are_the_f64_copys_figures(monkeypatch):
+    """stats_text reads an all-finite f32 array in f64 chunks (several chunks here: CHUNK
+    made small) and shows what the whole array's f64 copy gives: min, max, mean and std to
+    the digits shown, the histogram's counts and range, the sparkline's bin means (bins of
+    np.array_split). An array with NaN/Inf keeps the copy's path and counts them."""
+    from firscope.tui import heat, stats
+    monkeypatch.setattr(heat, "CHUNK", 1000)
+    monkeypatch.setattr(stats, "CHUNK", 1000)
+    bars = "▁▂▃▄▅▆▇█"
+    rng = np.random.default_rng(5)
+    for a in (rng.standard_normal(12345).astype(np.float32) * 3 + 1,
+              rng.uniform(-1e30, 1e30, 4001).astype(np.float32), np.full(2001, 2.5, np.float32),
+              rng.standard_normal(39).astype(np.float32)):
+        f = a.astype(np.float64)
+        want_moments = (f"min {f.min():.6g}  max {f.max():.6g}  mean {f.mean():.6g}  "
+                        f"std {f.std():.6g}  NaN 0  Inf 0")
+        counts, edges = np.histogram(f, bins=24)
+        top = counts.max()
+        want_hist = "".join(bars[min(int(c / top * 7.999), 7)] if c else " " for c in counts)
+        means = np.array([b.mean() for b in np.array_split(f, min(40, f.size))])
+        want_spark = "".join(bars[min(int(v * 8), 7)] for v in heat.normalise(means))
+        lines = stats.stats_text("x", a).plain.splitlines()
+        assert lines[1] == want_moments, (lines[1], want_moments)
+        assert lines[2] == f"hist {edges[0]:.3g} {want_hist} {edges[-1]:.3g}   spark {want_spark}"
+    bad = rng.standard_normal(3000).astype(np.float32)
+    bad[::10], bad[5] = np.nan, np.inf
+    assert "NaN 300  Inf 1" in stats.stats_text("y", bad).plain

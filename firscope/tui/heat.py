@@ -67,9 +67,24 @@ def legend(lo: float, hi: float, width: int = 12) -> Text:
     return out
 
 
-def sparkline(values: np.ndarray, width: int = 48) -> str:
-    """Eight-level bars of ``values`` resampled to ``width`` columns (mean per bin)."""
+CHUNK = 1 << 20  # elements of a large all-finite array converted to f64 at a time
+
+
+def sparkline(values: np.ndarray, width: int = 48, finite: bool = False) -> str:
+    """Eight-level bars of ``values`` resampled to ``width`` columns (mean per bin).
+    ``finite``: the caller knows every value is finite; each bin is then converted to
+    f64 on its own (the same means, without an f64 copy of the whole array)."""
     bars = "▁▂▃▄▅▆▇█"
+    if finite:
+        flat = np.asarray(values).reshape(-1)
+        if flat.size == 0:
+            return ""
+        k = min(width, flat.size)
+        size, extra = divmod(flat.size, k)  # np.array_split's bins: the first ``extra`` +1
+        stops = np.cumsum([size + (i < extra) for i in range(k)])
+        means = np.array([flat[b - (size + (i < extra)): b].astype(np.float64).mean()
+                          for i, b in enumerate(stops)])
+        return "".join(bars[min(int(v * 8), 7)] for v in normalise(means))
     a = np.asarray(values, dtype=np.float64).reshape(-1)
     a = a[np.isfinite(a)]
     if a.size == 0:
@@ -80,12 +95,24 @@ def sparkline(values: np.ndarray, width: int = 48) -> str:
     return "".join(bars[min(int(v * 8), 7)] for v in t)
 
 
-def histogram(values: np.ndarray, bins: int = 24) -> tuple[str, float, float]:
-    a = np.asarray(values, dtype=np.float64).reshape(-1)
-    a = a[np.isfinite(a)]
-    if a.size == 0:
-        return "", 0.0, 0.0
-    counts, edges = np.histogram(a, bins=bins)
+def histogram(values: np.ndarray, bins: int = 24,
+              finite: tuple[float, float] | None = None) -> tuple[str, float, float]:
+    """Eight-level bars of the counts of ``values`` in ``bins`` equal bins, and the range.
+    ``finite``: (min, max) of values the caller knows are all finite; they are then
+    counted CHUNK at a time in f64 (the same counts, without an f64 copy of the whole)."""
+    if finite is not None:
+        flat = np.asarray(values).reshape(-1)
+        counts = np.zeros(bins, dtype=np.int64)
+        edges = np.histogram(np.zeros(0), bins=bins, range=finite)[1]
+        for start in range(0, flat.size, CHUNK):
+            counts += np.histogram(flat[start: start + CHUNK].astype(np.float64), bins=bins,
+                                   range=finite)[0]
+    else:
+        a = np.asarray(values, dtype=np.float64).reshape(-1)
+        a = a[np.isfinite(a)]
+        if a.size == 0:
+            return "", 0.0, 0.0
+        counts, edges = np.histogram(a, bins=bins)
     bars = "▁▂▃▄▅▆▇█"
     top = counts.max() or 1
     return "".join(bars[min(int(c / top * 7.999), 7)] if c else " " for c in counts), \
