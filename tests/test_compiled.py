@@ -23,6 +23,7 @@ from firscope.runtime import load_model
 from firscope.runtime import Machine
 from firscope.vm.compiled import CompiledRunner, StopFlag, generate, lane_partition
 from firscope.vm.interp import Dispatch
+from firscope.vm.operands import Address
 
 
 def sample_firs() -> list[Path]:
@@ -157,6 +158,18 @@ def test_one_compiled_function_serves_every_layer(random_model):
     # g2.add runs on three sizes (n_embd, 3*n_embd, 4*n_embd): sizes are arguments
     assert {k: len(v) for k, v in shas.items()} == {
         "g2.add": 1, "g2.layernorm": 1, "g2.attn_decode": 1, "g2.gelu_new": 1}
+    for target, nodes in by_target(model).items():  # one Generated per kernel and sizes,
+        gens = {}                                   # shared by the layers' nodes
+        for n in nodes:
+            plan = runner.plan(n)
+            key = tuple(a.extent for op in n.program.ops for a in op.args
+                        if isinstance(a, Address))
+            assert gens.setdefault(key, plan.gen) is plan.gen, n.full_name
+            fresh = generate(n.program, plan.slicing)
+            assert (fresh.source, fresh.slots, fresh.fault_pcs, fresh.kf.tobytes(),
+                    fresh.ki.tobytes()) == (plan.gen.source, plan.gen.slots, plan.gen.fault_pcs,
+                                            plan.gen.kf.tobytes(), plan.gen.ki.tobytes())
+        assert len(nodes) > len(gens), target  # shared: the model has several layers
     for n in model.nodes:  # warmup compiled the driver every node runs (attention, proved
         if n.kind == "micro":  # per dispatch, runs the plain one below its last position)
             plan = runner.plan(n)
@@ -164,6 +177,48 @@ def test_one_compiled_function_serves_every_layer(random_model):
             driver = "run_plain" if plain else "run_lanes"
             assert getattr(_load_module(plan.gen), driver).signatures, n.full_name
     assert any(runner.plan(n).proofs is not None for n in model.nodes if n.kind == "micro")
+
+
+BUMP = """
+buf al_x f32 64
+buf al_y f32 64
+kernel t.bump in=1 out=1 threads=64 tg=64 tgbytes=0
+rtou 0 0
+uloadf32 1 0 @in0
+addconst 1 1 1
+ustoref32 1 0 @out0
+endkernel
+"""
+BUMP_NODES = """
+node same micro t.bump al_x -> al_x
+node apart micro t.bump al_x -> al_y
+node back micro t.bump al_y -> al_x
+"""
+
+
+def test_code_is_generated_once_per_aliasing_not_per_node(tmp_path):
+    """The runner reuses a node's generated code for another node of the same kernel only
+    when the operands alias alike (and sizes and numbers are equal): a kernel reading the
+    region it writes gets code checking its reads against the lane's slice; the same
+    kernel on two regions does not."""
+    model = load_model(model_with(tmp_path, BUMP, BUMP_NODES, "alias"))
+    runner = CompiledRunner(model)
+    same, apart, back = (runner.plan(node_named(model, n)) for n in ("same", "apart", "back"))
+    assert apart.gen is back.gen and same.gen is not apart.gen
+    assert same.gen.source != apart.gen.source
+    for p in (same, apart, back):
+        assert p.gen.source == generate(p.program, p.slicing).source
+    for name in ("same", "apart", "back"):
+        a, b = run_both(model, runner, node_named(model, name), model.arena)
+        assert same_bits(a, b), name
+
+
+def by_target(model) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for n in model.nodes:
+        if n.kind == "micro":
+            out.setdefault(n.target, []).append(n)
+    return out
 
 
 def test_models_of_every_shape_share_the_compiled_kernels(tmp_path):

@@ -138,6 +138,12 @@ def test_an_epilogue_storing_into_what_later_trips_read_runs_the_loop_as_written
     apart = b[out.base + np.array(results)]
     assert same_bits(alias[:1], apart[:1])  # trip 0 read nothing stored
     assert not same_bits(alias[1:], apart[1:])  # later trips read what the trip before stored
+    # the runner generates a kernel's code once per aliasing of its operands (and numbers),
+    # not once per node: these two nodes' differ, and each is what generate() makes
+    plans = [runner.plan(node_named(model, n)) for n in ("alias", "apart")]
+    assert plans[0].gen is not plans[1].gen
+    for p in plans:
+        assert p.gen.source == generate(p.program, p.slicing).source
 
 
 def test_a_step_that_wraps_leaves_the_jam_for_the_loop_as_written(tmp_path):

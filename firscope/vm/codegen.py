@@ -60,6 +60,7 @@ import numpy as np
 
 from ..errors import FirError
 from .faults import bounds_message, loop_count_message, rtou_message
+from .operands import Address
 from . import jam
 from .isa import MAX_TRIPS, FrameKind
 from .kernel_abi import (C_ABORT, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
@@ -706,6 +707,27 @@ class _Vector(_Plain):
 
     def is_lane(self, r: int) -> bool:
         return r == 0
+
+
+def generation_key(program, slicing: dict[int, Slicing]) -> tuple:
+    """What :func:`generate` reads of ``program`` and ``slicing``, with region bases
+    replaced by their order of first use (the code names regions by operand, takes
+    bases as arguments, and tells regions apart only to see which operands alias): two
+    nodes of one kernel with equal keys get the same Generated (GPT-2's layers)."""
+    alias: dict[int, int] = {}
+    ops = []
+    for op in program.ops:
+        args = []
+        for a in op.args:
+            if isinstance(a, Address):
+                args.append((a.operand, alias.setdefault(a.base, len(alias)), a.offset,
+                             a.extent))
+            else:
+                args.append((type(a).__name__, a))
+        ops.append((id(op.static), tuple(args)))
+    sliced = tuple(sorted((alias.get(base, -1 - i), sl.stride, sl.modulus)
+                          for i, (base, sl) in enumerate(slicing.items())))
+    return program.threads, tuple(ops), sliced
 
 
 def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:
