@@ -713,7 +713,8 @@ def generation_key(program, slicing: dict[int, Slicing]) -> tuple:
     """What :func:`generate` reads of ``program`` and ``slicing``, with region bases
     replaced by their order of first use (the code names regions by operand, takes
     bases as arguments, and tells regions apart only to see which operands alias): two
-    nodes of one kernel with equal keys get the same Generated (GPT-2's layers)."""
+    nodes of one kernel with equal keys get the same Generated (GPT-2's layers). The key
+    holds the ops' ids: keep the program alive as long as the key is used."""
     alias: dict[int, int] = {}
     ops = []
     for op in program.ops:

@@ -187,9 +187,10 @@ class CompiledRunner:
         self.parallel = parallel
         self._plans: dict[int, KernelPlan] = {}
         self._proof_cache: dict[tuple, PlainProofs] = {}
-        # generated code by codegen.generation_key: GPT-2 small's 122 micro nodes run 4
+        # generated code by codegen.generation_key (with the program it was made for, which
+        # keeps the ops whose ids the key holds alive): GPT-2 small's 122 micro nodes run 4
         # kernels; generating each node's source anew took 60 ms of every warm-up
-        self._generated: dict[tuple, Generated] = {}
+        self._generated: dict[tuple, tuple[Generated, object]] = {}
         self.fallbacks: dict[str, str] = {}  # kernel@node -> why it is interpreted
         self._ctl = np.zeros(4, dtype=np.int64)
         self._epoch = 0
@@ -227,10 +228,11 @@ class CompiledRunner:
         gen = None
         if slicing is not None:
             key = generation_key(program, slicing)
-            gen = self._generated.get(key)
+            gen = self._generated.get(key, (None,))[0]
             try:
                 if gen is None:
-                    gen = self._generated[key] = generate(program, slicing)
+                    gen = generate(program, slicing)
+                    self._generated[key] = gen, program
             except ValueError as e:
                 why = str(e)
         if gen is None:
