@@ -249,19 +249,19 @@ class CompiledRunner:
             plan = KernelPlan(program, gen, "", bases, slicing=slicing, need=need, written=written,
                          journal=journal, infallible=infallible,
                          reads=tuple(reads[pc] for pc in sorted(reads)),
-                         proofs=self._proofs_for(program, gen, slicing, reads) if reads else None,
+                         proofs=self._proofs_for(program, gen, slicing, reads, key)
+                         if reads else None,
                          one_range=[(0, program.threads)])
         self._plans[node.index] = plan
         return plan
 
-    def _proofs_for(self, program, gen: Generated, slicing: dict,
-                    reads: dict[int, int]) -> PlainProofs:
-        """The PlainProofs of every node with the same generated code, numbers (ki, kf: the
-        extents, offsets, strides and constants) and aliasing of regions as ``program``."""
-        alias: dict[int, int] = {}  # region base -> its number, in order of first use
-        shape = tuple(alias.setdefault(a.base, len(alias)) for op in program.ops
-                      for a in op.args if isinstance(a, Address))
-        key = (gen.sha, gen.ki.tobytes(), gen.kf.tobytes(), shape, tuple(sorted(reads)))
+    def _proofs_for(self, program, gen: Generated, slicing: dict, reads: dict[int, int],
+                    generated: tuple) -> PlainProofs:
+        """The PlainProofs of every node with the same generated code, numbers (the
+        extents, offsets, strides and constants) and aliasing of regions as ``program``:
+        its codegen.generation_key ``generated`` (the PlainProofs keeps the program, whose
+        op ids the key holds, alive) and the uniform reads."""
+        key = (generated, tuple(sorted(reads)))
         proofs = self._proof_cache.get(key)
         if proofs is None:
             proofs = self._proof_cache[key] = PlainProofs(program, gen, slicing, reads)
