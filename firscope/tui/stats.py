@@ -19,15 +19,23 @@ from ..model.q4 import count_nonfinite
 from .heat import CHUNK, histogram, sparkline
 
 
+def _in_place(flat: np.ndarray) -> tuple[float, float, float] | None:
+    """(min, max, mean) of a 1-D all-finite f32 array (nearly every one), read in place
+    with the mean summed in f64; None for any other array (the callers' f64 copy path)."""
+    if flat.dtype != np.float32 or not flat.size or count_nonfinite(flat) != 0:
+        return None
+    return (float(flat.min()), float(flat.max()),
+            float(np.add.reduce(flat, dtype=np.float64) / flat.size))
+
+
 def summary(arr: np.ndarray) -> tuple[float, float, float, int] | None:
     """(min, max, mean, non-finite count) of an array, or None when nothing is finite.
-    An all-finite f32 array (nearly every one) is read in place, the mean summed in f64:
-    the first stop's inputs include GPT-2 small's 154 MB ``wte``, whose f64 copy took
-    1.5 s of the first stop (its pages new to the process)."""
-    if arr.dtype == np.float32 and arr.size and count_nonfinite(arr) == 0:
-        flat = arr.reshape(-1)
-        return (float(flat.min()), float(flat.max()),
-                float(np.add.reduce(flat, dtype=np.float64) / flat.size), 0)
+    An all-finite f32 array is read in place (_in_place): the first stop's inputs include
+    GPT-2 small's 154 MB ``wte``, whose f64 copy took 1.5 s of the first stop (its pages
+    new to the process)."""
+    got = _in_place(arr.reshape(-1))
+    if got is not None:
+        return (*got, 0)
     flat = arr.reshape(-1).astype(np.float64)
     finite = flat[np.isfinite(flat)]
     if not finite.size:
@@ -40,9 +48,9 @@ def stats_text(label: str, arr: np.ndarray) -> Text:
     every one) is read in place and in f64 chunks: GPT-2 small's ``wte`` went through
     several f64 copies of its 154 MB (1.5 s the first time it was shown)."""
     flat = arr.reshape(-1)
-    if flat.dtype == np.float32 and flat.size and count_nonfinite(flat) == 0:
-        lo, hi = float(flat.min()), float(flat.max())
-        mean = float(np.add.reduce(flat, dtype=np.float64) / flat.size)
+    got = _in_place(flat)
+    if got is not None:
+        lo, hi, mean = got
         squares = sum(float(np.square(flat[s: s + CHUNK].astype(np.float64) - mean).sum())
                       for s in range(0, flat.size, CHUNK))
         moments, nan, inf = (lo, hi, mean, (squares / flat.size) ** 0.5), 0, 0
