@@ -185,3 +185,107 @@ def test_other_shapes_of_gpt2_match(tmp_path):
                                                                engine="compiled")
     for pos in range(11):
         assert same_bits(a.step(pos + 2).logits, b.step(pos + 2).logits), pos
+
+
+# Per lane: for each of `cols` columns c, out0[lane*span + c*step] = bias[same] + the sum
+# over `rows` rows r of w[lane*rows + r] * m[r*lanes*span + lane*span + c*step] (attention's
+# V loop: columns outer, rows inner, the column index stepping by `step` from trip to
+# trip), then a running maximum of the sums (an if in the epilogue) in out1[lane].
+WSUM = """
+kernel t.wsum.{name} in=3 out=2 threads={lanes} tg=1 tgbytes=16
+rtou 0 0
+umulk 1 0 {span}
+umulk 2 0 {rows}
+loadconstf32 14 {rows}
+loadconstf32 15 {cols}
+loadconstf32 10 -3e38
+uaddk 5 1 0
+forbegin 15
+uaddk 4 5 0
+uaddk 6 2 0
+uloadf32 12 5 @in2
+forbegin 14
+uloadf32 1 6 @in1
+uloadf32 2 4 @in0
+mul 2 1 2
+add 12 12 2
+uaddk 4 4 {row}
+uaddk 6 6 1
+forend
+ustoref32 12 5 @out0
+cmplt 4 10 12
+ifbegin 4
+mulconst 10 12 1
+ifend
+uaddk 5 5 {step}
+forend
+ustoref32 10 0 @out1
+endkernel
+"""
+
+
+def wsum(name, cols, rows=5, lanes=3, step=1):
+    span = cols * step
+    kernel = WSUM.format(name=name, cols=cols, rows=rows, lanes=lanes, step=step, span=span,
+                         row=lanes * span)
+    bufs = (f"buf ws_m_{name} f32 {rows * lanes * span}\nbuf ws_w_{name} f32 {lanes * rows}\n"
+            f"buf ws_b_{name} f32 {lanes * span}\nbuf ws_o_{name} f32 {lanes * span}\n"
+            f"buf ws_x_{name} f32 {lanes}\n")
+    node = f"node {name} micro t.wsum.{name} ws_m_{name} ws_w_{name} ws_b_{name} -> " \
+           f"ws_o_{name} ws_x_{name}\n"
+    return bufs + kernel, node
+
+
+WIDE_COLS = (1, 15, 16, 17, 64, 256, 300, 600)
+
+
+def test_columns_in_wide_groups_match_the_interpreter(tmp_path):
+    """The V loop's pattern with 1..600 columns: fewer than a wide group (the eight-wide
+    jam and the rest as written), exactly one, one and a remainder, several groups of
+    WIDE_MAX and a remainder; and columns two elements apart (D = 2: no wide group at run
+    time, the eight-wide jam). Each node on the plain driver, the interpreter's bits."""
+    parts = [wsum(f"c{c}", c) for c in WIDE_COLS] + [wsum("s2", 40, step=2)]
+    kernels = "".join(k for k, _ in parts)
+    nodes = "".join(n for _, n in parts)
+    model, runner = check(tmp_path, kernels, nodes, [f"c{c}" for c in WIDE_COLS] + ["s2"])
+    program = node_named(model, "c64").program
+    opener = next(op for op in program.ops if op.spec.opens is not None)
+    wp = jam.wide_plan(jam.plan(program.ops, opener))
+    assert wp is not None and wp.stepped == ["U5"] and wp.affine == ["U4"]
+    assert wp.carried == ["R12"]  # the sum; R2 is a temporary of each row
+    assert wp.i_kind == ["shared", "trip", "trip", "trip", "step", "step"]
+    gen = runner.plan(node_named(model, "c64")).gen
+    assert gen.scratch == jam.WIDE_MAX and "while r0 >= 16:" in gen.source
+
+
+def test_wide_groups_on_threads_each_have_their_own_scratch(tmp_path):
+    """Lanes split over two threads (run_par): each range's sums in its own part of sf."""
+    kernels, nodes = wsum("par", 64, rows=9, lanes=8)
+    model = load_model(model_with(tmp_path, BUFS + kernels, nodes))
+    runner = CompiledRunner(model, parallel=2)
+    for seed in range(2):
+        randomize_buffers(model, np.random.default_rng(seed))
+        node = node_named(model, "par")
+        a, b = run_both(model, runner, node, model.arena)
+        assert same_bits(a, b)
+    assert runner.split_dispatches > 0
+
+
+def test_a_sum_stored_into_the_rows_it_reads_leaves_the_wide_groups(tmp_path):
+    """One lane whose out0 is in0 (the matrix): the run-time check that the regions do not
+    overlap sends the loop to be run as written; the interpreter's bits."""
+    kernels, _ = wsum("al", 64, lanes=1)
+    nodes = "node al micro t.wsum.al ws_m_al ws_w_al ws_b_al -> ws_m_al ws_x_al\n"
+    check(tmp_path, kernels, nodes, ["al"])
+
+
+def test_attention_takes_wide_groups_for_its_v_loop_only(random_model):
+    """QK's key index steps in its inner loop (its D depends on the count of it): the
+    eight-wide jam only. The V loop goes wide, its sum carried in sf."""
+    model = load_model(random_model)
+    program = next(n for n in model.nodes if n.target == "g2.attn_decode").program
+    plans = [jam.plan(program.ops, op) for op in program.ops if op.spec.opens is not None]
+    qk, v = [p for p in plans if p is not None]
+    assert jam.wide_plan(qk) is None
+    wp = jam.wide_plan(v)
+    assert wp is not None and wp.carried == ["R12"] and wp.stepped == ["U5"]

@@ -68,7 +68,7 @@ from .kernel_abi import (C_ABORT, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOA
 from .lanes import Slicing, lane_partition
 from .render import Renderer, indent
 
-GENERATOR_VERSION = 11  # bump when the generated code's meaning changes
+GENERATOR_VERSION = 12  # bump when the generated code's meaning changes
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
 
@@ -83,6 +83,7 @@ class Generated:
     fault_pcs: frozenset[int]  # ops whose code can fault (lanes.infallible_steps)
     kf: np.ndarray  # f32 constants of this node, by slot
     ki: np.ndarray  # int64 constants of this node (integers, offsets, extents, slices)
+    scratch: int = 0  # f32 elements run_plain needs in sf for one range of lanes (vm/jam)
 
 
 # --- renderers: the ``render`` column of the opcode table ----------------------------------
@@ -250,6 +251,7 @@ class _Checked(Renderer):
         self.modulus_slot: list[int] = []
         self.modulus: list[bool] = []
         self.magic_slot: list[tuple[int, int]] = []
+        self.scratch = 0  # sf elements the plain body's wide groups use (vm/jam)
 
     # -- slots ------------------------------------------------------------------------------
     def fslot(self, c) -> str:
@@ -454,7 +456,8 @@ class _Checked(Renderer):
                 "    for c in prange(parts):",
                 "        a = l0 + (l1 - l0) * c // parts",
                 "        b = l0 + (l1 - l0) * (c + 1) // parts",
-                "        if run_plain(arena, bases, kf, ki, a, b) < 0:",
+                "        w = sf.shape[0] // parts",
+                "        if run_plain(arena, bases, kf, ki, a, b, sf[c * w:(c + 1) * w]) < 0:",
                 "            bad += 1",
                 "    return -bad",
                 ""]
@@ -628,7 +631,13 @@ class _Plain(_Checked):
             return [*header, *indent(original)]
         conds = self.conditions(inner, depth + 1)
         fast = (self.fast_ops(inner), conds) if conds else None
-        return jam.lines(plan, depth, header, p_lines, inner, fast, e_lines, alias, original)
+        wide_plan = jam.wide_plan(plan) if conds else None
+        wide = []
+        if wide_plan is not None:
+            wide = jam.wide_lines(plan, wide_plan, depth, p_lines, fast[0], conds, e_lines)
+            self.scratch = max(self.scratch, len(wide_plan.carried) * jam.WIDE_MAX)
+        return jam.lines(plan, depth, header, p_lines, inner, fast, e_lines, alias, original,
+                         wide)
 
 
 BOUNDS_MARK = "  # bounds"
@@ -762,4 +771,4 @@ def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:
     max_loops = max((len(loops) for loops in checked.loop_pcs.values()), default=0)
     return Generated(source, sha, slots, parallel, max_loops, checked.loop_pcs,
                      frozenset(checked.fault_pcs), np.array(fvals, dtype=np.float32),
-                     np.array(kvals, dtype=np.int64))
+                     np.array(kvals, dtype=np.int64), plain.scratch)

@@ -50,6 +50,16 @@ class KernelPlan:
     alone: float = 0.0  # seconds the last dispatch on one thread took
     dispatched: bool = False  # whether the compiled code has run once (see run)
     one_range: list = field(default_factory=list, repr=False)  # [(0, threads)]
+    sf: np.ndarray | None = field(default=None, repr=False)  # run_plain's scratch
+
+    def scratch(self, parts: int = 1) -> np.ndarray:
+        """The plain drivers' scratch for ``parts`` ranges of lanes run at once (each range
+        its own Generated.scratch elements; at least one element: numba takes no empty
+        array for granted), made once and grown when more ranges run."""
+        need = max(self.gen.scratch, 1) * parts
+        if self.sf is None or self.sf.size < need:
+            self.sf = np.zeros(need, dtype=np.float32)
+        return self.sf if self.sf.size == need else self.sf[:need]
 
     @property
     def written_size(self) -> int:
