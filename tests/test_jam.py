@@ -10,6 +10,7 @@ from conftest import write_random_gpt2
 from firscope.runtime import Machine, load_model
 from firscope.vm import jam
 from firscope.vm.compiled import CompiledRunner, generate
+from firscope.vm.interp import Dispatch
 from test_compiled import model_with, node_named, randomize_buffers, run_both, same_bits
 
 # Per lane: for each of `rows` rows j, out0[lane*rows + j] = dot(in0 row j, in1 row lane)
@@ -18,12 +19,13 @@ from test_compiled import model_with, node_named, randomize_buffers, run_both, s
 DOTS = """
 kernel t.dots{suffix} in=2 out=2 threads={lanes} tg=1 tgbytes=16
 rtou 0 0
-umulk 1 0 5
-umulk 2 0 {rows}
+umulk 1 0 {width}
+umulk 2 0 {stride}
 uconst 3 {first}
 uaddk 2 2 {out_first}
 loadconstf32 14 {rows}
-loadconstf32 15 5
+{lane_rows}
+loadconstf32 15 {width}
 loadconstf32 10 -3e38
 forbegin 14
 uaddk 5 1 0
@@ -50,10 +52,11 @@ endkernel
 
 
 def dots(suffix="", lanes=3, rows=13, reset="loadconstf32 3 0", step=1, first=0,
-         row_step="", out_first=0, out_step=1):
+         row_step="", out_first=0, out_step=1, width=5, stride=None, lane_rows=""):
     return DOTS.format(suffix=suffix, lanes=lanes, rows=rows, reset=reset, step=step,
                        first=first, row_step=row_step, out_first=out_first,
-                       out_step=out_step)
+                       out_step=out_step, width=width, stride=stride or rows,
+                       lane_rows=lane_rows)
 
 
 BUFS = """
@@ -61,6 +64,10 @@ buf jm_a f32 40*5
 buf jm_q f32 3*5
 buf jm_out f32 3*40
 buf jm_max f32 3
+buf jw_a f32 64*24
+buf jw_q f32 4*24
+buf jw_out f32 4*64
+buf jw_max f32 4
 """
 
 
@@ -289,3 +296,67 @@ def test_attention_takes_wide_groups_for_its_v_loop_only(random_model):
     assert jam.wide_plan(qk) is None
     wp = jam.wide_plan(v)
     assert wp is not None and wp.carried == ["R12"] and wp.stepped == ["U5"]
+
+
+# vm/sink: the lanes of a jammed loop side by side (an inner count of at least SINK_MIN)
+@pytest.mark.parametrize("rows", [1, 8, 13, 40])
+def test_lanes_side_by_side_match_the_interpreter(tmp_path, rows):
+    """Four lanes, rows of 24 elements: no group, one, one and a remainder, five. Then
+    lanes with 0..3 rows more than the first, each lane its own count of groups (the
+    phase of groups runs the most any lane has, each lane only its own): the lane analysis
+    proves no plain dispatch for a count from the lane number, so its plain driver is
+    called here directly (every access is in bounds: it returns 0)."""
+    kernels = (dots(suffix=".w", lanes=4, rows=rows, width=24, stride=64)
+               + dots(suffix=".v", lanes=4, rows=rows, width=24, stride=64,
+                      lane_rows="add 14 14 0"))
+    nodes = ("node w micro t.dots.w jw_a jw_q -> jw_out jw_max\n"
+             "node v micro t.dots.v jw_a jw_q -> jw_out jw_max\n")
+    model, runner = check(tmp_path, kernels, nodes, ["w"])
+    gen = runner.plan(node_named(model, "w")).gen
+    assert gen.sink_r > 0 and "for gs in range(G):" in gen.source
+    node = node_named(model, "v")
+    plan = runner.plan(node)
+    for seed in range(3):
+        randomize_buffers(model, np.random.default_rng(seed))
+        a, b = model.arena.copy(), model.arena.copy()
+        Dispatch(node.program, a).run(10_000_000)
+        g = plan.gen
+        assert plan.driver("run_plain")(b, plan.bases, g.kf, g.ki, 0, 4, *plan.scratch()) == 0
+        assert same_bits(a, b)
+
+
+def test_lanes_side_by_side_on_threads(tmp_path):
+    """The lanes split over two threads (run_par): each range saves its lanes' registers in
+    its own part of the scratch."""
+    kernels = dots(suffix=".p", lanes=4, rows=40, width=24, stride=64)
+    model = load_model(model_with(tmp_path, BUFS + kernels,
+                                  "node p micro t.dots.p jw_a jw_q -> jw_out jw_max\n"))
+    runner = CompiledRunner(model, parallel=2)
+    for seed in range(2):
+        randomize_buffers(model, np.random.default_rng(seed))
+        a, b = run_both(model, runner, node_named(model, "p"), model.arena)
+        assert same_bits(a, b)
+    assert runner.split_dispatches > 0 and runner.plain_dispatches == 2
+
+
+def test_a_lane_whose_group_is_not_proved_finishes_as_written(tmp_path):
+    """Rows read backwards (the index wraps below zero in each row): no lane's group is
+    proved, every lane leaves the phase of groups before any store and runs its trips as
+    written; short rows (below SINK_MIN) never enter it."""
+    kernels = (dots(suffix=".b", lanes=4, rows=13, width=24, stride=64, step=4294967295,
+                    first=23, row_step="uaddk 3 3 48")
+               + dots(suffix=".s", lanes=4, rows=13, width=15, stride=64))
+    nodes = ("node b micro t.dots.b jw_a jw_q -> jw_out jw_max\n"
+             "node s micro t.dots.s jw_a jw_q -> jw_out jw_max\n")
+    check(tmp_path, kernels, nodes, ["b", "s"])
+
+
+def test_attention_runs_its_qk_loop_with_heads_side_by_side(random_model):
+    """The QK loop is the one sunk (the V loop goes wide instead)."""
+    model = load_model(random_model)
+    node = next(n for n in model.nodes if n.target == "g2.attn_decode")
+    gen = generate(node.program)
+    assert gen.sink_r > 0 and gen.sink_i > 0 and gen.scratch > 0
+    a = gen.source.index("for gs in range(G):")
+    assert gen.source.count("for gs in range(G):") == 1
+    assert "while r0 >= 16:" in gen.source[a:]  # the V loop, in the last phase

@@ -61,7 +61,7 @@ import numpy as np
 from ..errors import FirError
 from .faults import bounds_message, loop_count_message, rtou_message
 from .operands import Address
-from . import jam
+from . import jam, sink
 from .isa import MAX_TRIPS, FrameKind
 from .kernel_abi import (C_ABORT, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
                          F_RTOU, F_STOP, F_STORE, POLL, TRIP_ARGS, driver_params)
@@ -84,6 +84,8 @@ class Generated:
     kf: np.ndarray  # f32 constants of this node, by slot
     ki: np.ndarray  # int64 constants of this node (integers, offsets, extents, slices)
     scratch: int = 0  # f32 elements run_plain needs in sf for one range of lanes (vm/jam)
+    sink_r: int = 0  # and per lane in sf, for vm/sink's saved R registers
+    sink_i: int = 0  # int64 elements per lane in si (vm/sink's saved integers)
 
 
 # --- renderers: the ``render`` column of the opcode table ----------------------------------
@@ -437,12 +439,25 @@ class _Checked(Renderer):
                    f"def run_plain({driver_params('run_plain')}):",
                    *unpack,
                    *(self.vector_loops(init, *vector) if vector else []),
-                   "    for lane in range(l0, l1):",
-                   *[f"        {line}" for line in init],
-                   *indent(plain, 2),
+                   *self.plain_lanes(init, plain),
                    "    return 0",
                    ""]
         return head + lane_fn + drivers + (self.par_driver() if parallel else [])
+
+    @staticmethod
+    def plain_lanes(init: list[str], plain) -> list[str]:
+        """run_plain's lanes: one after the other, or (``plain`` a tuple: vm/sink's three
+        phases) side by side in one loop."""
+        if not isinstance(plain, tuple):
+            return ["    for lane in range(l0, l1):", *[f"        {line}" for line in init],
+                    *indent(plain, 2)]
+        a, b, c = plain
+        return ["    G = 0",
+                "    for lane in range(l0, l1):", *[f"        {line}" for line in init],
+                *indent(a, 2),
+                "    for gs in range(G):",
+                "        for lane in range(l0, l1):", *indent(b, 3),
+                "    for lane in range(l0, l1):", *indent(c, 2)]
 
     @staticmethod
     def par_driver() -> list[str]:
@@ -457,7 +472,9 @@ class _Checked(Renderer):
                 "        a = l0 + (l1 - l0) * c // parts",
                 "        b = l0 + (l1 - l0) * (c + 1) // parts",
                 "        w = sf.shape[0] // parts",
-                "        if run_plain(arena, bases, kf, ki, a, b, sf[c * w:(c + 1) * w]) < 0:",
+                "        wi = si.shape[0] // parts",
+                "        if run_plain(arena, bases, kf, ki, a, b, sf[c * w:(c + 1) * w],",
+                "                     si[c * wi:(c + 1) * wi]) < 0:",
                 "            bad += 1",
                 "    return -bad",
                 ""]
@@ -487,6 +504,9 @@ class _Plain(_Checked):
     """The body of ``run_plain``: the same arithmetic, with only the checks that keep memory
     safe (bounds, rtou, loop counts); one that fires leaves the driver with -1. The slots
     are taken exactly as in the checked body, so both bodies name the same numbers."""
+
+    sinks = True  # the first top-level jammed loop without wide groups: vm/sink
+    sunk = None  # (its jam.Parts, its JamPlan), once rendered
 
     def fault(self, code: int, pc, arg: str, flag: int = C_FAULTED) -> list[str]:
         return ["return -1"]
@@ -636,8 +656,13 @@ class _Plain(_Checked):
         if wide_plan is not None:
             wide = jam.wide_lines(plan, wide_plan, depth, p_lines, fast[0], conds, e_lines)
             self.scratch = max(self.scratch, len(wide_plan.carried) * jam.WIDE_MAX)
-        return jam.lines(plan, depth, header, p_lines, inner, fast, e_lines, alias, original,
-                         wide)
+        jp = jam.parts(plan, depth, header, p_lines, inner, fast, e_lines, alias, original,
+                       wide)
+        if self.sunk is None and not outer and opener.depth == 0 and wide_plan is None \
+                and self.sinks:
+            self.sunk = (jp, plan)  # vm/sink: this loop's lanes run side by side
+            return [sink.MARK]
+        return jam.lines(jp)
 
 
 BOUNDS_MARK = "  # bounds"
@@ -752,6 +777,13 @@ def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:
     checked_body = checked.block(0, n)
     plain = _Plain(program, slicing)
     plain_body = plain.block(0, n)
+    sunk = (0, 0)
+    if plain.sunk is not None:
+        jp, jplan = plain.sunk
+        *plain_body, nr, ni = sink.phases(jp, plain_body, sorted(set(plain.registers("R")) | {0}),
+                                          plain.registers("U"), jplan.stepped,
+                                          jam.lines(jp, resume=True))
+        plain_body, sunk = tuple(plain_body), (nr, ni)
     fvals, kvals = checked.fvals, checked.kvals
     assert len(plain.fvals) == len(fvals) and plain.kvals == kvals  # the same numbering
     vector = None
@@ -771,4 +803,4 @@ def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:
     max_loops = max((len(loops) for loops in checked.loop_pcs.values()), default=0)
     return Generated(source, sha, slots, parallel, max_loops, checked.loop_pcs,
                      frozenset(checked.fault_pcs), np.array(fvals, dtype=np.float32),
-                     np.array(kvals, dtype=np.int64), plain.scratch)
+                     np.array(kvals, dtype=np.int64), plain.scratch, *sunk)

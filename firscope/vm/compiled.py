@@ -351,7 +351,7 @@ class CompiledRunner:
                 # attention@0 in profile): made here, on no lanes, so that it is not
                 # charged to a dispatch that splits.
                 g = plan.gen
-                plan.driver("run_par")(arena, plan.bases, g.kf, g.ki, 0, 0, plan.scratch(), 1)
+                plan.driver("run_par")(arena, plan.bases, g.kf, g.ki, 0, 0, *plan.scratch(), 1)
             return
         if ranges == 1:
             plan.work = plan.alone = elapsed
@@ -463,7 +463,7 @@ class CompiledRunner:
             g = plan.gen
             # its machine-code entry: no matching of types to signatures, a fifth of a
             # micro node's dispatch on the plain path
-            args = (arena, plan.bases, g.kf, g.ki, 0, plan.program.threads, plan.scratch())
+            args = (arena, plan.bases, g.kf, g.ki, 0, plan.program.threads, *plan.scratch())
             return entry_for(plan.driver("run_plain"), args), args
         if plan.infallible is None and plan.proofs is None:
             return None  # always the checked driver
@@ -516,12 +516,12 @@ class CompiledRunner:
         ranges = self._ranges(plan, plain=True, threads=threads)
         if len(ranges) == 1:
             status = plan.driver("run_plain")(arena, plan.bases, g.kf, g.ki, 0,
-                                              plan.program.threads, plan.scratch())
+                                              plan.program.threads, *plan.scratch())
         else:
             fn = plan.driver("run_par")
             t = self.clock()
             status = fn(arena, plan.bases, g.kf, g.ki, 0, plan.program.threads,
-                        plan.scratch(len(ranges)), len(ranges))
+                        *plan.scratch(len(ranges)), len(ranges))
             # the ranges ran together: each took about the whole call
             self._range_seconds = [self.clock() - t] * len(ranges)
         if status < 0:  # the analysis was wrong: never trust it again

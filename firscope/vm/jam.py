@@ -173,23 +173,38 @@ def disjoint(store_slots: set[int], load_slots: set[int]) -> list[str] | None:
             for s in sorted(store_slots) for t in sorted(load_slots)]
 
 
-def lines(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], inner: Pieces,
+@dataclass
+class Parts:
+    """A jammed loop's lines, piece by piece (:func:`lines` puts them together; vm/sink
+    spreads them over the phases of a kernel whose lanes run side by side)."""
+    d: int
+    header: list[str]  # the outer count n{d}
+    inner_header: list[str]  # the inner count n{d+1} (its finite check)
+    alias: list[str]  # run-time conditions: no stored region overlaps a loaded one
+    inits: list[str]  # every trip copy, typed
+    deltas: list[str]  # D of each stepped register
+    wide: list[str]
+    head: list[str]  # a group up to its check: the copies' starts, the prologues
+    checks: str | None  # the group's accesses all in bounds (None: not checked)
+    rest: list[str]  # the inner loops, the epilogues, the last trip's copies, r -= JAM
+    original: list[str]  # the body as written (the trips left over)
+
+
+def parts(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], inner: Pieces,
           inner_fast: tuple[list[list[str]], list[str]] | None, e_lines: list[str],
-          alias: list[str], original: list[str], wide: list[str] = ()) -> list[str]:
-    """The jammed loop at depth ``d``: the wide groups (``wide``, see :func:`wide_lines`),
-    the groups of JAM trips, then the rest as written (``original``: the body's lines)."""
+          alias: list[str], original: list[str], wide: list[str] = ()) -> Parts:
     names = set(plan.renamed)
-    n, m = f"n{d}", f"n{d + 1}"
+    m = f"n{d + 1}"
     inner_loop = inner.header[-1]
     shared = set(plan.shared)
     p_once, i_once = ([bool(w) and w <= shared for w in (_regs(op, op.spec.writes) for op in ops)]
                       for ops in (plan.prologue, plan.body))
+    checks = None
     if inner_fast is not None:  # a group whose accesses are not all proved leaves the jam
         fast_ops, conds = inner_fast
         checks = " and ".join(dict.fromkeys(c for j in range(JAM)
                                             for c in copy_of(conds, names, j)))
-        loops = [f"if not ({checks}):", "    break",
-                 inner_loop, *indent(interleaved(fast_ops, names, i_once))]
+        loops = [inner_loop, *indent(interleaved(fast_ops, names, i_once))]
     else:
         loops = [inner_loop, *indent(interleaved(inner.ops, names, i_once))]
     p_flat = [line for op in p_lines for line in op]
@@ -200,19 +215,30 @@ def lines(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], in
              for reg in plan.renamed for j in range(JAM)]
     starts = [f"{reg}_{j} = {reg}" if j == 0 else f"{reg}_{j} = ({reg} + {j} * D{reg}) & M32"
               for reg in plan.stepped for j in range(JAM)]
-    group = [*starts, *interleaved(p_lines, names, p_once), *loops,
-             *[line for j in range(JAM) for line in copy_of(e_lines, names, j)],
-             *[f"{reg} = {reg}_{JAM - 1}" for reg in plan.renamed], f"r{d} -= {JAM}"]
-    cond = " and ".join([f"{n} >= {JAM}", *alias])
-    return [*header[:-1],
-            f"r{d} = {n}",
+    rest = [*loops, *[line for j in range(JAM) for line in copy_of(e_lines, names, j)],
+            *[f"{reg} = {reg}_{JAM - 1}" for reg in plan.renamed], f"r{d} -= {JAM}"]
+    return Parts(d, header[:-1], inner.header[:-1], alias, inits, deltas, list(wide),
+                 [*starts, *interleaved(p_lines, names, p_once)], checks, rest, original)
+
+
+def lines(jp: Parts, resume: bool = False) -> list[str]:
+    """The jammed loop: the wide groups (see :func:`wide_lines`), the groups of JAM trips,
+    then the rest as written. ``resume``: the trips left in ``r{d}`` (vm/sink's last
+    phase, after groups run elsewhere), not the whole count."""
+    d = jp.d
+    n, m = f"n{d}", f"n{d + 1}"
+    check = [f"if not ({jp.checks}):", "    break"] if jp.checks else []
+    group = [*jp.head, *check, *jp.rest]
+    cond = " and ".join([f"r{d} >= {JAM}" if resume else f"{n} >= {JAM}", *jp.alias])
+    return [*jp.header,
+            *([] if resume else [f"r{d} = {n}"]),
             f"if {cond}:",
-            *indent([*inner.header[:-1],
+            *indent([*jp.inner_header,
                      f"if {m} >= 1 and {m} <= 1073741824:",
-                     *indent([*inits, *deltas, *wide,
+                     *indent([*jp.inits, *jp.deltas, *jp.wide,
                               f"for g{d} in range(r{d} // {JAM}):", *indent(group)])]),
             f"for t{d} in range(r{d}):",
-            *indent(original or ["pass"])]
+            *indent(jp.original or ["pass"])]
 
 
 # -- wide groups: the trips of an outer loop side by side, its inner loop outside them ---------

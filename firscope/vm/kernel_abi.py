@@ -24,14 +24,14 @@ C_ABORT, C_EPOCH, C_FAULTED = 0, 1, 2
 REC_FIXED = 4  # epoch, code, pc, arg; then one trip number per enclosing loop
 TRIP_ARGS = 8  # trip numbers passed to record/tick (at most 8 loops enclose an op)
 # The drivers' arguments in order, each with the numba type vm/compiled compiles it for;
-# the runner passes them in this order. run_plain takes the first six and ``sf``, its
-# scratch (vm/jam's wide groups: Generated.scratch elements per range of lanes).
+# the runner passes them in this order. run_plain takes the first six and its scratch:
+# ``sf`` (vm/jam's wide groups, vm/sink's saved registers) and ``si`` (vm/sink's integers).
 _LANES_ARGS = (("arena", "float32[::1]"), ("bases", "int64[::1]"), ("kf", "float32[::1]"),
                ("ki", "int64[::1]"), ("l0", "int64"), ("l1", "int64"), ("budget", "int64"),
                ("ctl", "int64[::1]"), ("rec", "int64[:, ::1]"), ("frec", "float32[::1]"),
                ("stop", "int64[::1]"), ("jaddr", "int64[::1]"), ("jval", "float32[::1]"),
                ("j", "int64"), ("jend", "int64"))
-_SCRATCH = (("sf", "float32[::1]"),)
+_SCRATCH = (("sf", "float32[::1]"), ("si", "int64[::1]"))
 # run_par (kernels with loops) runs run_plain on ``parts`` ranges of lanes at once.
 DRIVERS: dict[str, tuple[tuple[str, str], ...]] = {"run_lanes": _LANES_ARGS,
                                                    "run_plain": _LANES_ARGS[:6] + _SCRATCH,

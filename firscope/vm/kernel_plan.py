@@ -51,15 +51,19 @@ class KernelPlan:
     dispatched: bool = False  # whether the compiled code has run once (see run)
     one_range: list = field(default_factory=list, repr=False)  # [(0, threads)]
     sf: np.ndarray | None = field(default=None, repr=False)  # run_plain's scratch
+    si: np.ndarray | None = field(default=None, repr=False)
 
-    def scratch(self, parts: int = 1) -> np.ndarray:
-        """The plain drivers' scratch for ``parts`` ranges of lanes run at once (each range
-        its own Generated.scratch elements; at least one element: numba takes no empty
-        array for granted), made once and grown when more ranges run."""
-        need = max(self.gen.scratch, 1) * parts
-        if self.sf is None or self.sf.size < need:
-            self.sf = np.zeros(need, dtype=np.float32)
-        return self.sf if self.sf.size == need else self.sf[:need]
+    def scratch(self, parts: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """run_plain's scratch (sf, si) for ``parts`` ranges of lanes run at once, each range
+        its own Generated.scratch elements and vm/sink's per lane of the kernel (at least
+        one element each), made once and grown when more ranges run."""
+        g, lanes = self.gen, self.program.threads
+        nf = max(g.scratch + lanes * g.sink_r, 1) * parts
+        ni = max(lanes * g.sink_i, 1) * parts
+        if self.sf is None or self.sf.size < nf or self.si.size < ni:
+            self.sf = np.zeros(nf, dtype=np.float32)
+            self.si = np.zeros(ni, dtype=np.int64)
+        return self.sf[:nf], self.si[:ni]
 
     @property
     def written_size(self) -> int:
