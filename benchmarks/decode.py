@@ -508,7 +508,7 @@ def dispatch_costs(machine, per_node: dict[str, list[float]]) -> dict[str, dict]
         if c is not None:
             fn, args = c.fn, c.args
             row["lanes"] = args[5]
-            for name, a in (("hot_us", args), ("empty_us", args[:4] + (0, 0))):
+            for name, a in (("hot_us", args), ("empty_us", args[:4] + (0, 0) + args[6:])):
                 best = []
                 for _ in range(7):
                     t = time.perf_counter()
