@@ -167,6 +167,38 @@ def test_breakpoint_key_on_graph_and_on_kernel_line_then_continue():
     run(go())
 
 
+def test_one_shows_the_buffers_and_one_again_takes_a_name():
+    """A newcomer pressed 1 and typed wte: t stepped a token and e exported a report. 1
+    shows the Buffers tab (stepping keys still step) and says how to type a name; 1 with
+    the tab showing focuses the name field, whose typed keys run nothing."""
+    async def go():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            s = app.session
+            await pilot.press("2")
+            await pilot.press("1")
+            await settle(app, pilot)
+            assert app.query_one("#bottom").active == "buffers"
+            assert "1 again" in header(app)
+            before = (s.step, s.node_index)
+            await pilot.press("n")  # still a stepping key
+            await settle(app, pilot)
+            assert (s.step, s.node_index) != before
+            before = (s.step, s.node_index)
+            await pilot.press("1")
+            await settle(app, pilot)
+            assert app.focused.id == "buf-name"
+            for ch in "wte":
+                await pilot.press(ch)
+            await settle(app, pilot)
+            assert (s.step, s.node_index) == before and app.focused.value == "wte"
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert "wte" in plain(app.query_one("#buf-stats"))
+    run(go())
+
+
 def test_console_takes_typed_commands_without_running_keys():
     async def go():
         app = make_app()

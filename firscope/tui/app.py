@@ -435,7 +435,14 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
             self.set_status("6: the registers are beside the source at this width (a tab "
                             "below 100 columns); focus moved there")
             return
+        if name == "buffers" and bottom.active == "buffers":
+            # 1 again: type a name (the first 1 only shows the tab, so that stepping keys
+            # pressed after it still step)
+            self.main_screen.set_focus(self.query_one("#buf-name"))
+            return
         bottom.active = name
+        if name == "buffers":
+            self.set_status("1 again: type a buffer's name (x, qkvw@0, wte); Enter shows it")
         if name == "console":
             # now, not after a refresh: the keys typed right after 4 are for the console
             self.main_screen.set_focus(self.query_one(CommandInput))
