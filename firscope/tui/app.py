@@ -442,7 +442,7 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
             return
         bottom.active = name
         if name == "buffers":
-            self.set_status("1 again: type a buffer's name (x, qkvw@0, wte); Enter shows it")
+            self.set_status("1 again: type a buffer's name")
         if name == "console":
             # now, not after a refresh: the keys typed right after 4 are for the console
             self.main_screen.set_focus(self.query_one(CommandInput))
