@@ -55,8 +55,10 @@ Limits, on purpose:
 * Lanes run one after the other (or, with ``CompiledRunner(parallel=N)``,
   in N ranges on N threads for kernels with loops and enough work: the same
   compiled driver called per range through model/threads, each range with
-  its own segment of the journal); the interpreter runs them in lockstep. The two agree when lanes do
-  not communicate through memory within a dispatch. Rule (vm/lanes): every
+  its own segment of the journal; on the plain driver a kernel's first top-level jammed
+  loop runs its lanes side by side, group by group, vm/sink); the interpreter runs them
+  in lockstep. The two agree when lanes do not communicate through memory within a
+  dispatch. Rule (vm/lanes): every
   region a kernel stores to must split into per-lane slices. Kernels where
   no such split is found run on the interpreter (:attr:`CompiledRunner.fallbacks`
   says why). Every access to a written region is then checked at run time to
