@@ -107,7 +107,9 @@ def test_attention_loops_are_jammed_and_others_not(random_model):
         assert all(jam.plan(prog.ops, op) is None for op in prog.ops
                    if op.spec.opens is not None)
     src = generate(program).source
-    assert src.count(f"// {jam.JAM}):") == 2  # for g in range(n // JAM), both loops
+    # QK's groups run with the heads side by side, V's wide: no plain eight-wide groups
+    assert src.count(f"// {jam.JAM}):") == 0 and src.count("for gs in range(G):") == 1
+    assert src.count("while r0 >= 16:") == 1
 
 
 @pytest.mark.parametrize("rows", [1, 7, 8, 13, 16, 40])
@@ -250,7 +252,7 @@ def test_columns_in_wide_groups_match_the_interpreter(tmp_path):
     """The V loop's pattern with 1..600 columns: fewer than a wide group (the eight-wide
     jam and the rest as written), exactly one, one and a remainder, several groups of
     WIDE_MAX and a remainder; and columns two elements apart (D = 2: no wide group at run
-    time, the eight-wide jam). Each node on the plain driver, the interpreter's bits."""
+    time, the loop as written). Each node on the plain driver, the interpreter's bits."""
     parts = [wsum(f"c{c}", c) for c in WIDE_COLS] + [wsum("s2", 40, step=2)]
     kernels = "".join(k for k, _ in parts)
     nodes = "".join(n for _, n in parts)
@@ -298,7 +300,7 @@ def test_attention_takes_wide_groups_for_its_v_loop_only(random_model):
     assert wp is not None and wp.carried == ["R12"] and wp.stepped == ["U5"]
 
 
-# vm/sink: the lanes of a jammed loop side by side (an inner count of at least SINK_MIN)
+# vm/sink: the lanes of a jammed loop side by side
 @pytest.mark.parametrize("rows", [1, 8, 13, 40])
 def test_lanes_side_by_side_match_the_interpreter(tmp_path, rows):
     """Four lanes, rows of 24 elements: no group, one, one and a remainder, five. Then
@@ -342,7 +344,7 @@ def test_lanes_side_by_side_on_threads(tmp_path):
 def test_a_lane_whose_group_is_not_proved_finishes_as_written(tmp_path):
     """Rows read backwards (the index wraps below zero in each row): no lane's group is
     proved, every lane leaves the phase of groups before any store and runs its trips as
-    written; short rows (below SINK_MIN) never enter it."""
+    written; and rows of 15 elements, side by side like any other."""
     kernels = (dots(suffix=".b", lanes=4, rows=13, width=24, stride=64, step=4294967295,
                     first=23, row_step="uaddk 3 3 48")
                + dots(suffix=".s", lanes=4, rows=13, width=15, stride=64))
@@ -360,3 +362,16 @@ def test_attention_runs_its_qk_loop_with_heads_side_by_side(random_model):
     a = gen.source.index("for gs in range(G):")
     assert gen.source.count("for gs in range(G):") == 1
     assert "while r0 >= 16:" in gen.source[a:]  # the V loop, in the last phase
+
+
+@pytest.mark.parametrize("rows", [7, 13, 40])
+def test_a_jammed_loop_inside_an_if_keeps_its_eight_wide_groups(tmp_path, rows):
+    """Not at the kernel's top level (inside an if): no lanes side by side, the jam's own
+    groups of eight and the trips left as written."""
+    text = dots(suffix=f".if{rows}", lanes=4, rows=rows, width=24, stride=64,
+                lane_rows="loadconstf32 13 1\nifbegin 13")
+    text = text.replace("forend\nustoref32 10 0 @out1", "forend\nifend\nustoref32 10 0 @out1")
+    model, runner = check(tmp_path, text,
+                          f"node i micro t.dots.if{rows} jw_a jw_q -> jw_out jw_max\n", ["i"])
+    src = runner.plan(node_named(model, "i")).gen.source
+    assert f"// {jam.JAM}):" in src and "for gs in range(G):" not in src

@@ -781,8 +781,7 @@ def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:
     if plain.sunk is not None:
         jp, jplan = plain.sunk
         *plain_body, nr, ni = sink.phases(jp, plain_body, sorted(set(plain.registers("R")) | {0}),
-                                          plain.registers("U"), jplan.stepped,
-                                          jam.lines(jp, resume=True))
+                                          plain.registers("U"), jplan.stepped)
         plain_body, sunk = tuple(plain_body), (nr, ni)
     fvals, kvals = checked.fvals, checked.kvals
     assert len(plain.fvals) == len(fvals) and plain.kvals == kvals  # the same numbering

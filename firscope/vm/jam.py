@@ -35,9 +35,12 @@ check), and the trips left over, or every trip where the run-time conditions fai
 the loop as written.
 
 Wide groups (:func:`wide_plan`, :func:`wide_lines`): where the trips' indices step by one
-element from trip to trip (attention's V loop), up to WIDE_MAX trips run first the other
-way round, the inner loop outside them, their sums in the runner's scratch (measured on
-GPT-2 small's attention at position 1000: 776 -> 517 us a dispatch, the same bits).
+element from trip to trip (attention's V loop), up to WIDE_MAX trips run the other way
+round, the inner loop outside them, their sums in the runner's scratch (measured on
+GPT-2 small's attention at position 1000: 776 -> 517 us a dispatch, the same bits). Such
+a loop has no eight-wide groups besides (its trips left, fewer than WIDE_MIN, or all of
+them where D is not 1 at run time, run as written): both made GPT-2 small's first
+compile ~2 s longer for code attention never takes.
 """
 from __future__ import annotations
 
@@ -221,21 +224,21 @@ def parts(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], in
                  [*starts, *interleaved(p_lines, names, p_once)], checks, rest, original)
 
 
-def lines(jp: Parts, resume: bool = False) -> list[str]:
+def lines(jp: Parts) -> list[str]:
     """The jammed loop: the wide groups (see :func:`wide_lines`), the groups of JAM trips,
-    then the rest as written. ``resume``: the trips left in ``r{d}`` (vm/sink's last
-    phase, after groups run elsewhere), not the whole count."""
+    then the rest as written."""
     d = jp.d
     n, m = f"n{d}", f"n{d + 1}"
     check = [f"if not ({jp.checks}):", "    break"] if jp.checks else []
     group = [*jp.head, *check, *jp.rest]
-    cond = " and ".join([f"r{d} >= {JAM}" if resume else f"{n} >= {JAM}", *jp.alias])
+    cond = " and ".join([f"{n} >= {JAM}", *jp.alias])
     return [*jp.header,
-            *([] if resume else [f"r{d} = {n}"]),
+            f"r{d} = {n}",
             f"if {cond}:",
             *indent([*jp.inner_header,
                      f"if {m} >= 1 and {m} <= 1073741824:",
-                     *indent([*jp.inits, *jp.deltas, *jp.wide,
+                     *indent([*jp.deltas, *jp.wide] if jp.wide else
+                             [*jp.inits, *jp.deltas,
                               f"for g{d} in range(r{d} // {JAM}):", *indent(group)])]),
             f"for t{d} in range(r{d}):",
             *indent(jp.original or ["pass"])]
@@ -250,7 +253,7 @@ def lines(jp: Parts, resume: bool = False) -> list[str]:
 # row's elements side by side), each trip's carried registers (its sum) in scratch
 # memory (``sf``, given by the runner). Each trip still runs its own ops in its own
 # order, so the bits are the loop's as written.
-WIDE_MIN = 16  # fewer trips left: the eight-wide jam (or the loop as written)
+WIDE_MIN = 16  # fewer trips left: the loop as written
 WIDE_MAX = 256  # trips in one group at most; sf holds WIDE_MAX floats per carried register
 
 

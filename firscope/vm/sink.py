@@ -17,12 +17,13 @@ A. each lane: the kernel up to the loop, the loop's count and the jam's run-time
 B. G times, each active lane in turn: its registers back, one group of JAM trips (a
    group whose accesses are not all in bounds makes the lane inactive before any store,
    as the jam leaves its groups), its registers saved;
-C. each lane: its registers back, the trips left (groups, then as written: vm/jam's
-   loop resumed at ``r``) and the rest of the kernel.
+C. each lane: its registers back, the trips left as written (fewer than JAM, or all of
+   them where the jam's conditions do not hold: as the jam leaves its groups) and the
+   rest of the kernel.
 
 Each lane runs its own ops in its own order, so the bits are the loop's as written.
-A lane whose inner count is below SINK_MIN (saving and restoring its registers would
-cost more than its group) leaves every group to phase C. The loop taken is the first
+Phase C holds no second copy of the jam (one made GPT-2 small's first compile 4-6 s
+longer: numba's time grows faster than the code). The loop taken is the first
 one at the kernel's top level that vm/jam jams without wide groups (attention's QK:
 its V loop goes wide, vm/jam).
 """
@@ -31,16 +32,13 @@ from __future__ import annotations
 from .jam import JAM, Parts
 from .render import indent
 
-SINK_MIN = 16  # inner trips a group needs for the lane to take phase B
 MARK = "# the sunk loop (vm/sink)"
 
 
 def phases(jp: Parts, lines: list[str], regs_r: list[int], regs_u: list[int],
-           stepped: list[str], resumed: list[str]) -> tuple[list[str], list[str], list[str],
-                                                            int, int]:
+           stepped: list[str]) -> tuple[list[str], list[str], list[str], int, int]:
     """(phase A, B, C lines, R and integer slots per lane) for ``lines`` (run_plain's body
-    with MARK where the loop ``jp`` stands; ``resumed``: vm/jam's lines for the loop
-    resumed at the trips left)."""
+    with MARK where the loop ``jp`` stands)."""
     at = lines.index(MARK)
     before, after = lines[:at], lines[at + 1:]
     d = jp.d
@@ -56,7 +54,7 @@ def phases(jp: Parts, lines: list[str], regs_r: list[int], regs_u: list[int],
     a = [*before, *jp.header, f"{r} = {n}", "act = 0", f"{m} = 0",
          *(f"D{reg} = 0" for reg in stepped),
          f"if {' and '.join([f'{n} >= {JAM}', *jp.alias])}:",
-         *indent([*jp.inner_header, f"if {m} >= {SINK_MIN} and {m} <= 1073741824:",
+         *indent([*jp.inner_header, f"if {m} >= 1 and {m} <= 1073741824:",
                   *indent([*jp.deltas, "act = 1"])]),
          *where, *save,
          f"if act != 0 and {r} // {JAM} > G:", f"    G = {r} // {JAM}"]
@@ -65,5 +63,5 @@ def phases(jp: Parts, lines: list[str], regs_r: list[int], regs_u: list[int],
     b = [*where,
          f"if si[io + {len(ints) - 1}] != 0 and si[io + {ints.index(r)}] >= {JAM}:",
          *indent([*restore, *jp.inits, *jp.head, *group, *save])]
-    c = [*where, *restore, *resumed, *after]
+    c = [*where, *restore, f"for t{d} in range({r}):", *indent(jp.original or ["pass"]), *after]
     return a, b, c, len(reals), len(ints)
