@@ -322,8 +322,7 @@ def test_lanes_side_by_side_match_the_interpreter(tmp_path, rows):
         randomize_buffers(model, np.random.default_rng(seed))
         a, b = model.arena.copy(), model.arena.copy()
         Dispatch(node.program, a).run(10_000_000)
-        g = plan.gen
-        assert plan.driver("run_plain")(b, plan.bases, g.kf, g.ki, 0, 4, *plan.scratch()) == 0
+        assert plan.driver("run_plain")(*plan.plain_args(b)) == 0
         assert same_bits(a, b)
 
 

@@ -441,8 +441,7 @@ def test_a_loop_checked_once_gives_the_interpreters_bits(tmp_path, start, count,
     arena = model.arena.copy()
     ref = arena.copy()
     Dispatch(node.program, ref).run()
-    g = plan.gen
-    assert plan.driver("run_plain")(arena, plan.bases, g.kf, g.ki, 0, 1, *plan.scratch()) == 0
+    assert plan.driver("run_plain")(*plan.plain_args(arena, 1)) == 0
     assert same_bits(arena, ref)
 
 
@@ -454,15 +453,13 @@ def test_a_loop_that_leaves_its_region_still_stops_the_plain_driver(tmp_path):
     node = next(n for n in model.nodes if n.target == "t.walk")
     runner = C.CompiledRunner(model)
     plan = runner.plan(node)
-    g = plan.gen
     arena = model.arena.copy()
-    assert plan.driver("run_plain")(arena, plan.bases, g.kf, g.ki, 0, 1, *plan.scratch()) == -1
+    assert plan.driver("run_plain")(*plan.plain_args(arena, 1)) == -1
     # stepping first, 31 trips from 0 reach element 31 (the last); 32 leave the region
     for count, status in ((31, 0), (32, -1)):
         p = C.CompiledRunner(walk_model(tmp_path, 0, count, 1, True))
         wp = p.plan(next(n for n in p.model.nodes if n.target == "t.walk"))
-        got = wp.driver("run_plain")(p.model.arena.copy(), wp.bases, wp.gen.kf, wp.gen.ki, 0, 1,
-                                  *wp.scratch())
+        got = wp.driver("run_plain")(*wp.plain_args(p.model.arena.copy(), 1))
         assert got == status
     with pytest.raises(FirFault):
         runner.run(node, model.arena.copy(), None)

@@ -366,12 +366,15 @@ class _Checked(Renderer):
     def empty(self) -> list[str]:
         return ["pass"]
 
+    def lane_registers(self) -> tuple[list[int], list[int]]:
+        """The R (R0, the lane, always) and U registers a lane's code holds."""
+        return sorted(set(self.registers("R")) | {0}), self.registers("U")
+
     # -- the module -------------------------------------------------------------------------
     def module(self, checked: list[str], plain: list[str],
                vector: tuple[list[str], list[str]] | None = None,
                parallel: bool = False) -> list[str]:
-        regs_r = sorted(set(self.registers("R")) | {0})
-        regs_u = self.registers("U")
+        regs_r, regs_u = self.lane_registers()
         # Every number of the node, unpacked once per dispatch into scalars (kept in
         # registers across lanes). No NRT: nothing here allocates, and its reference
         # counting of the array arguments on every early return cost more than the
@@ -505,8 +508,8 @@ class _Plain(_Checked):
     safe (bounds, rtou, loop counts); one that fires leaves the driver with -1. The slots
     are taken exactly as in the checked body, so both bodies name the same numbers."""
 
-    sinks = True  # the first top-level jammed loop without wide groups: vm/sink
-    sunk = None  # (its jam.Parts, its JamPlan), once rendered
+    sunk = None  # the first top-level jammed loop without wide groups (vm/sink): its
+    # (jam.Parts, JamPlan), once rendered
 
     def fault(self, code: int, pc, arg: str, flag: int = C_FAULTED) -> list[str]:
         return ["return -1"]
@@ -654,12 +657,11 @@ class _Plain(_Checked):
         wide_plan = jam.wide_plan(plan) if conds else None
         wide = []
         if wide_plan is not None:
-            wide = jam.wide_lines(plan, wide_plan, depth, p_lines, fast[0], conds, e_lines)
+            wide = jam.wide_lines(wide_plan, depth, p_lines, fast[0], conds, e_lines)
             self.scratch = max(self.scratch, len(wide_plan.carried) * jam.WIDE_MAX)
         jp = jam.parts(plan, depth, header, p_lines, inner, fast, e_lines, alias, original,
                        wide)
-        if self.sunk is None and not outer and opener.depth == 0 and wide_plan is None \
-                and self.sinks:
+        if self.sunk is None and not outer and opener.depth == 0 and wide_plan is None:
             self.sunk = (jp, plan)  # vm/sink: this loop's lanes run side by side
             return [sink.MARK]
         return jam.lines(jp)
@@ -780,8 +782,8 @@ def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:
     sunk = (0, 0)
     if plain.sunk is not None:
         jp, jplan = plain.sunk
-        *plain_body, nr, ni = sink.phases(jp, plain_body, sorted(set(plain.registers("R")) | {0}),
-                                          plain.registers("U"), jplan.stepped)
+        *plain_body, nr, ni = sink.phases(jp, plain_body, *plain.lane_registers(),
+                                          jplan.stepped)
         plain_body, sunk = tuple(plain_body), (nr, ni)
     fvals, kvals = checked.fvals, checked.kvals
     assert len(plain.fvals) == len(fvals) and plain.kvals == kvals  # the same numbering

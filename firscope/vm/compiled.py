@@ -352,8 +352,7 @@ class CompiledRunner:
                 # ... and so does the first call of run_par (5.7 ms, a later dispatch of
                 # attention@0 in profile): made here, on no lanes, so that it is not
                 # charged to a dispatch that splits.
-                g = plan.gen
-                plan.driver("run_par")(arena, plan.bases, g.kf, g.ki, 0, 0, *plan.scratch(), 1)
+                plan.driver("run_par")(*plan.plain_args(arena, lanes=0, parts=1))
             return
         if ranges == 1:
             plan.work = plan.alone = elapsed
@@ -462,10 +461,9 @@ class CompiledRunner:
             return None
         limit = UNLIMITED if budget is None else max(int(budget), 0)
         if takes_plain(plan, limit) and not self._spreads(plan):
-            g = plan.gen
             # its machine-code entry: no matching of types to signatures, a fifth of a
             # micro node's dispatch on the plain path
-            args = (arena, plan.bases, g.kf, g.ki, 0, plan.program.threads, *plan.scratch())
+            args = plan.plain_args(arena)
             return entry_for(plan.driver("run_plain"), args), args
         if plan.infallible is None and plan.proofs is None:
             return None  # always the checked driver
@@ -514,16 +512,13 @@ class CompiledRunner:
         numba's threads (run_par) when it is worth it (``threads``: numba's count, None:
         look). Returns how many ranges of lanes ran at once."""
         self.plain_dispatches += 1
-        g = plan.gen
         ranges = self._ranges(plan, plain=True, threads=threads)
         if len(ranges) == 1:
-            status = plan.driver("run_plain")(arena, plan.bases, g.kf, g.ki, 0,
-                                              plan.program.threads, *plan.scratch())
+            status = plan.driver("run_plain")(*plan.plain_args(arena))
         else:
             fn = plan.driver("run_par")
             t = self.clock()
-            status = fn(arena, plan.bases, g.kf, g.ki, 0, plan.program.threads,
-                        *plan.scratch(len(ranges)), len(ranges))
+            status = fn(*plan.plain_args(arena, parts=len(ranges)))
             # the ranges ran together: each took about the whole call
             self._range_seconds = [self.clock() - t] * len(ranges)
         if status < 0:  # the analysis was wrong: never trust it again

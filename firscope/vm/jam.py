@@ -192,6 +192,15 @@ class Parts:
     rest: list[str]  # the inner loops, the epilogues, the last trip's copies, r -= JAM
     original: list[str]  # the body as written (the trips left over)
 
+    def entry(self) -> str:
+        """The condition for any group: JAM trips at least, no aliasing."""
+        return " and ".join([f"n{self.d} >= {JAM}", *self.alias])
+
+    def inner_fits(self) -> str:
+        """The ``if`` line for an inner count the groups can take."""
+        m = f"n{self.d + 1}"
+        return f"if {m} >= 1 and {m} <= 1073741824:"
+
 
 def parts(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], inner: Pieces,
           inner_fast: tuple[list[list[str]], list[str]] | None, e_lines: list[str],
@@ -228,15 +237,13 @@ def lines(jp: Parts) -> list[str]:
     """The jammed loop: the wide groups (see :func:`wide_lines`), the groups of JAM trips,
     then the rest as written."""
     d = jp.d
-    n, m = f"n{d}", f"n{d + 1}"
     check = [f"if not ({jp.checks}):", "    break"] if jp.checks else []
     group = [*jp.head, *check, *jp.rest]
-    cond = " and ".join([f"{n} >= {JAM}", *jp.alias])
     return [*jp.header,
-            f"r{d} = {n}",
-            f"if {cond}:",
+            f"r{d} = n{d}",
+            f"if {jp.entry()}:",
             *indent([*jp.inner_header,
-                     f"if {m} >= 1 and {m} <= 1073741824:",
+                     jp.inner_fits(),
                      *indent([*jp.deltas, *jp.wide] if jp.wide else
                              [*jp.inits, *jp.deltas,
                               f"for g{d} in range(r{d} // {JAM}):", *indent(group)])]),
@@ -345,13 +352,12 @@ def _per_trip(lines: list[str], wp: WidePlan, j: str) -> list[str]:
     return [REGISTER.sub(sub, line) for line in lines]
 
 
-def wide_lines(plan: JamPlan, wp: WidePlan, d: int, p_lines: list[list[str]],
-               fast_i: list[list[str]], conds: list[str], e_lines: list[str]) -> list[str]:
+def wide_lines(wp: WidePlan, d: int, p_lines: list[list[str]], fast_i: list[list[str]],
+               conds: list[str], e_lines: list[str]) -> list[str]:
     """Wide groups of the loop at depth ``d`` while at least WIDE_MIN trips are left
     (``r{d}``), where every stepped register's D is 1 (see WIDE_MIN's comment). A group
     whose inner accesses are not all in bounds (the first and the last trip's, the
-    indices rising with the trip) leaves them before any store, for the eight-wide jam
-    and the loop as written."""
+    indices rising with the trip) leaves them before any store, for the loop as written."""
     r, w, j, m = f"r{d}", f"w{d}", f"j{d}", f"n{d + 1}"
     moved = wp.stepped + wp.affine
     last = {reg: f"({reg} + {w} - 1)" for reg in moved}

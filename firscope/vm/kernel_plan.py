@@ -65,6 +65,14 @@ class KernelPlan:
             self.si = np.zeros(ni, dtype=np.int64)
         return self.sf[:nf], self.si[:ni]
 
+    def plain_args(self, arena: np.ndarray, lanes: int | None = None, parts: int = 0) -> tuple:
+        """run_plain's arguments on ``arena`` for lanes 0..``lanes`` (None: all of the
+        kernel's), with its scratch; with ``parts``, run_par's (that many ranges at once)."""
+        g = self.gen
+        n = self.program.threads if lanes is None else lanes
+        args = (arena, self.bases, g.kf, g.ki, 0, n, *self.scratch(max(parts, 1)))
+        return args + (parts,) if parts else args
+
     @property
     def written_size(self) -> int:
         return sum(b - a for a, b in self.written)

@@ -53,8 +53,8 @@ def phases(jp: Parts, lines: list[str], regs_r: list[int], regs_u: list[int],
     restore += [f"{x} = si[io + {k}]" for k, x in enumerate(ints)]
     a = [*before, *jp.header, f"{r} = {n}", "act = 0", f"{m} = 0",
          *(f"D{reg} = 0" for reg in stepped),
-         f"if {' and '.join([f'{n} >= {JAM}', *jp.alias])}:",
-         *indent([*jp.inner_header, f"if {m} >= 1 and {m} <= 1073741824:",
+         f"if {jp.entry()}:",
+         *indent([*jp.inner_header, jp.inner_fits(),
                   *indent([*jp.deltas, "act = 1"])]),
          *where, *save,
          f"if act != 0 and {r} // {JAM} > G:", f"    G = {r} // {JAM}"]
