@@ -61,14 +61,14 @@ import numpy as np
 from ..errors import FirError
 from .faults import bounds_message, loop_count_message, rtou_message
 from .operands import Address
-from . import jam, sink
+from . import jam, sink, split
 from .isa import MAX_TRIPS, FrameKind
 from .kernel_abi import (C_ABORT, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOAD, F_OWNER,
                          F_RTOU, F_STOP, F_STORE, POLL, TRIP_ARGS, driver_params)
 from .lanes import Slicing, lane_partition
 from .render import Renderer, indent
 
-GENERATOR_VERSION = 12  # bump when the generated code's meaning changes
+GENERATOR_VERSION = 13  # bump when the generated code's meaning changes
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
 
@@ -580,7 +580,7 @@ class _Plain(_Checked):
         accesses = dict(self.accesses)
         if any(ureg in varying for ureg, _, _ in accesses.values()):
             accesses = None  # an index the trip number does not give
-        return jam.Pieces(header, per_op, steps, accesses)
+        return jam.Pieces(header, per_op, steps, accesses, body)
 
     def conditions(self, pieces: jam.Pieces, depth: int) -> list[str]:
         """What makes every trip's accesses in bounds, with no step wrapping past 2^32
@@ -617,11 +617,16 @@ class _Plain(_Checked):
         if not conds:
             return [*pieces.header, *indent(lines)]
         loop = pieces.header[-1]
-        fast = [line for op in self.fast_ops(pieces) for line in op]
+        fast_ops = self.fast_ops(pieces)
+        sp = split.plan(pieces.body, fast_ops)
+        if sp is not None:  # vm/split: the in-order sum apart from the work feeding it
+            self.scratch = max(self.scratch, split.SPLIT)
+            fast = split.lines(sp, depth, fast_ops)
+        else:
+            fast = [loop, *indent([line for op in fast_ops for line in op] or self.empty())]
         return [*pieces.header[:-1],
                 f"if n{depth} <= 0 or (n{depth} <= 1073741824 and {' and '.join(conds)}):",
-                f"    {loop}",
-                *indent(fast or self.empty(), 2),
+                *indent(fast),
                 "else:",
                 f"    {loop}",
                 *indent(lines, 2)]

@@ -77,9 +77,10 @@ class Pieces:
     steps: dict[str, tuple[str, int]]  # register -> (K slot, pc) of its one step a trip
     # pc -> (index register, offset, slot); None: an index the trip number does not give
     accesses: dict[int, tuple[str, str, int]] | None
+    body: list = ()  # the ops
 
 
-def _regs(op, which) -> set[str]:
+def regs(op, which) -> set[str]:
     return {f"{file}{op.args[i]}" for file, i in which}
 
 
@@ -101,13 +102,13 @@ def plan(ops, opener) -> JamPlan | None:
         return None
     if any(op.spec.opens is FrameKind.FOR for op in e_ops):
         return None
-    written_body = set().union(*(_regs(op, op.spec.writes) for op in body))
-    if _regs(inner, inner.spec.reads) & written_body:
+    written_body = set().union(*(regs(op, op.spec.writes) for op in body))
+    if regs(inner, inner.spec.reads) & written_body:
         return None  # the inner count changes from trip to trip
     exposed, written = set(), set()
     for op in p_ops + i_ops:
-        exposed |= _regs(op, op.spec.reads) - written
-        written |= _regs(op, op.spec.writes)
+        exposed |= regs(op, op.spec.reads) - written
+        written |= regs(op, op.spec.writes)
     depth, conditional = 0, set()  # E's ops inside an if block
     for op in e_ops:
         depth -= op.spec.closes is not None
@@ -116,14 +117,14 @@ def plan(ops, opener) -> JamPlan | None:
         depth += op.spec.opens is not None
     stepped = sorted(exposed & written_body)
     for reg in stepped:
-        writers = [op for op in body if reg in _regs(op, op.spec.writes)]
+        writers = [op for op in body if reg in regs(op, op.spec.writes)]
         if not all(_is_step(op) and op.pc not in conditional for op in writers):
             return None
     shared = _shared(p_ops + i_ops, written - set(stepped), written_body,
-                     set().union(*(_regs(op, op.spec.writes) for op in e_ops)))
+                     set().union(*(regs(op, op.spec.writes) for op in e_ops)))
     return JamPlan(inner, p_ops, i_ops, (inner.match + 1, opener.match),
                    sorted((written | set(stepped)) - shared), stepped, sorted(shared),
-                   set().union(set(), *(_regs(op, op.spec.reads) for op in e_ops)))
+                   set().union(set(), *(regs(op, op.spec.reads) for op in e_ops)))
 
 
 def _shared(ops, candidates: set[str], written_body: set[str], e_writes: set[str]) -> set[str]:
@@ -136,8 +137,8 @@ def _shared(ops, candidates: set[str], written_body: set[str], e_writes: set[str
     while changed:
         changed = False
         for op in ops:
-            outs = _regs(op, op.spec.writes) & shared
-            ins = _regs(op, op.spec.reads)
+            outs = regs(op, op.spec.writes) & shared
+            ins = regs(op, op.spec.reads)
             if outs and any(r in written_body and r not in shared for r in ins):
                 shared -= outs
                 changed = True
@@ -209,7 +210,7 @@ def parts(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], in
     m = f"n{d + 1}"
     inner_loop = inner.header[-1]
     shared = set(plan.shared)
-    p_once, i_once = ([bool(w) and w <= shared for w in (_regs(op, op.spec.writes) for op in ops)]
+    p_once, i_once = ([bool(w) and w <= shared for w in (regs(op, op.spec.writes) for op in ops)]
                       for ops in (plan.prologue, plan.body))
     checks = None
     if inner_fast is not None:  # a group whose accesses are not all proved leaves the jam
@@ -278,7 +279,7 @@ def _prologue_kinds(plan: JamPlan, stepped: set[str], shared: set[str]):
     constant) or "trip" (per-trip R registers); None where another op is there."""
     affine, kinds = set(), []
     for op in plan.prologue:
-        w = _regs(op, op.spec.writes)
+        w = regs(op, op.spec.writes)
         if w and w <= shared:
             kinds.append("once")
         elif len(w) == 1 and next(iter(w))[0] == "U":
@@ -299,14 +300,14 @@ def _body_kinds(plan: JamPlan, shared: set[str], affine: set[str], per_trip_r: s
     kinds, order = [], {"shared": 0, "trip": 1, "step": 2}
     read_first, written = set(), set()
     for op in plan.body:
-        w = _regs(op, op.spec.writes)
+        w = regs(op, op.spec.writes)
         if _is_step(op) and w <= shared | affine:
             kind = "step"
         elif w and w <= shared:
             kind = "shared"
         elif w and w <= per_trip_r:
             kind = "trip"
-            read_first |= _regs(op, op.spec.reads) - written
+            read_first |= regs(op, op.spec.reads) - written
             written |= w
         else:
             return None
@@ -319,8 +320,8 @@ def _body_kinds(plan: JamPlan, shared: set[str], affine: set[str], per_trip_r: s
 def wide_plan(plan: JamPlan) -> WidePlan | None:
     """Whether ``plan``'s loop may also run in wide groups, and how; None where not."""
     shared, stepped = set(plan.shared), set(plan.stepped)
-    p_writes = set().union(set(), *(_regs(op, op.spec.writes) for op in plan.prologue))
-    i_writes = set().union(set(), *(_regs(op, op.spec.writes) for op in plan.body))
+    p_writes = set().union(set(), *(regs(op, op.spec.writes) for op in plan.prologue))
+    i_writes = set().union(set(), *(regs(op, op.spec.writes) for op in plan.body))
     if not stepped or stepped & (p_writes | i_writes):
         return None  # a stepped register written in P or I: its D depends on the count
     prologue = _prologue_kinds(plan, stepped, shared)
