@@ -3,6 +3,8 @@ wherever it runs, falls back at run time (aliased regions, a step that wraps) or
 refused."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -298,6 +300,28 @@ def test_attention_takes_wide_groups_for_its_v_loop_only(random_model):
     assert jam.wide_plan(qk) is None
     wp = jam.wide_plan(v)
     assert wp is not None and wp.carried == ["R12"] and wp.stepped == ["U5"]
+    # the value row AHEAD rows on prefetched, one line in LINE elements of the group's w0
+    src = generate(program).source
+    assert src.count("prefetch(arena, ") == 1
+    assert f"for pf in range(0, w0, {jam.LINE}):" in src
+    assert re.search(rf"prefetch\(arena, B\d+ \+ U4 \+ {jam.AHEAD} \* K\d+ \+ pf\)", src)
+
+
+def test_prefetch_is_a_hint_that_never_faults():
+    """kernel_helpers.prefetch compiles for an int64 index and, clamped into the array,
+    touches nothing far below or far past it; the array is as it was."""
+    from numba import njit
+    from firscope.vm.kernel_helpers import prefetch
+
+    @njit(cache=False)
+    def touch(a, lo, n):
+        for i in range(lo, lo + n):
+            prefetch(a, i)
+        return a.sum()
+    a = np.arange(10, dtype=np.float32)
+    for lo in (-(1 << 62), -5, 0, 7, 1 << 62):
+        assert touch(a, lo, 4) == 45
+    assert np.array_equal(a, np.arange(10, dtype=np.float32))
 
 
 # vm/sink: the lanes of a jammed loop side by side

@@ -406,7 +406,7 @@ class _Checked(Renderer):
                 f"{len(self.ops)} instructions; do not edit.",
                 "import numpy as np",
                 "from numba import njit, prange",
-                "from firscope.vm.kernel_helpers import record, tick",
+                "from firscope.vm.kernel_helpers import prefetch, record, tick",
                 "from firscope.model.numeric_kernels import exp_f32, sigmoid_f32",
                 "",
                 "ONE = np.float32(1.0)",
@@ -662,7 +662,7 @@ class _Plain(_Checked):
         wide_plan = jam.wide_plan(plan) if conds else None
         wide = []
         if wide_plan is not None:
-            wide = jam.wide_lines(wide_plan, depth, p_lines, fast[0], conds, e_lines)
+            wide = jam.wide_lines(wide_plan, depth, p_lines, fast[0], conds, e_lines, inner)
             self.scratch = max(self.scratch, len(wide_plan.carried) * jam.WIDE_MAX)
         jp = jam.parts(plan, depth, header, p_lines, inner, fast, e_lines, alias, original,
                        wide)

@@ -33,6 +33,33 @@ def poll(typingctx, cell):
     return sig, codegen
 
 
+@intrinsic
+def prefetch(typingctx, arr, index):
+    """A hint to bring ``arr``'s element ``index`` (clamped into the array) into the caches:
+    no value, no fault, nothing a kernel computes depends on it (vm/jam's wide groups)."""
+    sig = types.void(arr, index)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        from numba.core import cgutils
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i64 = ir.IntType(64)
+        i = builder.sext(args[1], i64) if args[1].type.width < 64 else args[1]
+        last = builder.sub(builder.extract_value(ary.shape, 0), ir.Constant(i64, 1))
+        i = builder.select(builder.icmp_signed(">", i, last), last, i)
+        i = builder.select(builder.icmp_signed("<", i, ir.Constant(i64, 0)),
+                           ir.Constant(i64, 0), i)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # read (0), high locality (3), data cache (1)
+        builder.call(fn, [builder.bitcast(builder.gep(ary.data, [i]), i8p),
+                          ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 _I = "int64"
 _TRIPS = ", ".join([_I] * TRIP_ARGS)
 _OPTS = dict(cache=True, nogil=True, _nrt=False, error_model="numpy")
