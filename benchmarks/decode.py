@@ -714,11 +714,12 @@ def print_floor(floor: dict | None, cfg: dict) -> None:
           f"avg up to {floor['loadavg']:.2f}, others CPU {floor['others_cpu']:.2f})")
 
 
-def _paired(s: dict, floor: dict, name: str) -> str:
-    """The engine's time over the floor measured in the same round (its processes ran
-    minutes apart at most), as the median over rounds and their range: a machine whose
-    bandwidth drifts moves both medians apart, not a round's pair."""
-    if name == "firscope-f32" or "per_round" not in s or "per_round" not in floor:
+def _paired(s: dict, floor: dict, name: str = "") -> str:
+    """The engine's time over the floor (or a peer's time) measured in the same round (its
+    processes ran minutes apart at most), as the median over rounds and their range: a
+    machine whose bandwidth drifts moves both medians apart, not a round's pair."""
+    if name == "firscope-f32" or "per_round" not in s or "per_round" not in floor:  # f32:
+        # its own layout's floor, not measured round by round
         return ""
     rs = [a / b for a, b in zip(s["per_round"], floor["per_round"]) if a and b]
     if len(rs) < 2:
@@ -734,7 +735,8 @@ def print_ratios(summary: dict[str, dict], floor: dict | None = None) -> None:
     for name, s in summary.items():
         if "ms" not in s or not name.startswith("firscope"):
             continue
-        cells = [f"/ {p} {s['ms'] / summary[p]['ms']:.2f}" for p in peers if p != name]
+        cells = [f"/ {p} {s['ms'] / summary[p]['ms']:.2f}{_paired(s, summary[p])}"
+                 for p in peers if p != name]
         if floor is not None:
             ms = floor["ms_f32"] if name == "firscope-f32" else floor["ms"]
             cells.insert(0, f"/ floor {s['ms'] / ms:.2f}{_paired(s, floor, name)}")

@@ -98,6 +98,21 @@ def test_the_floor_ratio_is_also_paired_round_by_round(bench, capsys):
     assert "/ floor 1.30 (paired by round: median 1.25, rounds 1.20-1.30)" in line
 
 
+def test_a_peer_ratio_is_also_paired_round_by_round(bench, capsys):
+    """The same against llama.cpp: its process ran next to firscope's in each round."""
+    def run(ms):
+        return {"times": [ms / 1e3] * 3, "load_s": 1.0, "rss_load": 1, "rss_end": 1,
+                "loadavg": [0.5], "others_cpu": 0.0}
+    # firscope 10, 15, 11 ms; llama.cpp 10, 12, 10 ms: medians 11 / 10 = 1.10, pairs
+    # 1.00, 1.25, 1.10
+    results = {"firscope-q4": [run(10.0), run(15.0), run(11.0)],
+               "llama-Q4_1": [run(10.0), run(12.0), run(10.0)]}
+    bench.print_ratios(bench.summarize(results))
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("firscope-q4"))
+    assert "/ llama-Q4_1 1.10 (paired by round: median 1.10, rounds 1.00-1.25)" in line
+
+
 def test_position_puts_firscope_and_the_numpy_gpt2_at_the_same_cache_rows(bench):
     """--position's cheap prefill: the same seeded K/V rows in firscope's caches and in the
     NumPy GPT-2's, so that a step from there computes the same logits (f32 weights)."""
