@@ -8,7 +8,10 @@ side, one op of each trip in turn, the core overlaps them. Every trip keeps its 
 order of operations, so the bits are the interpreter's. (Measured on GPT-2 small's
 attention, two threads: 4 trips 1.7x, 8 trips 1.8-1.9x at position 1000, +3 and +4 s of
 cold compile; 16 trips 15% slower than 8 (registers spill); a software prefetch of the
-next group's rows or of the trips ahead gained nothing measurable and is not written.)
+next group's rows or of the trips ahead gained nothing measurable and is not written:
+tried again with the heads side by side (vm/sink), the next group's rows of each trip
+made attention slower, 253 -> 375 us hot at position 1000. The wide groups below do
+prefetch: see AHEAD.)
 
 A loop is jammed when (:func:`plan`) its body is a straight prologue P, one inner ``for``
 whose body I is straight, and an epilogue E (straight, or with ``if`` blocks), and:
