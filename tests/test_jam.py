@@ -300,11 +300,17 @@ def test_attention_takes_wide_groups_for_its_v_loop_only(random_model):
     assert jam.wide_plan(qk) is None
     wp = jam.wide_plan(v)
     assert wp is not None and wp.carried == ["R12"] and wp.stepped == ["U5"]
-    # the value row AHEAD rows on prefetched, one line in LINE elements of the group's w0
+    # V: the value row AHEAD rows on prefetched, one line in LINE elements of the group's
+    # w0; QK: each of the group's eight key rows GROUPS_AHEAD groups on, its n1 elements
     src = generate(program).source
-    assert src.count("prefetch(arena, ") == 1
+    assert src.count("prefetch(arena, ") == 1 + jam.JAM
     assert f"for pf in range(0, w0, {jam.LINE}):" in src
     assert re.search(rf"prefetch\(arena, B\d+ \+ U4 \+ {jam.AHEAD} \* K\d+ \+ pf\)", src)
+    ahead = jam.GROUPS_AHEAD * jam.JAM
+    for j in range(jam.JAM):
+        assert re.search(rf"prefetch\(arena, B\d+ \+ U4_{j} \+ {ahead} \* DU4 \+ pf \* K\d+\)",
+                         src)
+    assert src.count(f"for pf in range(0, n1, {jam.LINE}):") == jam.JAM
 
 
 def test_prefetch_is_a_hint_that_never_faults():

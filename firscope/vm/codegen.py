@@ -68,7 +68,7 @@ from .kernel_abi import (C_ABORT, C_FAULTED, F_BUDGET, F_COUNT, F_JOURNAL, F_LOA
 from .lanes import Slicing, lane_partition
 from .render import Renderer, indent
 
-GENERATOR_VERSION = 13  # bump when the generated code's meaning changes
+GENERATOR_VERSION = 14  # bump when the generated code's meaning changes
 _JIT = "error_model='numpy', fastmath=False, cache=True, nogil=True, _nrt=False"
 
 

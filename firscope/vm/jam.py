@@ -10,8 +10,9 @@ attention, two threads: 4 trips 1.7x, 8 trips 1.8-1.9x at position 1000, +3 and 
 cold compile; 16 trips 15% slower than 8 (registers spill); a software prefetch of the
 next group's rows or of the trips ahead gained nothing measurable and is not written:
 tried again with the heads side by side (vm/sink), the next group's rows of each trip
-made attention slower, 253 -> 375 us hot at position 1000. The wide groups below do
-prefetch: see AHEAD.)
+made attention slower, 253 -> 375 us hot at position 1000, into L1 (prefetcht0); into L2
+(prefetcht1) and two groups on, decode is 4-6% faster: see GROUPS_AHEAD. The wide groups
+below prefetch too: see AHEAD.)
 
 A loop is jammed when (:func:`plan`) its body is a straight prologue P, one inner ``for``
 whose body I is straight, and an epilogue E (straight, or with ``if`` blocks), and:
@@ -55,6 +56,14 @@ from .lanes import u_add_k
 from .render import indent
 
 JAM = 8  # trips run together
+LINE = 16  # f32 elements of a 64-byte cache line
+# Each group prefetches (kernel_helpers.prefetch: into L2, a hint) the inner loop's rows of
+# the trips GROUPS_AHEAD groups on: attention's key rows, read 256 bytes of each 3 KB row
+# per head, are demand misses the hardware prefetchers do not follow. Measured in one
+# process, two GPT-2 small machines stepping alternately at positions 960-1020 (each
+# step's pair): decode 0.964x and 0.942x the time without it (two runs); attention alone
+# with K in cache 179 -> 210 us, with the cache cold 504 -> 455 us (medians).
+GROUPS_AHEAD = 2
 REGISTER = re.compile(r"\b([RU]\d+)\b")
 # the line vm/codegen writes for ``uaddk U U k``: a register stepped by a constant
 STEP = re.compile(r"(U\d+) = \(\1 \+ (K\d+)\) & M32")
@@ -231,10 +240,27 @@ def parts(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], in
              for reg in plan.renamed for j in range(JAM)]
     starts = [f"{reg}_{j} = {reg}" if j == 0 else f"{reg}_{j} = ({reg} + {j} * D{reg}) & M32"
               for reg in plan.stepped for j in range(JAM)]
-    rest = [*loops, *[line for j in range(JAM) for line in copy_of(e_lines, names, j)],
+    rest = [*_row_prefetches(plan, inner, m), *loops,
+            *[line for j in range(JAM) for line in copy_of(e_lines, names, j)],
             *[f"{reg} = {reg}_{JAM - 1}" for reg in plan.renamed], f"r{d} -= {JAM}"]
     return Parts(d, header[:-1], inner.header[:-1], alias, inits, deltas, list(wide),
                  [*starts, *interleaved(p_lines, names, p_once)], checks, rest, original)
+
+
+def _row_prefetches(plan: JamPlan, inner: Pieces, m: str) -> list[str]:
+    """For each access of the inner loop whose index is a stepped register (a copy per
+    trip) that the inner loop steps: prefetches of the ``m`` elements trip j of the group
+    GROUPS_AHEAD groups on reads, one a cache line (see GROUPS_AHEAD)."""
+    out = []
+    for ureg, offset, slot in dict.fromkeys((inner.accesses or {}).values()):
+        if ureg in plan.stepped and ureg in inner.steps:
+            k = inner.steps[ureg][0]
+            off = f" + {offset}" if offset else ""
+            for j in range(JAM):
+                out += [f"for pf in range(0, {m}, {LINE}):",
+                        f"    prefetch(arena, B{slot} + {ureg}_{j}{off} + "
+                        f"{GROUPS_AHEAD * JAM} * D{ureg} + pf * {k})"]
+    return out
 
 
 def lines(jp: Parts) -> list[str]:
@@ -270,9 +296,10 @@ WIDE_MAX = 256  # trips in one group at most; sf holds WIDE_MAX floats per carri
 # in GPT-2 small's V): demand misses the hardware prefetchers do not follow across pages.
 # The row AHEAD inner trips on is prefetched (kernel_helpers.prefetch: a hint, no value,
 # no fault). Measured on attention's V loop alone, 12 heads on 2 threads, cache cold:
-# 188 -> 151 us and 306 -> 238 us (two runs), 4 rows ahead about as good, 16 worse.
+# 188 -> 151 us and 306 -> 238 us (two runs), 4 rows ahead about as good, 16 worse (into
+# L1; the prefetch goes into L2 since: reading a line of each half row, 258 us without,
+# 200 into L1, 143 into L2).
 AHEAD = 8
-LINE = 16  # f32 elements of a 64-byte cache line
 
 
 @dataclass
