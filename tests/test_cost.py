@@ -419,3 +419,16 @@ def test_info_cost_in_the_batch_debugger(tmp_path):
     assert "SIMD efficiency 3%" in r.stdout and "Apple M2 Max" in r.stdout
     assert "unknown device 'nope'" in r.stdout + r.stderr and r.returncode == 1
     assert "Traceback" not in r.stderr
+
+
+def test_distinct_accesses_are_what_np_unique_counts():
+    """record._distinct (a table per region, np.unique where the positions are sparse)
+    against np.unique's count: no keys, one region, several, dense and sparse positions."""
+    from firscope.cost.record import _REGION_SHIFT, _distinct
+    rng = np.random.default_rng(7)
+    assert _distinct(np.zeros(0, dtype=np.int64)) == 0
+    for spread in (1, 10, 5000, 10**7, 10**11):
+        for regions in (1, 3):
+            n = int(rng.integers(1, 4000))
+            keys = (rng.integers(0, regions, n) << _REGION_SHIFT) | rng.integers(0, spread, n)
+            assert _distinct(keys) == np.unique(keys).size, (spread, regions)
