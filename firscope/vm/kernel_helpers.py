@@ -35,8 +35,9 @@ def poll(typingctx, cell):
 
 @intrinsic
 def prefetch(typingctx, arr, index):
-    """A hint to bring ``arr``'s element ``index`` (clamped into the array) into the caches:
-    no value, no fault, nothing a kernel computes depends on it (vm/jam's wide groups)."""
+    """A hint to bring ``arr``'s element ``index`` (clamped into the array) into L2: no
+    value, no fault, nothing a kernel computes depends on it. vm/jam's QK groups and wide
+    groups call it (GROUPS_AHEAD and AHEAD there say what it gained, and why L2)."""
     sig = types.void(arr, index)
 
     def codegen(context, builder, signature, args):
@@ -53,7 +54,7 @@ def prefetch(typingctx, arr, index):
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        # read (0), locality 2 (into L2, not L1: measured below), data cache (1)
+        # read (0), locality 2 (prefetcht1 on x86: into L2, not L1), data cache (1)
         builder.call(fn, [builder.bitcast(builder.gep(ary.data, [i]), i8p),
                           ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
         return context.get_dummy_value()
