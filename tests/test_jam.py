@@ -303,26 +303,27 @@ def test_attention_takes_wide_groups_for_its_v_loop_only(random_model):
     # V: the value row AHEAD rows on prefetched, one line in LINE elements of the group's
     # w0; QK: each of the group's eight key rows GROUPS_AHEAD groups on, its n1 elements
     src = generate(program).source
-    assert src.count("prefetch(arena, ") == 1 + jam.JAM
+    assert src.count("prefetch_l1(arena, ") == 1 and src.count("prefetch_l2(arena, ") == jam.JAM
     assert f"for pf in range(0, w0, {jam.LINE}):" in src
-    assert re.search(rf"prefetch\(arena, B\d+ \+ U4 \+ {jam.AHEAD} \* K\d+ \+ pf\)", src)
+    assert re.search(rf"prefetch_l1\(arena, B\d+ \+ U4 \+ {jam.AHEAD} \* K\d+ \+ pf\)", src)
     ahead = jam.GROUPS_AHEAD * jam.JAM
     for j in range(jam.JAM):
-        assert re.search(rf"prefetch\(arena, B\d+ \+ U4_{j} \+ {ahead} \* DU4 \+ pf \* K\d+\)",
+        assert re.search(rf"prefetch_l2\(arena, B\d+ \+ U4_{j} \+ {ahead} \* DU4 \+ pf \* K\d+\)",
                          src)
     assert src.count(f"for pf in range(0, n1, {jam.LINE}):") == 1
 
 
 def test_prefetch_is_a_hint_that_never_faults():
-    """kernel_helpers.prefetch compiles for an int64 index and, clamped into the array,
-    touches nothing far below or far past it; the array is as it was."""
+    """kernel_helpers' prefetches compile for an int64 index and, clamped into the array,
+    touch nothing far below or far past it; the array is as it was."""
     from numba import njit
-    from firscope.vm.kernel_helpers import prefetch
+    from firscope.vm.kernel_helpers import prefetch_l1, prefetch_l2
 
     @njit(cache=False)
     def touch(a, lo, n):
         for i in range(lo, lo + n):
-            prefetch(a, i)
+            prefetch_l1(a, i)
+            prefetch_l2(a, i)
         return a.sum()
     a = np.arange(10, dtype=np.float32)
     for lo in (-(1 << 62), -5, 0, 7, 1 << 62):

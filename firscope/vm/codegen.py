@@ -406,7 +406,7 @@ class _Checked(Renderer):
                 f"{len(self.ops)} instructions; do not edit.",
                 "import numpy as np",
                 "from numba import njit, prange",
-                "from firscope.vm.kernel_helpers import prefetch, record, tick",
+                "from firscope.vm.kernel_helpers import prefetch_l1, prefetch_l2, record, tick",
                 "from firscope.model.numeric_kernels import exp_f32, sigmoid_f32",
                 "",
                 "ONE = np.float32(1.0)",

@@ -57,7 +57,7 @@ from .render import indent
 
 JAM = 8  # trips run together
 LINE = 16  # f32 elements of a 64-byte cache line
-# Each group prefetches (kernel_helpers.prefetch: into L2, a hint) the inner loop's rows of
+# Each group prefetches (kernel_helpers.prefetch_l2: a hint) the inner loop's rows of
 # the trips GROUPS_AHEAD groups on: attention's key rows, read 256 bytes of each 3 KB row
 # per head, are demand misses the hardware prefetchers do not follow. Measured in one
 # process, two GPT-2 small machines stepping alternately at positions 960-1020 (each
@@ -256,7 +256,7 @@ def _row_prefetches(plan: JamPlan, inner: Pieces, m: str) -> list[str]:
         if ureg in plan.stepped and ureg in inner.steps:
             k = inner.steps[ureg][0]
             off = f" + {offset}" if offset else ""
-            calls += [f"    prefetch(arena, B{slot} + {ureg}_{j}{off} + "
+            calls += [f"    prefetch_l2(arena, B{slot} + {ureg}_{j}{off} + "
                       f"{GROUPS_AHEAD * JAM} * D{ureg} + pf * {k})" for j in range(JAM)]
     # one loop for them all: a loop each made GPT-2 small's first compile ~1 s longer
     return [f"for pf in range(0, {m}, {LINE}):", *calls] if calls else []
@@ -293,11 +293,11 @@ WIDE_MIN = 16  # fewer trips left: the loop as written
 WIDE_MAX = 256  # trips in one group at most; sf holds WIDE_MAX floats per carried register
 # Each trip's row of the inner loop is read once, lane after lane, at a row's stride (3 KB
 # in GPT-2 small's V): demand misses the hardware prefetchers do not follow across pages.
-# The row AHEAD inner trips on is prefetched (kernel_helpers.prefetch: a hint, no value,
+# The row AHEAD inner trips on is prefetched (kernel_helpers.prefetch_l1: a hint, no value,
 # no fault). Measured on attention's V loop alone, 12 heads on 2 threads, cache cold:
-# 188 -> 151 us and 306 -> 238 us (two runs), 4 rows ahead about as good, 16 worse (into
-# L1; the prefetch goes into L2 since: reading a line of each half row, 258 us without,
-# 200 into L1, 143 into L2).
+# 188 -> 151 us and 306 -> 238 us (two runs), 4 rows ahead about as good, 16 worse. Into
+# L1: into L2 instead (as the key rows), decode at positions 960-1020 took 1.03-1.05x as
+# long (two machines stepping alternately in one process, paired step by step).
 AHEAD = 8
 
 
@@ -399,7 +399,7 @@ def _prefetches(wp: WidePlan, inner: Pieces, w: str) -> list[str]:
             k = inner.steps[ureg][0]
             off = f" + {offset}" if offset else ""
             out += [f"for pf in range(0, {w}, {LINE}):",
-                    f"    prefetch(arena, B{slot} + {ureg}{off} + {AHEAD} * {k} + pf)"]
+                    f"    prefetch_l1(arena, B{slot} + {ureg}{off} + {AHEAD} * {k} + pf)"]
     return out
 
 

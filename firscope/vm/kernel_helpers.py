@@ -33,32 +33,43 @@ def poll(typingctx, cell):
     return sig, codegen
 
 
-@intrinsic
-def prefetch(typingctx, arr, index):
-    """A hint to bring ``arr``'s element ``index`` (clamped into the array) into L2: no
-    value, no fault, nothing a kernel computes depends on it. vm/jam's QK groups and wide
-    groups call it (GROUPS_AHEAD and AHEAD there say what it gained, and why L2)."""
-    sig = types.void(arr, index)
+def _prefetch(locality: int, where: str):
+    """A prefetch intrinsic bringing a line into ``where`` (llvm.prefetch's locality)."""
+    @intrinsic
+    def prefetch(typingctx, arr, index):
+        sig = types.void(arr, index)
 
-    def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        from numba.core import cgutils
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        i64 = ir.IntType(64)
-        i = builder.sext(args[1], i64) if args[1].type.width < 64 else args[1]
-        last = builder.sub(builder.extract_value(ary.shape, 0), ir.Constant(i64, 1))
-        i = builder.select(builder.icmp_signed(">", i, last), last, i)
-        i = builder.select(builder.icmp_signed("<", i, ir.Constant(i64, 0)),
-                           ir.Constant(i64, 0), i)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        # read (0), locality 2 (prefetcht1 on x86: into L2, not L1), data cache (1)
-        builder.call(fn, [builder.bitcast(builder.gep(ary.data, [i]), i8p),
-                          ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            from numba.core import cgutils
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            i64 = ir.IntType(64)
+            i = builder.sext(args[1], i64) if args[1].type.width < 64 else args[1]
+            last = builder.sub(builder.extract_value(ary.shape, 0), ir.Constant(i64, 1))
+            i = builder.select(builder.icmp_signed(">", i, last), last, i)
+            i = builder.select(builder.icmp_signed("<", i, ir.Constant(i64, 0)),
+                               ir.Constant(i64, 0), i)
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            # read (0), the locality (3: prefetcht0 on x86, 2: prefetcht1), data cache (1)
+            builder.call(fn, [builder.bitcast(builder.gep(ary.data, [i]), i8p),
+                              ir.Constant(i32, 0), ir.Constant(i32, locality),
+                              ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+        return sig, codegen
+    prefetch.__doc__ = (f"A hint to bring ``arr``'s element ``index`` (clamped into the array) "
+                        f"into {where}: no value, no fault, nothing a kernel computes depends on "
+                        "it (vm/jam: where each is used and what it gained).")
+    return prefetch
+
+
+# vm/jam's wide groups (V rows: into L1 made decode faster than into L2, 0.95-0.97x) and
+# its QK groups (key rows: into L2; into L1 made attention slower), see AHEAD and
+# GROUPS_AHEAD there
+prefetch_l1 = _prefetch(3, "L1")
+prefetch_l2 = _prefetch(2, "L2")
 
 
 _I = "int64"
