@@ -247,17 +247,22 @@ def parts(plan: JamPlan, d: int, header: list[str], p_lines: list[list[str]], in
                  [*starts, *interleaved(p_lines, names, p_once)], checks, rest, original)
 
 
+def _rows(inner: Pieces, per_trip: set[str]) -> list[tuple[str, str, int, str]]:
+    """(index register, " + offset" or "", slot, K slot of its inner step) of each distinct
+    access of the inner loop whose index differs from trip to trip of a group (a register
+    in ``per_trip``) and steps in the inner loop: the rows a group's trips read."""
+    return [(ureg, f" + {offset}" if offset else "", slot, inner.steps[ureg][0])
+            for ureg, offset, slot in dict.fromkeys((inner.accesses or {}).values())
+            if ureg in per_trip and ureg in inner.steps]
+
+
 def _row_prefetches(plan: JamPlan, inner: Pieces, m: str) -> list[str]:
     """For each access of the inner loop whose index is a stepped register (a copy per
     trip) that the inner loop steps: prefetches of the ``m`` elements trip j of the group
     GROUPS_AHEAD groups on reads, one a cache line (see GROUPS_AHEAD)."""
-    calls = []
-    for ureg, offset, slot in dict.fromkeys((inner.accesses or {}).values()):
-        if ureg in plan.stepped and ureg in inner.steps:
-            k = inner.steps[ureg][0]
-            off = f" + {offset}" if offset else ""
-            calls += [f"    prefetch_l2(arena, B{slot} + {ureg}_{j}{off} + "
-                      f"{GROUPS_AHEAD * JAM} * D{ureg} + pf * {k})" for j in range(JAM)]
+    calls = [f"    prefetch_l2(arena, B{slot} + {ureg}_{j}{off} + "
+             f"{GROUPS_AHEAD * JAM} * D{ureg} + pf * {k})"
+             for ureg, off, slot, k in _rows(inner, set(plan.stepped)) for j in range(JAM)]
     # one loop for them all: a loop each made GPT-2 small's first compile ~1 s longer
     return [f"for pf in range(0, {m}, {LINE}):", *calls] if calls else []
 
@@ -392,15 +397,9 @@ def _per_trip(lines: list[str], wp: WidePlan, j: str) -> list[str]:
 def _prefetches(wp: WidePlan, inner: Pieces, w: str) -> list[str]:
     """Prefetches of the row AHEAD inner trips on for each access whose index differs from
     trip to trip of the group (a stepped or affine register) and steps in the inner loop."""
-    moved = set(wp.stepped) | set(wp.affine)
-    out = []
-    for ureg, offset, slot in dict.fromkeys((inner.accesses or {}).values()):
-        if ureg in moved and ureg in inner.steps:
-            k = inner.steps[ureg][0]
-            off = f" + {offset}" if offset else ""
-            out += [f"for pf in range(0, {w}, {LINE}):",
-                    f"    prefetch_l1(arena, B{slot} + {ureg}{off} + {AHEAD} * {k} + pf)"]
-    return out
+    return [line for ureg, off, slot, k in _rows(inner, set(wp.stepped) | set(wp.affine))
+            for line in (f"for pf in range(0, {w}, {LINE}):",
+                         f"    prefetch_l1(arena, B{slot} + {ureg}{off} + {AHEAD} * {k} + pf)")]
 
 
 def wide_lines(wp: WidePlan, d: int, p_lines: list[list[str]], fast_i: list[list[str]],
