@@ -47,18 +47,23 @@ class Trace(Observer):
         # (an access outside its region faults, so every active lane's access happened)
         self.mem: list[int] = []
         self.index: list[np.ndarray] = []
-        # (distinct elements, distinct sectors) of the accesses: the threadgroup size does
-        # not change them, and the advice counts one trace at several (analyze._priced)
-        self.distinct: tuple[int, int] | None = None
+        # (arrays, record._Accesses): the accesses' figures that the threadgroup size does
+        # not change, made once (the advice counts one trace at several: analyze._priced)
+        self.accesses: tuple | None = None
         self._arrays: TraceArrays | None = None
         self._liveness = None  # of the recorded program (vm/liveness), made once
+        # per op (by identity): its pc and its index register's row (None: not memory);
+        # looked up once here, not per execution (before() runs ~30k times a dispatch)
+        self._at = {id(op): (op.pc, None if op.spec.mem is None
+                             else d.Ur[op.args[op.spec.mem.index]]) for op in d.ops}
 
     def arrays(self) -> "TraceArrays":
         """The recorded lists as arrays, made once (a trace is counted at several
         threadgroup sizes); the trace must be complete."""
         if self._arrays is None or self._arrays.pcs.size != len(self.pcs):
             lanes = self.masks[0].size
-            index = np.stack(self.index) if self.index else np.zeros((0, lanes), np.int64)
+            index = (np.concatenate(self.index).reshape(len(self.index), lanes) if self.index
+                     else np.zeros((0, lanes), np.int64))  # np.stack: 4x the time
             self._arrays = TraceArrays(np.asarray(self.pcs, dtype=np.int64),
                                        np.asarray(self.keys, dtype=np.int64),
                                        np.stack(self.masks), np.asarray(self.mem, np.int64),
@@ -72,7 +77,9 @@ class Trace(Observer):
         return self._liveness
 
     def before(self, d, op) -> bool:
-        self.pcs.append(op.pc)
+        pc, index = self._at[id(op)]
+        pcs = self.pcs
+        pcs.append(pc)
         if d.full:
             self.keys.append(0)
         else:
@@ -82,10 +89,9 @@ class Trace(Observer):
                 k = self._ids[id(m)] = len(self.masks)
                 self.masks.append(m)
             self.keys.append(k)
-        mem = op.spec.mem
-        if mem is not None:  # the index register as it is before the access (all lanes)
-            self.mem.append(len(self.pcs) - 1)
-            self.index.append(d.Ur[op.args[mem.index]].copy())
+        if index is not None:  # the index register as it is before the access (all lanes)
+            self.mem.append(len(pcs) - 1)
+            self.index.append(index.copy())
         return False
 
 
@@ -336,27 +342,10 @@ def _memory(c: Counts, program, trace: Trace, arrays: TraceArrays, warp_of, n_wa
     c.bytes_written = int(lane_pc[is_store].sum()) * ELEMENT_BYTES
     if not trace.mem or not program.threads:
         return zeros, zeros.copy(), zeros.copy()
-    regions: dict[str, int] = {}
-    ordinal = np.zeros(n_ops, dtype=np.int64)
-    offset = np.zeros(n_ops, dtype=np.int64)
-    for op in ops:
-        if op.spec.mem is not None:
-            a = op.args[op.spec.mem.address]
-            ordinal[op.pc] = regions.setdefault(a.region.name, len(regions))
-            offset[op.pc] = a.offset
-    rows = arrays.mem  # execution of each memory instruction
-    index = arrays.index  # [memory executions, lanes]
-    active = arrays.masks[arrays.keys[rows]]
-    row, lanes = np.nonzero(active)  # row-major: executions in order, lanes ascending
-    execs = rows[row]
-    pc = arrays.pcs[execs]
-    rel = index[row, lanes].astype(np.int64) + offset[pc]  # element within its region
-    element = (ordinal[pc] << _REGION_SHIFT) | rel
-    sector = (ordinal[pc] << _REGION_SHIFT) | (rel // PER_SECTOR)
-    if trace.distinct is None:
-        trace.distinct = (_distinct(element), _distinct(sector))
-    c.unique_bytes = trace.distinct[0] * ELEMENT_BYTES
-    c.dram_bytes = trace.distinct[1] * SECTOR_BYTES
+    acc = _accesses(program, trace, arrays)
+    execs, lanes, pc, sector = acc.execs, acc.lanes, acc.pc, acc.sector
+    c.unique_bytes = acc.distinct_elements * ELEMENT_BYTES
+    c.dram_bytes = acc.distinct_sectors * SECTOR_BYTES
     # executions in order and a warp's lanes side by side: requests never decrease; the
     # accesses are in (request, sector) order already when each request's sectors do not
     # decrease either (lanes reading ascending addresses: the usual case), else sorted
@@ -365,12 +354,16 @@ def _memory(c: Counts, program, trace: Trace, arrays: TraceArrays, warp_of, n_wa
     if np.any(same & (sector[1:] < sector[:-1])):
         order = np.lexsort((sector, request))
         req_s, sec_s, pc_s, ex_s = request[order], sector[order], pc[order], execs[order]
+        first_s = acc.first[order]
     else:
-        req_s, sec_s, pc_s, ex_s = request, sector, pc, execs
+        req_s, sec_s, pc_s, ex_s, first_s = request, sector, pc, execs, acc.first
     new_req = np.r_[True, req_s[1:] != req_s[:-1]]
     new_sec = new_req | np.r_[True, sec_s[1:] != sec_s[:-1]]
-    c.load_sectors, c.load_hits = _load_hits(ex_s[new_sec], sec_s[new_sec],
-                                             ~is_store[pc_s[new_sec]])
+    # one row per distinct (request, sector): a load's row hits when an earlier
+    # instruction execution touched its sector
+    loads = ~is_store[pc_s[new_sec]]
+    c.load_sectors = int(loads.sum())
+    c.load_hits = int((loads & (ex_s[new_sec] > first_s[new_sec])).sum())
     req_pc = np.bincount(pc_s[new_req], minlength=n_ops).astype(np.int64)
     sec_pc = np.bincount(pc_s[new_sec], minlength=n_ops).astype(np.int64)
     starts = np.flatnonzero(new_req)
@@ -386,6 +379,48 @@ def _memory(c: Counts, program, trace: Trace, arrays: TraceArrays, warp_of, n_wa
     return req_pc, sec_pc, ideal_pc
 
 
+@dataclass(frozen=True)
+class _Accesses:
+    """A trace's active lane accesses, in execution order and lanes ascending: what
+    :func:`_memory` needs that does not depend on the threadgroup size (made once per
+    trace: the advice counts one trace at several sizes)."""
+
+    execs: np.ndarray  # the execution of each access
+    lanes: np.ndarray
+    pc: np.ndarray
+    sector: np.ndarray  # region ordinal << _REGION_SHIFT | sector within the region
+    first: np.ndarray  # the first execution that touched each access's sector
+    distinct_elements: int
+    distinct_sectors: int
+
+
+def _accesses(program, trace: Trace, arrays: TraceArrays) -> _Accesses:
+    if trace.accesses is not None and trace.accesses[0] is arrays:
+        return trace.accesses[1]
+    ops = program.ops
+    regions: dict[str, int] = {}
+    ordinal = np.zeros(len(ops), dtype=np.int64)
+    offset = np.zeros(len(ops), dtype=np.int64)
+    for op in ops:
+        if op.spec.mem is not None:
+            a = op.args[op.spec.mem.address]
+            ordinal[op.pc] = regions.setdefault(a.region.name, len(regions))
+            offset[op.pc] = a.offset
+    rows = arrays.mem  # execution of each memory instruction
+    index = arrays.index  # [memory executions, lanes]
+    active = arrays.masks[arrays.keys[rows]]
+    row, lanes = np.nonzero(active)  # row-major: executions in order, lanes ascending
+    execs = rows[row]
+    pc = arrays.pcs[execs]
+    rel = index[row, lanes].astype(np.int64) + offset[pc]  # element within its region
+    region = ordinal[pc] << _REGION_SHIFT
+    sector = region | (rel // PER_SECTOR)
+    got = _Accesses(execs, lanes, pc, sector, _first_touch(execs, sector),
+                    _distinct(region | rel), _distinct(sector))
+    trace.accesses = (arrays, got)
+    return got
+
+
 def _distinct(keys: np.ndarray) -> int:
     """How many different values ``keys`` (region ordinal << _REGION_SHIFT | position in
     the region, non-negative) holds: per region, marked in a table the size of the
@@ -395,7 +430,7 @@ def _distinct(keys: np.ndarray) -> int:
         return 0
     region = keys >> _REGION_SHIFT
     low = keys & ((1 << _REGION_SHIFT) - 1)
-    regions = np.unique(region)
+    regions = np.flatnonzero(np.bincount(region))  # ordinals are small: no sort
     total = 0
     for r in regions:
         pos = low if regions.size == 1 else low[region == r]
@@ -409,19 +444,19 @@ def _distinct(keys: np.ndarray) -> int:
     return total
 
 
-def _load_hits(execs: np.ndarray, sectors: np.ndarray, loads: np.ndarray) -> tuple[int, int]:
-    """(load sector requests, those whose sector an earlier instruction execution touched).
-    ``execs``/``sectors``: one row per distinct (request, sector), loads and stores, in
-    execution order (so a stable sort by sector alone orders by (sector, execution))."""
+def _first_touch(execs: np.ndarray, sectors: np.ndarray) -> np.ndarray:
+    """For each access (``execs`` non-decreasing: in execution order), the first
+    execution that touched its sector: a stable sort by sector orders each sector's
+    accesses by execution, and the first of each run is the earliest."""
     if not sectors.size:
-        return 0, 0
+        return execs.copy()
     order = np.argsort(sectors, kind="stable")
-    s_sorted, e_sorted = sectors[order], execs[order]
+    s_sorted = sectors[order]
     starts = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
-    first_exec = np.maximum.accumulate(np.where(starts, np.arange(s_sorted.size), 0))
-    hit = np.empty(s_sorted.size, dtype=bool)
-    hit[order] = e_sorted > e_sorted[first_exec]
-    return int(loads.sum()), int((hit & loads).sum())
+    run_start = np.maximum.accumulate(np.where(starts, np.arange(s_sorted.size), 0))
+    first = np.empty_like(execs)
+    first[order] = execs[order][run_start]
+    return first
 
 
 def data_independent(program) -> bool:

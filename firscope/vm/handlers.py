@@ -237,6 +237,9 @@ def load(d, op):
     addr = op.args[mem.address]
     dst, u = d.Rr[op.args[mem.value]], d.Ur[op.args[mem.index]]
     view, limit, need = _index_plan(d, addr)
+    if view is not None:
+        view = view[:limit]  # U < limit, the region's end: take's own bounds check
+    take = view.take if view is not None else None
 
     def general():
         idx, lanes, skipped = _checked_indices(d, op, addr, u)
@@ -248,9 +251,16 @@ def load(d, op):
             dst[skipped] = ZERO
 
     def run():
-        if d.full and view is not None and u.max() < limit and (not need or u.min() >= need):
-            np.take(view, u, out=dst, mode="clip")  # indices checked above
-            return
+        # U is unsigned: with no lower bound (need 0) take's check is the region's. It
+        # raises before writing dst (out is buffered with mode="raise"), and general()
+        # then faults naming the lane, or lets memcheck skip it. A quarter of the time
+        # of checking U's maximum first (12 lanes: 1.2 against 5.2 us).
+        if d.full and take is not None and (not need or u.min() >= need):
+            try:
+                take(u, out=dst, mode="raise")
+                return
+            except IndexError:
+                pass
         general()
     return run
 
