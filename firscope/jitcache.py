@@ -61,6 +61,49 @@ def cache_dir(name: str) -> Path:
         return folder
 
 
+def save_atomic(path: str | os.PathLike | None, write) -> bool:
+    """``write(file)`` into a file beside ``path``, renamed over it: a reader in another
+    process sees the old file or the whole new one. For caches: a failure only skips the
+    write (False)."""
+    if path is None:
+        return False
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+def prune(folder: Path, limit_bytes: int, patterns: tuple[str, ...]) -> None:
+    """Delete the least recently used files of ``folder`` matching ``patterns`` (readers
+    touch what they use) until those left hold at most ``limit_bytes``."""
+    files = []
+    for pattern in patterns:
+        for p in folder.glob(pattern):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime, st.st_size, p))
+    files.sort()
+    total = sum(s for _, s, _ in files)
+    for _, size, p in files:
+        if total <= limit_bytes:
+            break
+        try:
+            p.unlink()
+            total -= size
+        except OSError:
+            pass
+
+
 def running_now() -> int | None:
     """Tasks of the whole machine runnable at this instant (/proc/loadavg's fourth field,
     this process included), or None where it cannot be read."""

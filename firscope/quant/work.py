@@ -22,6 +22,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from ..jitcache import prune, save_atomic
 from .stats import TokenStats, base_stats, token_stats
 
 Choice = tuple[tuple[str, str], ...]  # sorted (instance, dtype) pairs
@@ -223,26 +224,7 @@ def _verify(bank, model, engine: str, task: Task, rec,
 
 
 def _write_records(path: str | None, rec) -> None:
-    _save(path, lambda f: np.savez(f, **{f"l{k}": v for k, v in rec.data.items()}))
-
-
-def _save(path: str | None, write) -> bool:
-    """``write(file)`` into a file beside ``path``, renamed over it: a reader in another
-    process sees the old file or the whole new one. A cache: a failure only skips it."""
-    if path is None:
-        return False
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return False
+    save_atomic(path, lambda f: np.savez(f, **{f"l{k}": v for k, v in rec.data.items()}))
 
 
 def _read_records(path: str) -> dict[int, np.ndarray]:
@@ -416,25 +398,5 @@ def _read_cache(path: str | None) -> np.ndarray | None:
 
 
 def _write_cache(path: str | None, logits: np.ndarray) -> None:
-    if _save(path, lambda f: np.save(f, logits)):
-        _prune(Path(path).parent)
-
-
-def _prune(folder: Path) -> None:
-    files = []
-    for p in [*folder.glob("*.npy"), *folder.glob("*.npz")]:
-        try:
-            st = p.stat()
-        except OSError:
-            continue
-        files.append((st.st_mtime, st.st_size, p))
-    files.sort()
-    total = sum(s for _, s, _ in files)
-    for _, size, p in files:
-        if total <= CACHE_LIMIT_BYTES:
-            break
-        try:
-            p.unlink()
-            total -= size
-        except OSError:
-            pass
+    if save_atomic(path, lambda f: np.save(f, logits)):
+        prune(Path(path).parent, CACHE_LIMIT_BYTES, ("*.npy", "*.npz"))
