@@ -67,7 +67,16 @@ def test_count_nonfinite():
     a[[2, 5, 9]] = [np.nan, np.inf, -np.inf]
     assert count_nonfinite(a) == 3
     assert count_nonfinite(a.reshape(2, 5)) == 3
-    assert count_nonfinite(a[::2]) == 1  # a strided view takes the NumPy path
+    assert count_nonfinite(a[::2]) == 1  # a strided view
+    # chunked: values at the first, the last and both sides of each chunk boundary
+    from firscope.model.q4 import NONFINITE_CHUNK as C
+    big = np.ones(2 * C + 6, dtype=np.float32)
+    at = [0, C - 1, C, 2 * C - 1, 2 * C, 2 * C + 4]
+    big[at] = [np.nan, np.inf, -np.inf, np.nan, np.inf, np.nan]
+    assert count_nonfinite(big) == 6
+    assert count_nonfinite(big[1:]) == 5 and count_nonfinite(big[:-2]) == 5
+    assert count_nonfinite(big.reshape(-1, 2)) == 6
+    assert count_nonfinite(big.astype(np.float64)) == 6
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:

@@ -124,16 +124,6 @@ def quantize_conv1d(w, group, packed, scale, minimum, block):  # pragma: no cove
 
 
 @njit(**opts)
-def count_nonfinite(a):  # pragma: no cover - compiled
-    """Non-finite values of a 1-D f32 array (no temporary, unlike np.isfinite)."""
-    bad = 0
-    for i in range(a.shape[0]):
-        if not abs(a[i]) <= fmax:
-            bad += 1
-    return bad
-
-
-@njit(**opts)
 def dequantize(packed, scale, minimum, group, out):  # pragma: no cover - compiled
     rows, cols = out.shape
     for r in range(rows):
@@ -246,7 +236,7 @@ def q4_par_any(packed, scale, minimum, group, x, y, chunk):  # pragma: no cover
 
 KERNELS = {
     "quant": {"dequantize": dequantize, "quantize": quantize_rows,
-              "quantize_conv1d": quantize_conv1d, "count_nonfinite": count_nonfinite},
+              "quantize_conv1d": quantize_conv1d},
     "matvec": {"q4_rows32": q4_rows32, "q4_rows_any": q4_rows_any, "q4_par_any": q4_par_any,
                "q4_x32": q4_x32, "q4_par_x32": q4_par_x32},
 }

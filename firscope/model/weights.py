@@ -3,9 +3,10 @@
 Phases: :func:`find_tensors` (every name and shape checked before any data
 is read) -> :func:`read_weights` (threaded: f32 weights read straight into
 the arena, q4 weights quantized to ``[out, in]`` codes from the checkpoint's
-``[in, out]`` layout, without a transposed copy). Tensors are read with plain
-reads (:meth:`~firscope.model.checkpoint.Checkpoint.load`), so a tensor's
-bytes leave the process once it is quantized.
+``[in, out]`` layout, without a transposed copy, or read back from the q4
+cache: :mod:`.q4_cache`). Tensors are read with plain reads
+(:meth:`~firscope.model.checkpoint.Checkpoint.load`), so a tensor's bytes leave
+the process once it is quantized.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..errors import FirError, Loc
+from . import q4_cache
 from .checkpoint import Checkpoint
 from .layout import Region, WeightSlot
 from .q4 import Q4Matrix, Q4NonFiniteError, Q4RangeError, count_nonfinite, quantize_conv1d
@@ -115,9 +117,15 @@ def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt
             matrix = np.ascontiguousarray(ckpt.load(tensor).T)  # Conv1D [in, out] -> [out, in]
             finite = count_nonfinite(matrix) == 0
         else:
+            g = own_group or group
+            kept = q4_cache.entry_path(ckpt, tensor, g)
+            q4 = q4_cache.read(kept, slot.decl.shape, g)
+            finite = True
             try:  # quantized from the checkpoint's [in, out] layout: no transposed copy
-                q4 = quantize_conv1d(ckpt.load(tensor), own_group or group)
-                finite = True
+                if q4 is None:
+                    q4 = quantize_conv1d(ckpt.load(tensor), g)
+                    if q4_cache.write(kept, q4):
+                        wrote.append(kept)
             except Q4NonFiniteError:
                 finite = False
             except Q4RangeError as e:
@@ -130,6 +138,7 @@ def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt
                             slot.region, q4, matrix, d.dtype_at(slot.layer, group))
         return entry if finite else None
 
+    wrote: list = []  # q4 cache entries written (then the cache is pruned)
     entries: dict[str, WeightEntry] = {}
     workers = min(MAX_READ_THREADS, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -140,4 +149,6 @@ def read_weights(slots: tuple[WeightSlot, ...], tensors: Mapping[str, str], ckpt
                 raise FirError(f"weight '{slot.name}': tensor '{tensors[slot.name]}' contains "
                                "NaN or Inf", slot.decl.loc)
             entries[slot.name] = entry
+    if wrote:
+        q4_cache.prune()
     return MappingProxyType(entries)
