@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 _LOCK = threading.Lock()
@@ -81,9 +82,20 @@ def save_atomic(path: str | os.PathLike | None, write) -> bool:
         return False
 
 
+STALE_TMP_SECONDS = 3600
+
+
 def prune(folder: Path, limit_bytes: int, patterns: tuple[str, ...]) -> None:
     """Delete the least recently used files of ``folder`` matching ``patterns`` (readers
-    touch what they use) until those left hold at most ``limit_bytes``."""
+    touch what they use) until those left hold at most ``limit_bytes``, and the half
+    written files of save_atomic that a killed process left (an hour old)."""
+    stale = time.time() - STALE_TMP_SECONDS
+    for p in folder.glob("*.tmp"):
+        try:
+            if p.stat().st_mtime < stale:
+                p.unlink()
+        except OSError:
+            pass
     files = []
     for pattern in patterns:
         for p in folder.glob(pattern):

@@ -161,3 +161,13 @@ def test_the_least_recently_used_entries_go_past_the_limit(make_model, cache, mo
     assert len(b_entries) == 8  # the new ones stay
     assert 0 < len(a_entries - left) < 8  # the old ones go, only as many as needed
     assert sum(p.stat().st_size for p in left) <= size_a + size_a // 2
+
+
+def test_pruning_removes_what_a_killed_write_left_once_it_is_an_hour_old(make_model, cache):
+    old, fresh = cache / "a.q4.1.2.tmp", cache / "b.q4.1.3.tmp"
+    for f in (old, fresh):
+        f.write_bytes(b"half")
+    hour_ago = time.time() - 3700
+    os.utime(old, (hour_ago, hour_ago))
+    load_model(make_model())  # writes entries, then prunes
+    assert not old.exists() and fresh.exists()  # a write under way is left alone
