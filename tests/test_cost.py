@@ -140,6 +140,62 @@ endkernel
     assert c.max_lane_instructions == 7
 
 
+def test_a_trace_composed_with_an_observer_of_every_instruction_counts_the_same():
+    """The trace asks for before() at memory instructions only, and for each mask change;
+    composed (vm/interp's compose) with an observer of every instruction, each still sees
+    what it asked for: the counts equal the naive count's, a memory access per lane, and
+    an if on three lanes and a loop of uneven trip counts, and the masks they make."""
+    from firscope.cost.record import Trace
+    from firscope.vm.interp import compose
+    src = """kernel k in=1 out=1 threads=48 tg=16 tgbytes=0
+rtou 0 0
+loadconstf32 2 3
+cmplt 3 0 2
+uconst 5 0
+forbegin 0
+uloadf32 6 5 @in0
+uaddk 5 5 1
+forend
+loadconstf32 7 3
+div 8 0 7
+ifbegin 3
+uloadf32 1 0 @in0
+mulconst 1 1 2
+ifend
+ustoref32 1 0 @out0
+endkernel
+"""
+    program, arena, _ = kernel_program(src, {"in0": 64, "out0": 48})
+    d = Dispatch(program, arena)
+    trace, naive = Trace(d), NaiveCounter(16)
+    memory = {op.pc for op in program.ops if op.spec.mem is not None}
+    seen = []
+    lanes_at = np.zeros(len(program.ops), dtype=np.int64)  # active lanes summed per pc
+
+    class Every(Observer):
+        wants_before = True
+
+        def before(self, d, op):
+            seen.append(op.pc)
+            lanes_at[op.pc] += int(d.mask.sum())
+            return False
+    d.run(observer=compose(trace, naive, Every()))
+    assert seen and set(seen) - memory and len(seen) == d.steps  # every instruction
+    assert trace.before_pcs == frozenset(memory)
+    c = count(program, trace, 16, 0, 32)
+    assert (c.lane_instructions, c.warp_instructions, c.sectors) == \
+        (naive.lane_instr, naive.warp_instr, naive.sectors)
+    assert c.lane_instructions == d.lane_steps and c.instructions == d.steps
+    assert c.max_lane_instructions == max(naive.per_lane.values())
+    # per pc: an instruction that changes the mask (forbegin, forend, ifbegin, ifend) ran
+    # under the mask before its change
+    assert np.array_equal(c.per_pc["lane"], lanes_at)
+    alone, _, _ = counted(src, {"in0": 64, "out0": 48}, tg=16)
+    assert (alone.lane_instructions, alone.warp_instructions, alone.sectors,
+            alone.load_hits) == (c.lane_instructions, c.warp_instructions, c.sectors,
+                                 c.load_hits)
+
+
 def test_wider_simd_from_the_device_profile():
     c, _, _ = counted(ADD, {"in0": 64, "in1": 64, "out0": 64}, tg=64, width=64)
     assert c.warps == 1 and c.simd_efficiency == 1.0

@@ -34,40 +34,90 @@ _REGION_SHIFT = 40  # sector keys: region ordinal << 40 | sector within the regi
 
 
 class Trace(Observer):
-    """Records pc, mask and (for memory instructions) addresses of every instruction."""
+    """Records what a dispatch executed: per stretch of one active mask, the executions of
+    each pc (the interpreter's own counts, read when the mask changes), and for each
+    memory instruction its pc, its mask and its index register (``before`` is called at
+    those alone: an observer call per instruction was ~40% of a recorded dispatch)."""
 
     wants_before = True
+    wants_mask = True
 
     def __init__(self, d: Dispatch):
-        self.pcs: list[int] = []
-        self.keys: list[int] = []  # index into masks; 0: every lane active
-        self.masks: list[np.ndarray] = [np.ones(d.lanes, dtype=bool)]
+        self._d = d
+        self.masks: list[np.ndarray] = [np.ones(d.lanes, dtype=bool)]  # 0: every lane
         self._ids: dict[int, int] = {}
-        # memory instructions: which execution, and the index register's value in every lane
-        # (an access outside its region faults, so every active lane's access happened)
-        self.mem: list[int] = []
+        self._key = 0  # the mask now
+        # stretches: the mask key of each and its executions per pc
+        self._seg_keys: list[int] = []
+        self._seg_counts: list[np.ndarray] = []
+        self._counted = np.zeros(len(d.ops), dtype=np.int64)  # counts at the last change
+        # memory instructions in execution order: pc, mask key, and the index register's
+        # value in every lane (an access outside its region faults, so every active lane's
+        # access happened)
+        self.mem_pc: list[int] = []
+        self.mem_key: list[int] = []
         self.index: list[np.ndarray] = []
         # (arrays, record._Accesses): the accesses' figures that the threadgroup size does
         # not change, made once (the advice counts one trace at several: analyze._priced)
         self.accesses: tuple | None = None
         self._arrays: TraceArrays | None = None
         self._liveness = None  # of the recorded program (vm/liveness), made once
-        # per op (by identity): its pc and its index register's row (None: not memory);
-        # looked up once here, not per execution (before() runs ~30k times a dispatch)
-        self._at = {id(op): (op.pc, None if op.spec.mem is None
-                             else d.Ur[op.args[op.spec.mem.index]]) for op in d.ops}
+        # each memory op's (pc, index register row), by identity, looked up once
+        self._at = {id(op): (op.pc, d.Ur[op.args[op.spec.mem.index]])
+                    for op in d.ops if op.spec.mem is not None}
+        self.before_pcs = frozenset(pc for pc, _ in self._at.values())
+
+    def _close(self, counts: np.ndarray) -> None:
+        """End the stretch under the current mask at ``counts`` (executions per pc)."""
+        delta = counts - self._counted
+        if delta.any():
+            self._seg_keys.append(self._key)
+            self._seg_counts.append(delta)
+        self._counted = counts
+
+    def mask(self, d) -> None:
+        counts = d.line_counts
+        counts[d.pc] += 1  # the instruction that changes the mask ran under the old one
+        self._close(counts)
+        if d.full:
+            self._key = 0
+        else:
+            m = d.mask
+            k = self._ids.get(id(m))
+            if k is None:
+                k = self._ids[id(m)] = len(self.masks)
+                self.masks.append(m)
+            self._key = k
+
+    def before(self, d, op) -> bool:
+        pc, index = self._at[id(op)]
+        self.mem_pc.append(pc)
+        self.mem_key.append(self._key)
+        self.index.append(index.copy())  # as it is before the access (all lanes)
+        return False
 
     def arrays(self) -> "TraceArrays":
         """The recorded lists as arrays, made once (a trace is counted at several
-        threadgroup sizes); the trace must be complete."""
-        if self._arrays is None or self._arrays.pcs.size != len(self.pcs):
+        threadgroup sizes); the trace must be complete. Masks are numbered in the order
+        instructions first ran under them (0: every lane)."""
+        if self._arrays is None or len(self._seg_keys) != self._arrays.closed:
+            counts = self._d.line_counts
+            if (counts != self._counted).any():
+                self._close(counts)
+            keys = np.asarray(self._seg_keys, dtype=np.int64)
+            mem_key = np.asarray(self.mem_key, dtype=np.int64)
+            # masks set but never run under are left out, the rest numbered by first use
+            used = [0] + [k for k in dict.fromkeys(self._seg_keys) if k]
+            renumber = np.zeros(len(self.masks), dtype=np.int64)
+            renumber[used] = np.arange(len(used))
             lanes = self.masks[0].size
             index = (np.concatenate(self.index).reshape(len(self.index), lanes) if self.index
                      else np.zeros((0, lanes), np.int64))  # np.stack: 4x the time
-            self._arrays = TraceArrays(np.asarray(self.pcs, dtype=np.int64),
-                                       np.asarray(self.keys, dtype=np.int64),
-                                       np.stack(self.masks), np.asarray(self.mem, np.int64),
-                                       index)
+            seg = (np.stack(self._seg_counts) if self._seg_counts
+                   else np.zeros((0, len(self._counted)), np.int64))
+            self._arrays = TraceArrays(seg, renumber[keys], np.stack([self.masks[k] for k in used]),
+                                       np.asarray(self.mem_pc, np.int64), renumber[mem_key],
+                                       index, len(self._seg_keys))
         return self._arrays
 
     def liveness(self, ops):
@@ -76,36 +126,20 @@ class Trace(Observer):
             self._liveness = liveness(ops)
         return self._liveness
 
-    def before(self, d, op) -> bool:
-        pc, index = self._at[id(op)]
-        pcs = self.pcs
-        pcs.append(pc)
-        if d.full:
-            self.keys.append(0)
-        else:
-            m = d.mask
-            k = self._ids.get(id(m))
-            if k is None:
-                k = self._ids[id(m)] = len(self.masks)
-                self.masks.append(m)
-            self.keys.append(k)
-        if index is not None:  # the index register as it is before the access (all lanes)
-            self.mem.append(len(pcs) - 1)
-            self.index.append(index.copy())
-        return False
-
 
 @dataclass(frozen=True)
 class TraceArrays:
-    """A trace's lists as arrays: pc and mask key of each execution, the distinct masks
-    [masks, lanes], the execution of each memory instruction and its index register
-    [memory executions, lanes]."""
+    """A trace as arrays: executions per pc of each stretch under one mask [stretches,
+    pcs] and the stretch's mask key, the distinct masks [masks, lanes], and per memory
+    execution (in order) its pc, its mask key and its index register [.., lanes]."""
 
-    pcs: np.ndarray
-    keys: np.ndarray
+    seg_counts: np.ndarray
+    seg_keys: np.ndarray
     masks: np.ndarray
-    mem: np.ndarray
+    mem_pc: np.ndarray
+    mem_key: np.ndarray
     index: np.ndarray
+    closed: int  # stretches recorded when made
 
 
 class _Coalescing:
@@ -273,27 +307,29 @@ def count(program, trace: Trace, tg: int, tgbytes: int, width: int) -> Counts:
     c = Counts(lanes=lanes, tg=tg, tgbytes=tgbytes, threadgroups=groups, warps=n_warps,
                simd_width=width)
     arrays = trace.arrays()
-    pcs, keys = arrays.pcs, arrays.keys
-    c.instructions = int(pcs.size)
-    masks = arrays.masks if lanes else np.zeros((len(trace.masks), 0), dtype=bool)
+    seg, keys = arrays.seg_counts, arrays.seg_keys
+    c.instructions = int(seg.sum())
+    masks = arrays.masks if lanes else np.zeros((arrays.masks.shape[0], 0), dtype=bool)
+    n_masks = masks.shape[0]
     active = masks.sum(axis=1)
     if lanes:
         starts = np.flatnonzero(np.r_[True, warp_of[1:] != warp_of[:-1]])
         warps_active = np.logical_or.reduceat(masks, starts, axis=1).sum(axis=1)
     else:
-        warps_active = np.zeros(len(trace.masks), dtype=np.int64)
-    lane_pc = np.bincount(pcs, weights=active[keys], minlength=n_ops).astype(np.int64)
-    warp_pc = np.bincount(pcs, weights=warps_active[keys], minlength=n_ops).astype(np.int64)
-    exec_pc = np.bincount(pcs, minlength=n_ops).astype(np.int64)
+        warps_active = np.zeros(n_masks, dtype=np.int64)
+    # per pc, summed over the stretches: each stretch's executions weighted by its mask's
+    lane_pc = active[keys].astype(np.int64) @ seg
+    warp_pc = warps_active[keys].astype(np.int64) @ seg
+    exec_pc = seg.sum(axis=0)
     c.lane_instructions = int(lane_pc.sum())
     c.warp_instructions = int(warp_pc.sum())
-    uses = np.bincount(keys, minlength=len(trace.masks)).astype(np.float64)
+    uses = np.bincount(keys, weights=seg.sum(axis=1), minlength=n_masks)
     per_lane = uses @ masks if lanes else np.zeros(0)
     c.max_lane_instructions = int(per_lane.max()) if lanes else 0
-    longest = masks[:, int(per_lane.argmax())] if lanes else np.zeros(len(masks), dtype=bool)
-    crit_pc = np.bincount(pcs, weights=longest[keys], minlength=n_ops).astype(np.int64)
+    longest = masks[:, int(per_lane.argmax())] if lanes else np.zeros(n_masks, dtype=bool)
+    crit_pc = longest[keys].astype(np.int64) @ seg
     leaders = load_batch_leaders(program)
-    lead_uses = np.bincount(keys[leaders[pcs]], minlength=len(trace.masks)).astype(np.float64)
+    lead_uses = np.bincount(keys, weights=seg[:, leaders].sum(axis=1), minlength=n_masks)
     c.max_lane_load_batches = int((lead_uses @ masks).max()) if lanes else 0
     arith = np.array([op.spec.is_f32_arith for op in ops], dtype=bool)
     sfu = np.array([op.spec.sfu for op in ops], dtype=bool)
@@ -340,7 +376,7 @@ def _memory(c: Counts, program, trace: Trace, arrays: TraceArrays, warp_of, n_wa
     is_load = np.array([op.spec.mem is not None and not op.spec.stores for op in ops])
     c.bytes_read = int(lane_pc[is_load].sum()) * ELEMENT_BYTES
     c.bytes_written = int(lane_pc[is_store].sum()) * ELEMENT_BYTES
-    if not trace.mem or not program.threads:
+    if not trace.mem_pc or not program.threads:
         return zeros, zeros.copy(), zeros.copy()
     acc = _accesses(program, trace, arrays)
     execs, lanes, pc, sector = acc.execs, acc.lanes, acc.pc, acc.sector
@@ -385,7 +421,7 @@ class _Accesses:
     :func:`_memory` needs that does not depend on the threadgroup size (made once per
     trace: the advice counts one trace at several sizes)."""
 
-    execs: np.ndarray  # the execution of each access
+    execs: np.ndarray  # the memory execution (numbered in order) of each access
     lanes: np.ndarray
     pc: np.ndarray
     sector: np.ndarray  # region ordinal << _REGION_SHIFT | sector within the region
@@ -406,12 +442,11 @@ def _accesses(program, trace: Trace, arrays: TraceArrays) -> _Accesses:
             a = op.args[op.spec.mem.address]
             ordinal[op.pc] = regions.setdefault(a.region.name, len(regions))
             offset[op.pc] = a.offset
-    rows = arrays.mem  # execution of each memory instruction
     index = arrays.index  # [memory executions, lanes]
-    active = arrays.masks[arrays.keys[rows]]
+    active = arrays.masks[arrays.mem_key]
     row, lanes = np.nonzero(active)  # row-major: executions in order, lanes ascending
-    execs = rows[row]
-    pc = arrays.pcs[execs]
+    execs = row  # memory executions are numbered in order: enough to tell which came first
+    pc = arrays.mem_pc[row]
     rel = index[row, lanes].astype(np.int64) + offset[pc]  # element within its region
     region = ordinal[pc] << _REGION_SHIFT
     sector = region | (rel // PER_SECTOR)

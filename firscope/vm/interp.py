@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -67,6 +68,10 @@ class Observer:
     wants_after = False
     wants_store = False
     wants_memcheck = False
+    wants_mask = False
+    # with wants_before: the pcs whose instructions ``before`` sees (None: every one), so
+    # an observer of a few instructions costs the loop no call at the others
+    before_pcs: frozenset[int] | None = None
 
     def before(self, d: "Dispatch", op: Op) -> bool:
         return False
@@ -78,6 +83,11 @@ class Observer:
         return None
 
     def memcheck(self, d: "Dispatch", op: Op, addr: Address, indices, lanes) -> None:
+        return None
+
+    def mask(self, d: "Dispatch") -> None:
+        """The active mask changed (``d.mask``), inside the instruction at ``d.pc``: that
+        instruction ran under the mask before, the next one runs under this one."""
         return None
 
 
@@ -99,16 +109,21 @@ class _Composite(Observer):
 
     def __init__(self, parts: list[Observer]):
         self.parts = parts
-        self._before = [o.before for o in parts if o.wants_before]
+        befores = [o for o in parts if o.wants_before]
+        self._before = [(o.before, o.before_pcs) for o in befores]
         self._after = [o.after for o in parts if o.wants_after]
         self._store = [o.store for o in parts if o.wants_store]
         self._memcheck = [o.memcheck for o in parts if o.wants_memcheck]
+        self._mask = [o.mask for o in parts if o.wants_mask]
         self.wants_before, self.wants_after = bool(self._before), bool(self._after)
         self.wants_store, self.wants_memcheck = bool(self._store), bool(self._memcheck)
+        self.wants_mask = bool(self._mask)
+        self.before_pcs = (None if any(o.before_pcs is None for o in befores)
+                           else frozenset().union(*(o.before_pcs for o in befores)))
 
     def before(self, d, op) -> bool:
-        for f in self._before:
-            if f(d, op):
+        for f, pcs in self._before:
+            if (pcs is None or op.pc in pcs) and f(d, op):
                 return True
         return False
 
@@ -126,6 +141,10 @@ class _Composite(Observer):
         for f in self._memcheck:
             f(d, op, addr, indices, lanes)
 
+    def mask(self, d) -> None:
+        for f in self._mask:
+            f(d)
+
 
 def compose(*observers: "Observer | None") -> "Observer | None":
     """One observer that passes every hook to ``observers`` in order (None ones left out)."""
@@ -133,6 +152,11 @@ def compose(*observers: "Observer | None") -> "Observer | None":
     if len(parts) <= 1:
         return parts[0] if parts else None
     return _Composite(parts)
+
+
+def _next_check(steps: int, end_at: int, budget_at: int, stop) -> int:
+    """When the instruction loop next looks at its limit, its budget and the stop flag."""
+    return min(end_at, budget_at, steps + STOP_POLL if stop is not None else MAX_TRIPS)
 
 
 class Dispatch:
@@ -159,6 +183,7 @@ class Dispatch:
         # memcheck None, an access outside its region faults.
         self.store_hook = None
         self.memcheck = None
+        self.mask_hook = None  # the running observer's mask hook (installed by run())
         # Per-op closures with their register rows looked up once. R and U are
         # only ever written in place (restore() too), so the row views stay valid.
         self.Rr = list(self.R)
@@ -200,7 +225,7 @@ class Dispatch:
         instructions and ends the run with :class:`Interrupted`; the dispatch
         stays resumable where it stopped. An instruction that faults leaves
         the dispatch exactly as before it (pc, steps, counts), so a debugger
-        can stop on it and replay. The observer's store and memcheck hooks are
+        can stop on it and replay. The observer's store, memcheck and mask hooks are
         installed for this run only.
         """
         if budget is not None and observer is None and limit is None and self.steps == 0:
@@ -209,13 +234,13 @@ class Dispatch:
         fns, ops = self._fns, self.ops
         n = len(fns)
         counts = self._counts
-        before = observer.before if observer is not None and observer.wants_before else None
+        before, at = self._befores(observer)
         after = observer.after if observer is not None and observer.wants_after else None
         pc, steps, lane_steps = self.pc, self.steps, self.lane_steps
         # One threshold for every check that is not needed per instruction.
         end_at = MAX_TRIPS if limit is None else steps + max(limit, 0)
         budget_at = MAX_TRIPS if budget is None else max(budget, 0)
-        check_at = min(end_at, budget_at, steps + STOP_POLL if stop is not None else MAX_TRIPS)
+        check_at = _next_check(steps, end_at, budget_at, stop)
         try:
             with np.errstate(all="ignore"):
                 while pc < n:
@@ -227,9 +252,8 @@ class Dispatch:
                             self.over_budget(budget)
                         if stop is not None and stop.is_set():
                             raise interrupted_error(self.program, ops[pc], steps=steps)
-                        check_at = min(end_at, budget_at,
-                                       steps + STOP_POLL if stop is not None else MAX_TRIPS)
-                    if before is not None and before(self, ops[pc]):
+                        check_at = _next_check(steps, end_at, budget_at, stop)
+                    if before is not None and at[pc] and before(self, ops[pc]):
                         return Ended.BEFORE
                     active = self.active
                     self.pc = pc  # handlers and store observers see the instruction's pc
@@ -246,8 +270,16 @@ class Dispatch:
         finally:
             self.pc, self.steps, self.lane_steps = pc, steps, lane_steps
             if installed is not None:
-                self.store_hook, self.memcheck = installed
+                self.store_hook, self.memcheck, self.mask_hook = installed
         return Ended.DONE
+
+    def _befores(self, observer: "Observer | None") -> tuple[Callable | None, list[bool]]:
+        """The observer's ``before`` (None: not wanted) and, per pc, whether it is called
+        there (its ``before_pcs``; None: everywhere)."""
+        if observer is None or not observer.wants_before:
+            return None, []
+        pcs = observer.before_pcs
+        return observer.before, [pcs is None or pc in pcs for pc in range(len(self.ops))]
 
     def _certain_runaway(self, budget: int) -> None:
         """A whole dispatch that certainly runs out of ``budget`` (vm/runaway): raise what
@@ -260,13 +292,16 @@ class Dispatch:
     def _install(self, observer: "Observer | None"):
         """Set the observer's store/memcheck hooks; returns the ones to put back (None: no
         change)."""
-        if observer is None or not (observer.wants_store or observer.wants_memcheck):
+        if observer is None or not (observer.wants_store or observer.wants_memcheck
+                                    or observer.wants_mask):
             return None
-        saved = self.store_hook, self.memcheck
+        saved = self.store_hook, self.memcheck, self.mask_hook
         if observer.wants_store:
             self.store_hook = observer.store
         if observer.wants_memcheck:
             self.memcheck = observer.memcheck
+        if observer.wants_mask:
+            self.mask_hook = observer.mask
         return saved
 
     @property
@@ -286,6 +321,8 @@ class Dispatch:
         self.mask = mask
         self.active = int(np.count_nonzero(mask))
         self.full = self.active == self.lanes
+        if self.mask_hook is not None:
+            self.mask_hook(self)
 
     def enter_loop(self, op: Op):
         count_reg = op.args[0]
