@@ -181,7 +181,7 @@ endkernel
             return False
     d.run(observer=compose(trace, naive, Every()))
     assert seen and set(seen) - memory and len(seen) == d.steps  # every instruction
-    assert trace.before_pcs == frozenset(memory)
+    assert trace.before_only_at == frozenset(memory)
     c = count(program, trace, 16, 0, 32)
     assert (c.lane_instructions, c.warp_instructions, c.sectors) == \
         (naive.lane_instr, naive.warp_instr, naive.sectors)

@@ -65,7 +65,7 @@ class Trace(Observer):
         # each memory op's (pc, index register row), by identity, looked up once
         self._at = {id(op): (op.pc, d.Ur[op.args[op.spec.mem.index]])
                     for op in d.ops if op.spec.mem is not None}
-        self.before_pcs = frozenset(pc for pc, _ in self._at.values())
+        self.before_only_at = frozenset(pc for pc, _ in self._at.values())
 
     def _close(self, counts: np.ndarray) -> None:
         """End the stretch under the current mask at ``counts`` (executions per pc)."""

@@ -71,7 +71,7 @@ class Observer:
     wants_mask = False
     # with wants_before: the pcs whose instructions ``before`` sees (None: every one), so
     # an observer of a few instructions costs the loop no call at the others
-    before_pcs: frozenset[int] | None = None
+    before_only_at: frozenset[int] | None = None
 
     def before(self, d: "Dispatch", op: Op) -> bool:
         return False
@@ -110,7 +110,7 @@ class _Composite(Observer):
     def __init__(self, parts: list[Observer]):
         self.parts = parts
         befores = [o for o in parts if o.wants_before]
-        self._before = [(o.before, o.before_pcs) for o in befores]
+        self._before = [(o.before, o.before_only_at) for o in befores]
         self._after = [o.after for o in parts if o.wants_after]
         self._store = [o.store for o in parts if o.wants_store]
         self._memcheck = [o.memcheck for o in parts if o.wants_memcheck]
@@ -118,8 +118,8 @@ class _Composite(Observer):
         self.wants_before, self.wants_after = bool(self._before), bool(self._after)
         self.wants_store, self.wants_memcheck = bool(self._store), bool(self._memcheck)
         self.wants_mask = bool(self._mask)
-        self.before_pcs = (None if any(o.before_pcs is None for o in befores)
-                           else frozenset().union(*(o.before_pcs for o in befores)))
+        self.before_only_at = (None if any(o.before_only_at is None for o in befores)
+                           else frozenset().union(*(o.before_only_at for o in befores)))
 
     def before(self, d, op) -> bool:
         for f, pcs in self._before:
@@ -275,10 +275,10 @@ class Dispatch:
 
     def _befores(self, observer: "Observer | None") -> tuple[Callable | None, list[bool]]:
         """The observer's ``before`` (None: not wanted) and, per pc, whether it is called
-        there (its ``before_pcs``; None: everywhere)."""
+        there (its ``before_only_at``; None: everywhere)."""
         if observer is None or not observer.wants_before:
             return None, []
-        pcs = observer.before_pcs
+        pcs = observer.before_only_at
         return observer.before, [pcs is None or pc in pcs for pc in range(len(self.ops))]
 
     def _certain_runaway(self, budget: int) -> None:
