@@ -60,8 +60,11 @@ class Observer:
     still holds the old values) with the arena addresses and the values.
     ``memcheck`` receives the accesses outside their region (dispatch, op,
     address, indices, lanes), which are then skipped (a skipped load reads 0)
-    instead of faulting. :meth:`Dispatch.run` installs an observer for that
-    run only; :func:`compose` makes one observer of several.
+    instead of faulting. ``mask`` (``wants_mask``) is told when the active
+    mask changes. ``before_only_at`` (a frozenset of pcs) limits ``before`` to
+    those instructions, so the loop makes no call at the others (cost/record
+    wants the memory instructions only). :meth:`Dispatch.run` installs an
+    observer for that run only; :func:`compose` makes one observer of several.
     """
 
     wants_before = False
