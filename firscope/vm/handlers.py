@@ -189,14 +189,15 @@ def u_binary_k(ufunc):
 # --- memory ------------------------------------------------------------------------
 def _index_plan(d, addr):
     """(view, limit, need) for a region access: index U is valid iff need <= U < limit,
-    and then lives at view[U]; view is None when the fast path does not apply."""
+    and then lives at view[U] (view ends where the region does); view is None when the
+    fast path does not apply."""
     off = addr.offset
     start = addr.base + off
     limit = addr.extent - off  # U + off < extent
     need = -off if off < 0 else 0
     if start < 0 or limit <= 0 or d.lanes == 0:
         return None, limit, need
-    return d.arena[start:], limit, need
+    return d.arena[start: start + limit], limit, need
 
 
 def _checked_indices(d, op, addr, u):
@@ -236,10 +237,8 @@ def load(d, op):
     mem = op.spec.mem
     addr = op.args[mem.address]
     dst, u = d.Rr[op.args[mem.value]], d.Ur[op.args[mem.index]]
-    view, limit, need = _index_plan(d, addr)
-    if view is not None:
-        view = view[:limit]  # U < limit, the region's end: take's own bounds check
-    take = view.take if view is not None else None
+    view, _, need = _index_plan(d, addr)
+    take = view.take if view is not None else None  # its bounds check is the region's
 
     def general():
         idx, lanes, skipped = _checked_indices(d, op, addr, u)
