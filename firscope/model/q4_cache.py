@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..jitcache import cache_dir, prune as prune_folder, save_atomic
 from .q4 import Q4Matrix
 
 MIN_ELEMENTS = 1 << 18
@@ -50,7 +51,6 @@ def enabled() -> bool:
 
 
 def _folder() -> Path | None:
-    from ..jitcache import cache_dir
     try:
         return cache_dir("q4")
     except OSError:
@@ -120,8 +120,6 @@ def read(path: Path | None, shape: tuple[int, ...], group: int) -> Q4Matrix | No
 
 def write(path: Path | None, q: Q4Matrix) -> bool:
     """Keep ``q`` at ``path`` (atomically: a reader sees no entry or the whole one)."""
-    from ..jitcache import save_atomic
-
     def put(f):
         f.write(_MAGIC + np.array([q.rows, q.cols, q.group], dtype="<i8").tobytes())
         for a in (q.packed, q.scale, q.minimum):
@@ -131,7 +129,6 @@ def write(path: Path | None, q: Q4Matrix) -> bool:
 
 def prune() -> None:
     """Delete the least recently used entries past LIMIT_BYTES."""
-    from ..jitcache import prune as prune_folder
     folder = _folder()
     if folder is not None and enabled():
         prune_folder(folder, LIMIT_BYTES, ("*.q4",))
