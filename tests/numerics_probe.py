@@ -68,7 +68,7 @@ def quantized() -> dict:
         w = tensors[name]
         if w.ndim != 2 or not name.startswith("transformer.h."):
             continue
-        for how, q in (("conv1d", quantize_conv1d(w)), ("rows", quantize(w.T)),
+        for how, q in (("conv1d", quantize_conv1d(w, compiled=True)), ("rows", quantize(w.T)),
                        ("numpy", quantize_numpy(w.T)), ("rows-g48", quantize(w.T, 48))):
             out[f"q4/{how}/{name}"] = sha(q.packed, q.scale, q.minimum)
     return out

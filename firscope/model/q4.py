@@ -222,7 +222,8 @@ def warm_kernels(matvec: bool = True) -> threading.Thread:
     def load():
         try:
             q = quantize(np.arange(64, dtype=np.float32).reshape(2, 32), DEFAULT_GROUP)
-            quantize_conv1d(np.arange(64, dtype=np.float32).reshape(32, 2), DEFAULT_GROUP)
+            quantize_conv1d(np.arange(64, dtype=np.float32).reshape(32, 2), DEFAULT_GROUP,
+                            compiled=True)
             q.dequantize()
             if matvec:
                 q.matvec(np.ones(32, dtype=np.float32), parallel=False)
@@ -278,15 +279,27 @@ class Q4NonFiniteError(ValueError):
 CONV1D_BLOCK = 32  # output rows gathered per tile: two 64-byte lines of each input row
 
 
-def quantize_conv1d(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
+# Below this many weights quantize_conv1d takes the NumPy formula (the same bits): 7 ms at
+# this size against the compiled kernel's 1.2 ms, but no numba import and kernel load (0.3-
+# 0.7 s of a small model's start: a debugger's first stop on it then waits for no numba).
+NUMPY_BELOW = 1 << 18
+
+
+def quantize_conv1d(w: np.ndarray, group: int = DEFAULT_GROUP, *,
+                    compiled: bool | None = None) -> Q4Matrix:
     """``quantize(w.T)`` for an HF Conv1D weight ``w`` [in, out], without the transposed
     copy (the loader's path: the checkpoint's layout in, [out, in] codes out); equal to
     it bit for bit. Raises :class:`Q4NonFiniteError` for NaN or Inf, and
-    :class:`Q4RangeError` like :func:`quantize`."""
+    :class:`Q4RangeError` like :func:`quantize`. ``compiled``: the compiled kernel (True)
+    or the NumPy formula (False); None takes NumPy below :data:`NUMPY_BELOW` weights."""
     w = _matrix(w, group, "quantize_conv1d")
     cols, rows = w.shape
     if cols == 0 or rows == 0:
         return quantize(w.T, group)
+    if not (compiled if compiled is not None else w.size >= NUMPY_BELOW):
+        if count_nonfinite(w):
+            raise Q4NonFiniteError("the matrix contains NaN or Inf")
+        return quantize_numpy(np.ascontiguousarray(w.T), group)
     packed, scale, minimum = _empty_q4(rows, cols, group)
     if _kernels("quant")["quantize_conv1d"](w, group, packed, scale, minimum, CONV1D_BLOCK):
         raise Q4NonFiniteError("the matrix contains NaN or Inf")
@@ -343,6 +356,10 @@ def quantize_numpy(w: np.ndarray, group: int = DEFAULT_GROUP) -> Q4Matrix:
         w = np.concatenate([w, np.repeat(w[:, -1:], padded - cols, axis=1)], axis=1)
     grouped = w.reshape(rows, ng, group)
     lo = grouped.min(axis=2)
+    zero = lo == 0
+    if zero.any():  # of -0.0 and 0.0 the one that comes first, as the compiled loop keeps
+        first = np.argmax(grouped == 0, axis=2)  # it (np.min may give either)
+        lo = np.where(zero, np.take_along_axis(grouped, first[:, :, None], axis=2)[:, :, 0], lo)
     hi = grouped.max(axis=2)
     with np.errstate(over="ignore", invalid="ignore"):
         scale = ((hi - lo) / np.float32(15)).astype(np.float32)
