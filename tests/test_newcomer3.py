@@ -348,17 +348,69 @@ def test_the_compile_progress_names_kernel_driver_and_time_left():
     assert "left" not in _compiling("g2.add", "run_plain", 1, 6, [0.01])
 
 
-def test_the_ui_load_shows_each_kernel_as_it_compiles():
+def test_the_ui_load_stops_before_numba_is_even_imported():
+    """(issue 45, fourth round) The UI's first stop waits for no compiled kernel: opening the
+    sample's session in a fresh process imports no numba (its import and cache were half
+    of the first stop); the app's first job loads them (next test)."""
+    code = ("import sys\n"
+            "from firscope.tui.jobs import Probe\n"
+            "from firscope.tui.loading import UiOptions, open_session\n"
+            "from firscope.tui.state import Wants\n"
+            f"p = open_session(__import__('pathlib').Path({str(SAMPLE / 'gpt2.fir')!r}), "
+            "UiOptions(engine='compiled', n=1, prompt_text='d'), None, Probe(), Wants(), "
+            "lambda what, frac: None)\n"
+            "print(p['view'].status, '|', 'numba' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    status, numba = done.stdout.strip().rsplit("|", 1)
+    assert "stopped at" in status and numba.strip() == "False", done.stdout
+
+
+def test_the_first_job_loads_each_kernel_by_name_and_keys_wait_behind_it(monkeypatch):
+    """After the first stop the app loads every driver the compiled engine will call, in a
+    job whose progress names each (the status bar shows it past half a second); a key typed
+    meanwhile is queued behind it and runs once the kernels are there."""
+    import threading
+
+    import firscope.debug.opening as opening
     from firscope.tui.jobs import Probe
-    from firscope.tui.loading import UiOptions, open_session
-    from firscope.tui.state import Wants
-    said = []
-    open_session(SAMPLE / "gpt2.fir", UiOptions(engine="compiled", n=1, prompt_text="d"), None,
-                 Probe(), Wants(), lambda what, frac: said.append((what, frac)))
-    compiling = [(w, f) for w, f in said if w.startswith("compiling g2.")]
-    assert compiling, said  # not one silent "compiling kernels 75%"
-    assert all(0.75 <= f < 1.0 for _, f in compiling)
-    assert [f for _, f in compiling] == sorted(f for _, f in compiling)
+    real, hold = opening.warm_session, threading.Event()
+
+    def held(session, progress=None):
+        assert hold.wait(60)
+        real(session, progress)
+    monkeypatch.setattr(opening, "warm_session", held)
+    phases = []
+
+    class Heard(Probe):
+        def __setattr__(self, name, value):
+            if name == "phase" and value:
+                phases.append(value)
+            super().__setattr__(name, value)
+
+    async def go():
+        app = make_app(engine="compiled")
+        app.jobs.probe = Heard()
+        async with app.run_test(size=(120, 36)) as pilot:
+            try:
+                while app.session is None:
+                    await pilot.pause(0.01)
+                assert app.busy and app.jobs.job.label == "loading kernels"
+                await pilot.pause()
+                assert "stopped at token" in screen_text(app)  # drawn, kernels or not
+                start = app.session.location()
+                await pilot.press("n")
+                assert len(app.pending) == 1 and app.session.location() == start
+            finally:
+                hold.set()
+            await settle(app, pilot)
+            assert app.session.location() != start  # the queued key ran after it
+            runner = app.session.machine.kernel_runner
+            assert all(p.drivers for p in runner.kernels())  # every kernel's driver loaded
+    run(go())
+    names = [w for w in phases if w.startswith("compiling g2.")]
+    assert names and names[0].endswith(f"1 of {len(names)})") and phases[-1] == "compiled"
 
 
 def test_a_lane_typed_as_a_non_ascii_digit_is_an_error_not_a_crash():

@@ -36,14 +36,17 @@ class OpenedSession(NamedTuple):
 def open_session(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAULT_ENGINE,
                  against: str | os.PathLike | None = None, isolate: bool = False,
                  progress: Callable[[str, float], None] | None = None,
-                 loaded: Callable[["Model"], None] | None = None) -> OpenedSession:
+                 loaded: Callable[["Model"], None] | None = None,
+                 warm: bool = True) -> OpenedSession:
     """Open ``source`` and start a session generating ``n`` tokens on ``engine``.
 
     ``against``: compare every node with this dump as the session runs it (``break
     diverge``, ``info diff``, the UI's Diff tab); without a prompt or tokens in
     ``source`` the session is fed the tokens the dump was fed. ``isolate``: also judge
     each node on its own, from the dump's inputs. ``progress(what, fraction)`` hears the
-    load; ``loaded(model)`` is called once the model is open, before the engine starts."""
+    load; ``loaded(model)`` is called once the model is open, before the engine starts.
+    ``warm=False``: the compiled kernels are loaded at their first use or by
+    :func:`warm_session` (the UI's first stop waits for none of them)."""
     dump = None
     if against is not None and source.prompt is None and source.tokens is None:
         dump = Dump(against)
@@ -53,7 +56,7 @@ def open_session(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFA
             dump.close()
             raise
     try:
-        opened = source.open(progress=progress)
+        opened = source.open(progress=progress, warm=warm)
         if loaded is not None:
             loaded(opened.model)
         session = _session(opened.model, list(opened.ids), n, engine)
@@ -65,6 +68,19 @@ def open_session(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFA
             dump.close()
         raise
     return OpenedSession(session, CommandInterpreter(session, opened.tokenizer))
+
+
+def warm_session(session: Session,
+                 progress: Callable[[str, float], None] | None = None) -> None:
+    """Load (or compile) every kernel the session's engine will call: the products'
+    (runtime.load.warm) and each micro-kernel's driver on the compiled engine, reporting
+    ``progress(what, fraction)`` as each driver comes; what ``open_session(warm=False)``
+    left for later."""
+    from ..runtime.load import warm
+    warm(session.model)
+    runner = session.machine.kernel_runner
+    if runner is not None and hasattr(runner, "warmup"):
+        runner.warmup(progress=progress)
 
 
 def session_on(model: "Model", ids: list[int], tokenizer, *, n: int = 0,

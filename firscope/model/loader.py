@@ -71,16 +71,17 @@ def declare(fir: S.FirFile, path: Path) -> Declarations:
 
 def load_parts(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_GROUP,
                progress: Progress | None = None, memory_limit: int | None = None,
-               q4_path: str = "packed") -> ModelParts:
+               q4_path: str = "packed", warm: bool = True) -> ModelParts:
     """Parse, check and place a model and read its weights; raise FirError on any problem.
 
     ``q4_path``: "packed" (q4 linears multiply by the packed codes) or "dequant" (each q4
     matrix is also dequantized to f32 at load and linears multiply by that copy: the
-    comparison path, 4 bytes per weight more)."""
+    comparison path, 4 bytes per weight more). ``warm``: load numba's q4 kernels in the
+    background meanwhile (False: left to the first use, or runtime.load.warm)."""
     t0 = time.perf_counter()
     if q4_path not in Q4_PATHS:
         raise FirError(f"unknown q4 path '{q4_path}' ({', '.join(Q4_PATHS)})")
-    if not fir_f32:
+    if warm and not fir_f32:
         # numba's import and kernel load overlap parsing and reading
         warm_kernels(matvec=q4_path == "packed")
     path = Path(path)

@@ -171,7 +171,12 @@ def matvec_threads() -> int:
 
 def adapt() -> int:
     """Set numba's thread count for the calling thread (the one that runs the kernels)
-    to what the machine can give now; return it."""
+    to what the machine can give now; return it. 0 while numba is not imported: no kernel
+    has run, nothing is set (importing numba for it took 0.3 s of a debugger's first stop,
+    which runs none); the kernels then take numba's count (matvec_threads)."""
+    import sys
+    if "numba" not in sys.modules:
+        return 0
     from ..jitcache import prepare_numba
     prepare_numba()
     import numba

@@ -26,7 +26,7 @@ from ..fir.expr import SymbolTable
 from ..model.decls import BufferDecl, WeightDecl
 from ..model.layout import Region
 from ..model.loader import ModelParts, Progress, load_parts
-from ..model.q4 import DEFAULT_GROUP
+from ..model.q4 import DEFAULT_GROUP, warm_kernels
 from ..model.ref import Ref
 from ..model.threads import begin_watch
 from ..model.weights import WeightEntry
@@ -121,15 +121,18 @@ class Model:
 
 def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_GROUP,
                progress: Progress | None = None, memory_limit: int | None = None,
-               q4_path: str = "packed") -> Model:
+               q4_path: str = "packed", warm: bool = True) -> Model:
     """Load and check a model file; raise :class:`~firscope.errors.FirError` on any problem.
 
     ``q4_path="dequant"`` keeps an f32 copy of every q4 matrix and multiplies by it (the
-    comparison path); the default multiplies by the packed int4 codes."""
+    comparison path); the default multiplies by the packed int4 codes. ``warm``: load the
+    compiled products' kernels (numba's import and cache) now, so that the first step does
+    not; False leaves them to :func:`warm` (the UI's first stop waits for none of it)."""
     begin_watch()  # what other processes do while this loads decides the first token's threads
     parts = load_parts(path, fir_f32=fir_f32, group=group, progress=progress,
-                       memory_limit=memory_limit, q4_path=q4_path)
-    warm_gemv()  # the f32 head's kernels, loaded now rather than in the first step
+                       memory_limit=memory_limit, q4_path=q4_path, warm=warm)
+    if warm:
+        warm_gemv()  # the f32 head's kernels, loaded now rather than in the first step
     t_plan = time.perf_counter()
     kernels = assemble_kernels(parts.fir, parts.buffers, parts.weight_decls)
     nodes = unroll_plan(parts, kernels)
@@ -139,6 +142,15 @@ def load_model(path: str | Path, *, fir_f32: bool = False, group: int = DEFAULT_
     if progress is not None:
         progress("ready", 1.0)
     return model
+
+
+def warm(model: Model) -> None:
+    """Load the kernels a decode step of ``model`` calls outside its micro-kernels (the q4
+    and f32 matrix-vector products): what ``load_model(warm=False)`` left for later."""
+    q4 = [e for e in model.weights.values() if e.q4 is not None]
+    if q4:
+        warm_kernels(matvec=any(e.matrix is None for e in q4)).join()
+    warm_gemv()
 
 
 def _assemble(parts: ModelParts, kernels: Mapping[str, KernelCode],

@@ -57,13 +57,15 @@ def resolve_model(arg: str | os.PathLike | None) -> Path:
 
 def open_model(path: str | os.PathLike | None, *, fir_f32: bool = False,
                group: int = DEFAULT_GROUP, q4_path: str = "packed",
-               progress: Callable[[str, float], None] | None = None) -> "Model":
-    """Load and check the model ``path`` names (see :func:`resolve_model`)."""
+               progress: Callable[[str, float], None] | None = None,
+               warm: bool = True) -> "Model":
+    """Load and check the model ``path`` names (see :func:`resolve_model`); ``warm``: as
+    load_model's."""
     if not 1 <= group <= MAX_GROUP:
         raise FirError(f"--group {group}: must be a positive group size")
     from .load import load_model  # the one place a front end loads a model
     return load_model(resolve_model(path), fir_f32=fir_f32, group=group, q4_path=q4_path,
-                      progress=progress)
+                      progress=progress, warm=warm)
 
 
 def check_text(text: str, what: str) -> str:
@@ -154,15 +156,18 @@ class RunInput:
     tokens: str | tuple[int, ...] | None = None  # wins over prompt
     q4_path: str = "packed"  # or "dequant": f32 copies of q4 matrices (for comparison)
 
-    def open(self, progress: Callable[[str, float], None] | None = None) -> Opened:
-        model = self.load(progress)
+    def open(self, progress: Callable[[str, float], None] | None = None, *,
+             warm: bool = True) -> Opened:
+        model = self.load(progress, warm=warm)
         ids, tok = self.ids(model)
         return Opened(model, tuple(ids), tok)
 
-    def load(self, progress: Callable[[str, float], None] | None = None) -> "Model":
-        """The model alone (``diff`` loads both sides before it reads the prompt)."""
+    def load(self, progress: Callable[[str, float], None] | None = None, *,
+             warm: bool = True) -> "Model":
+        """The model alone (``diff`` loads both sides before it reads the prompt); ``warm``:
+        as load_model's."""
         return open_model(self.model, fir_f32=self.fir_f32, group=self.group,
-                          q4_path=self.q4_path, progress=progress)
+                          q4_path=self.q4_path, progress=progress, warm=warm)
 
     def ids(self, model: "Model") -> tuple[list[int], "Tokenizer"]:
         """The prompt as ids of ``model`` (see :func:`prompt_ids`), and its tokenizer."""

@@ -36,6 +36,7 @@ class Job:
     then: Callable[[object], None] | None = None  # on the UI thread, with fn's result
     on_error: Callable[[FirError], None] | None = None  # on the UI thread, with fn's error
     quiet: bool = False  # write nothing to the console
+    view: bool = True  # False: nothing a pane shows changes (no view is frozen after it)
 
 
 def execute(job: Job, freeze: Callable[[], object]) -> tuple[object, Exception | None, object]:
@@ -49,6 +50,8 @@ def execute(job: Job, freeze: Callable[[], object]) -> tuple[object, Exception |
         error = e
     except Exception as e:  # keep the UI alive; say it is a bug
         error = FirError(f"internal error: {type(e).__name__}: {e}")
+    if not job.view:
+        return out, error, None
     try:
         view = freeze()
     except Exception as e:  # a bug in a view: keep the last picture, say so

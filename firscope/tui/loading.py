@@ -64,17 +64,16 @@ class LoadingPanel(Vertical):
 
 def open_session(path: Path, options: UiOptions, carried, probe, wants,
                  progress: Callable[[str, float], None]) -> dict:
-    """Load, tokenize the prompt, warm the kernels, restore what F2 carried, freeze a view."""
+    """Load, tokenize the prompt, restore what F2 carried, freeze a view: the first stop. The
+    compiled kernels are not loaded here (numba's import and cache, or a cold compile, is
+    most of a small model's start): the app warms them in its first job (warm_session),
+    behind which the keys typed meanwhile wait."""
     from ..debug.opening import open_session as open_debug_session
     t0 = time.perf_counter()
     session, ci = open_debug_session(
         options.run_input(path), n=options.n, engine=options.engine, against=options.against,
-        isolate=options.isolate, progress=lambda w, f: progress(f"loading: {w}", f * 0.7))
-    runner = session.machine.kernel_runner
-    if runner is not None and hasattr(runner, "warmup"):
-        progress("compiling kernels", 0.75)
-        # each driver as it compiles: which kernel, which driver, k of N, the time left
-        runner.warmup(progress=lambda what, frac: progress(what, 0.75 + 0.24 * frac))
+        isolate=options.isolate, progress=lambda w, f: progress(f"loading: {w}", f * 0.95),
+        warm=False)
     tok = ci.tok
     recorder = AttentionRecorder(session)
     notes = restore(ci, carried) if carried is not None else []
