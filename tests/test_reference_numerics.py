@@ -4,8 +4,8 @@ The definitions (model/numerics, docs/reference-numerics.md) are checked
 against their NumPy statement here, in process; then tests/numerics_probe.py
 runs in fresh processes, each compiling for another numba target with its own
 empty cache (generic x86-64 / aarch64 without vector extensions, Haswell's
-AVX2 + FMA, Skylake's AVX-512, the host) and one with NumPy's SIMD dispatch
-switched off, and every one must print the same hashes: logits and every node
+AVX2 + FMA, Skylake's AVX-512; the host on the test run's cache) and one with
+NumPy's SIMD dispatch switched off, and every one must print the same hashes: logits and every node
 of a decode (compiled and interp, q4 and --fir-f32), the quantized sample
 model, exp/sigmoid and matrix-vector products.
 """
@@ -277,9 +277,10 @@ def targets() -> dict[str, dict[str, str]]:
     return out
 
 
-def probe(env: dict[str, str], folder: str) -> dict:
-    run_env = {**os.environ, **env, "XDG_CACHE_HOME": folder,
-               "NUMBA_CACHE_DIR": str(Path(folder) / "numba")}
+def probe(env: dict[str, str], folder: str, fresh: bool) -> dict:
+    run_env = {**os.environ, **env}
+    if fresh:
+        run_env.update(XDG_CACHE_HOME=folder, NUMBA_CACHE_DIR=str(Path(folder) / "numba"))
     done = subprocess.run([sys.executable, str(PROBE), folder], capture_output=True,
                           text=True, timeout=900, cwd=REPO, env=run_env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -287,10 +288,14 @@ def probe(env: dict[str, str], folder: str) -> dict:
 
 
 def probe_group(names_envs: list[tuple[str, dict]]) -> dict[str, dict]:
-    """Probes in order sharing one fresh cache folder: a numba target compiles into an empty
-    cache; the NumPy variant (same numba target as the host) reuses the host's."""
+    """Probes in order, writing into one fresh folder. Another numba target compiles into an
+    empty cache there; the host ones (the host, and the NumPy variant on the same numba
+    target) use the test run's cache (tests/conftest: empty when the run starts), so the
+    host's kernels are compiled once per run, by the probe or by whichever test needs
+    them first, and these are the host bits every other test computes."""
     with tempfile.TemporaryDirectory(prefix="firscope-probe-") as folder:
-        return {name: probe(env, folder) for name, env in names_envs}
+        return {name: probe(env, folder, fresh=not name.startswith("host"))
+                for name, env in names_envs}
 
 
 @pytest.fixture(scope="module")
