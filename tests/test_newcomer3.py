@@ -371,6 +371,7 @@ def test_the_first_job_loads_each_kernel_by_name_and_keys_wait_behind_it(monkeyp
     """After the first stop the app loads every driver the compiled engine will call, in a
     job whose progress names each (the status bar shows it past half a second); a key typed
     meanwhile is queued behind it and runs once the kernels are there."""
+    import gc
     import threading
 
     import firscope.debug.opening as opening
@@ -402,9 +403,12 @@ def test_the_first_job_loads_each_kernel_by_name_and_keys_wait_behind_it(monkeyp
                 start = app.session.location()
                 await pilot.press("n")
                 assert len(app.pending) == 1 and app.session.location() == start
+                frozen = gc.get_freeze_count()
             finally:
                 hold.set()
             await settle(app, pilot)
+            # what the warm-up allocated (numba's import: ~10^5 objects) is frozen too
+            assert gc.get_freeze_count() > frozen
             assert app.session.location() != start  # the queued key ran after it
             runner = app.session.machine.kernel_runner
             assert all(p.drivers for p in runner.kernels())  # every kernel's driver loaded

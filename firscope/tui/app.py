@@ -210,8 +210,10 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
                 raise Interrupted("interrupted by the user")
             probe.phase = what
 
+        # numba's import leaves ~10^5 objects of its own: frozen too, as the session is (see
+        # on_loaded), or every full collection while stepping walks them
         self.submit(Job("loading kernels", lambda: warm_session(session, progress), quiet=True,
-                        view=False))
+                        view=False, then=lambda _: gc.freeze()))
 
     # -- status and views --------------------------------------------------------------------
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:
