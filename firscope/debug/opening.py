@@ -77,6 +77,8 @@ def warm_session(session: Session,
     ``progress(what, fraction)`` as each driver comes; what ``open_session(warm=False)``
     left for later."""
     from ..runtime.load import warm
+    if progress is not None:
+        progress("loading numba and the matrix products' kernels", 0.0)
     warm(session.model)
     runner = session.machine.kernel_runner
     if runner is not None and hasattr(runner, "warmup"):
