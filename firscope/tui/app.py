@@ -36,7 +36,7 @@ from .debug_screen import Bottom, DebugScreen
 from .graph_pane import NodeList
 from .jobs import Job, JobQueue, execute
 from .keys import bindings
-from .loading import LoadingPanel, UiOptions, open_session
+from .loading import LoadingPanel, UiOptions, open_session, warm_job
 from .messages import JobDone, LoadFailed, Loaded, LoadProgress
 from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
@@ -190,30 +190,13 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
         self.set_status(p["view"].status)
         if first or self.focused is None:
             self.query_one(NodeList).focus()
-        self._warm(s)
+        # numba's import leaves ~10^5 objects of its own: frozen too, as the session is
+        self.submit(warm_job(s, self.jobs.probe, then=lambda _: gc.freeze()))
         self.start_corpus()
         # The loaded model, session and UI are ~200k objects that live until a reload; each
         # full collection walked them all (pauses of 90-120 ms while stepping, measured with
         # a gc callback): frozen, collections walk only what the steps allocate.
         self.call_after_refresh(gc.freeze)
-
-    def _warm(self, session) -> None:
-        """The first job: load (a cold cache: compile) the kernels the engine will call,
-        after the first stop is drawn; keys typed meanwhile wait behind it. The status bar
-        shows which driver it is at (after Probe.SHOW_AFTER); escape stops it (the rest
-        then load at their first use)."""
-        from ..debug.opening import warm_session
-        probe, cancel = self.jobs.probe, session.cancel
-
-        def progress(what: str, frac: float) -> None:
-            if cancel.is_set():
-                raise Interrupted("interrupted by the user")
-            probe.phase = what
-
-        # numba's import leaves ~10^5 objects of its own: frozen too, as the session is (see
-        # on_loaded), or every full collection while stepping walks them
-        self.submit(Job("loading kernels", lambda: warm_session(session, progress), quiet=True,
-                        view=False, then=lambda _: gc.freeze()))
 
     # -- status and views --------------------------------------------------------------------
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:

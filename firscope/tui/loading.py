@@ -15,8 +15,10 @@ from textual.containers import Vertical
 from textual.widgets import Label, ProgressBar, Static
 
 from ..defaults import DEFAULT_ENGINE, DEFAULT_GROUP, UI_STEPS
+from ..errors import Interrupted
 from ..runtime.opening import RunInput
 from .attention_view import AttentionRecorder
+from .jobs import Job, Probe
 from .reload import restore
 from .state import build_view
 
@@ -82,3 +84,20 @@ def open_session(path: Path, options: UiOptions, carried, probe, wants,
     view = build_view(session, ci, tok, recorder, wants)
     return dict(session=session, ci=ci, tok=tok, recorder=recorder, view=view, notes=notes,
                 seconds=time.perf_counter() - t0)
+
+
+def warm_job(session, probe: Probe, then: Callable[[object], None] | None = None) -> Job:
+    """The app's first job, submitted as the first stop is drawn: load (a cold cache:
+    compile) the kernels the engine will call (debug.opening.warm_session); keys typed
+    meanwhile wait behind it. ``probe.phase`` names what it is at (the status bar shows it
+    past Probe.SHOW_AFTER); escape stops it (the rest then load at their first use)."""
+    from ..debug.opening import warm_session
+    cancel = session.cancel
+
+    def progress(what: str, frac: float) -> None:
+        if cancel.is_set():
+            raise Interrupted("interrupted by the user")
+        probe.phase = what
+
+    return Job("loading kernels", lambda: warm_session(session, progress), quiet=True,
+               view=False, then=then)
