@@ -15,10 +15,9 @@ from textual.containers import Vertical
 from textual.widgets import Label, ProgressBar, Static
 
 from ..defaults import DEFAULT_ENGINE, DEFAULT_GROUP, UI_STEPS
-from ..errors import Interrupted
 from ..runtime.opening import RunInput
 from .attention_view import AttentionRecorder
-from .jobs import Job, Probe
+from .jobs import Job, JobProgress, Probe
 from .reload import restore
 from .state import build_view
 
@@ -92,12 +91,7 @@ def warm_job(session, probe: Probe, then: Callable[[object], None] | None = None
     meanwhile wait behind it. ``probe.phase`` names what it is at (the status bar shows it
     past Probe.SHOW_AFTER); escape stops it (the rest then load at their first use)."""
     from ..debug.opening import warm_session
-    cancel = session.cancel
-
-    def progress(what: str, frac: float) -> None:
-        if cancel.is_set():
-            raise Interrupted("interrupted by the user")
-        probe.phase = what
-
-    return Job("loading kernels", lambda: warm_session(session, progress), quiet=True,
+    heard = JobProgress(probe, session.cancel)  # escape raises Interrupted at the next phase
+    return Job("loading kernels",
+               lambda: warm_session(session, lambda what, frac: heard.phase(what)), quiet=True,
                view=False, then=then)
