@@ -5,13 +5,13 @@ from __future__ import annotations
 import shutil
 import warnings
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import firscope
 from firscope import FirError
+import model_util
 from conftest import SAMPLE
 
 TOKENS = [105, 109, 112, 111, 114, 116, 32, 111]  # "import o"
@@ -32,8 +32,8 @@ def bits(a) -> np.ndarray:
 
 
 def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "firscope", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=600)
+    """The command line, in this process (tests/model_util.firscope)."""
+    return model_util.firscope(*args, cwd=cwd, timeout=600)
 
 
 def read_dump(path) -> dict[str, np.ndarray]:

@@ -12,17 +12,20 @@ import pytest
 from firscope.runtime import load_model
 from firscope.runtime import Machine
 from conftest import SEED_FIR
+from model_util import firscope
 
 
-def fs(*args, cwd=None, timeout=300):
-    p = subprocess.run([sys.executable, "-m", "firscope", *map(str, args)], capture_output=True,
-                       text=True, cwd=cwd, timeout=timeout)
+def fs(*args, cwd=None, timeout=300, fresh=False):
+    """The command line, in this process unless ``fresh`` (tests/model_util.firscope): the
+    tests of the entry point itself (``python -m firscope`` in a process of its own: exit
+    status, start-up, signals) pass ``fresh=True`` or run their own subprocess."""
+    p = firscope(*args, cwd=cwd, timeout=timeout, fresh=fresh)
     assert "Traceback" not in p.stderr, p.stderr
     return p
 
 
 def test_check_prints_summary(random_model):
-    p = fs("check", random_model)
+    p = fs("check", random_model, fresh=True)  # `python -m firscope` itself, end to end
     assert p.returncode == 0, p.stderr
     out = p.stdout
     for needle in ("symbols:", "headdim     = 16", "buffers:", "key_cache", "arena:",
@@ -87,7 +90,7 @@ def test_broken_model_file_gives_position_and_caret(make_model):
 
 
 def test_missing_model_file():
-    p = fs("check", "/nonexistent/model.fir")
+    p = fs("check", "/nonexistent/model.fir", fresh=True)
     assert p.returncode == 1 and "no such file" in p.stderr
 
 

@@ -1,6 +1,4 @@
 """The debugger engine: stepping, breakpoints, reverse, watchpoints, NaN, lanes, batch mode."""
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,6 +8,7 @@ from firscope.debug.session import Session
 from firscope.errors import FirError
 from firscope.runtime import load_model
 from conftest import SEED_FIR
+from model_util import firscope
 
 SEED = SEED_FIR.read_text()
 
@@ -244,18 +243,16 @@ def test_batch_mode_script_and_stdin(random_model, tmp_path):
     script = tmp_path / "cmds.gdb"
     script.write_text("break attention@1\ncontinue\nbogus\nstepi 2\nlane 1\nprint U1\nwhere\n"
                       "info breakpoints\nreverse-stepi\nquit\ncontinue\n")
-    p = subprocess.run([sys.executable, "-m", "firscope", "debug", str(random_model), "--tokens",
-                        "1,2", "-n", "2", "--engine", "interp", "-x", str(script), "--keep-going"],
-                       capture_output=True, text=True, timeout=300)
+    p = firscope("debug", str(random_model), "--tokens", "1,2", "-n", "2", "--engine", "interp",
+                 "-x", str(script), "--keep-going", cwd=None)
     assert p.returncode == 1, p.stderr  # a command failed (bogus); --keep-going ran the rest
     out = p.stdout
     assert "Breakpoint 1, attention@1" in out
     assert f"{script}:3: error: unknown command 'bogus'" in out
     assert "$ = 16" in out  # lane 1 after `umulk 1 0 headdim`: 1 * 16
     assert out.count("(firscope)") == 10  # stopped reading at quit
-    p2 = subprocess.run([sys.executable, "-m", "firscope", "debug", str(random_model), "--tokens",
-                         "1", "-n", "1", "--engine", "interp"], input="next\nprint x[0:2]\n",
-                        capture_output=True, text=True, timeout=300)
+    p2 = firscope("debug", str(random_model), "--tokens", "1", "-n", "1", "--engine", "interp",
+                  input="next\nprint x[0:2]\n", cwd=None)
     assert p2.returncode == 0 and "before positional" in p2.stdout
 
 

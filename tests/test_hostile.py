@@ -30,7 +30,7 @@ from firscope.runtime import load_model
 from firscope.model.decls import MAX_PLAN_INSTRUCTIONS
 from firscope.runtime import Machine
 from conftest import REPO, SEED_FIR
-from model_util import line_of, load_err
+from model_util import firscope, line_of, load_err
 
 SEED = SEED_FIR.read_text()
 PACKAGE = REPO / "firscope"
@@ -53,9 +53,9 @@ def with_fir(make_model, text, name="m", **kw) -> Path:
 
 
 def fs(*args, timeout=120):
-    """Run the command line; a hang fails the test through the timeout."""
-    p = subprocess.run([sys.executable, "-m", "firscope", *map(str, args)], capture_output=True,
-                       text=True, cwd=REPO, timeout=timeout)
+    """Run the command line in a fresh process: hostile input's regression would be a hang,
+    and the timeout fails it instead of hanging the suite."""
+    p = firscope(*args, cwd=REPO, timeout=timeout, fresh=True)
     assert "Traceback" not in p.stderr, p.stderr
     return p
 

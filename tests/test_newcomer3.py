@@ -1,7 +1,6 @@
 """A newcomer's third round (issue 40): each item's reproducer, as the user met it."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from textual import events
 from firscope.tui.app import FirscopeApp
 from tui_util import plain, press, run, screen_text, settle, wait_loaded
 from conftest import SAMPLE
+from model_util import firscope
 
 SIZES = [(80, 24), (120, 36)]
 
@@ -72,15 +72,12 @@ def test_the_readme_sentence_on_runs_step_count_is_what_run_does(tmp_path):
     assert "(`--tokens 1,2,3 -n 0`: 3 steps; `-n 2`: 4)" in readme
     for n, want in [("0", 3), ("1", 3), ("2", 4), ("5", 7)]:
         out = tmp_path / f"l{n}.npy"
-        done = subprocess.run([sys.executable, "-m", "firscope", "run", "--tokens", "1,2,3",
-                               "-n", n, "--logits-out", str(out)], capture_output=True,
-                              text=True, timeout=300)
+        done = firscope("run", "--tokens", "1,2,3", "-n", n, "--logits-out", str(out), cwd=None)
         assert done.returncode == 0, done.stderr
         import numpy as np
         assert np.load(out).shape[0] == want, n
         assert f"[{want} steps in" in done.stderr
-    helped = subprocess.run([sys.executable, "-m", "firscope", "run", "--help"],
-                            capture_output=True, text=True)
+    helped = firscope("run", "--help", cwd=None)
     assert "len(prompt) + max(N - 1, 0) steps" in " ".join(helped.stdout.split())
 
 
@@ -144,8 +141,7 @@ def test_m_on_a_hidden_pane_and_6_when_wide_say_why():
 # -- 8: cost --device list shows each figure and its source ---------------------------------------
 def test_device_list_shows_every_figure_with_its_source():
     from firscope.cost.devices import NUMBERS, load_devices
-    done = subprocess.run([sys.executable, "-m", "firscope", "cost", "--device", "list"],
-                          capture_output=True, text=True, timeout=120)
+    done = firscope("cost", "--device", "list", cwd=None)
     assert done.returncode == 0
     h200 = load_devices()["h200"]
     block = done.stdout.split("\nh200: ")[1].split("\n\n")[0]
@@ -246,8 +242,7 @@ def test_the_profile_tab_columns_are_whole_with_units(size):
 # -- 9: the cost figures a GPU kernel author questions -------------------------------------------
 def test_cost_figures_say_what_one_lane_threadgroups_cost():
     import json
-    done = subprocess.run([sys.executable, "-m", "firscope", "cost", "--tokens", "3,7",
-                           "--json"], capture_output=True, text=True, timeout=300)
+    done = firscope("cost", "--tokens", "3,7", "--json", cwd=None)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     nodes = {n["node"]: n for n in report["nodes"]}
@@ -258,8 +253,7 @@ def test_cost_figures_say_what_one_lane_threadgroups_cost():
     add = nodes["qkv_bias@0"]
     assert add["coalescing_efficiency"] == 1.0 and add["bytes_per_sector"] == 4.0
     assert "31 of 32 lanes of each warp idle" in add["advice"] and "tg=32" in add["advice"]
-    text = subprocess.run([sys.executable, "-m", "firscope", "cost", "--tokens", "3,7"],
-                          capture_output=True, text=True, timeout=300).stdout
+    text = firscope("cost", "--tokens", "3,7", cwd=None).stdout
     assert "B/sector" in text and "per warp (a warp of one lane is coalesced by itself)" in text
 
 
@@ -313,9 +307,8 @@ def chromium_layout(html: Path) -> dict:
 
 def test_the_reports_gpu_tables_are_collapsed_and_readable(tmp_path):
     out = tmp_path / "rep"
-    done = subprocess.run([sys.executable, "-m", "firscope", "profile", "--tokens", "3,7",
-                           "-n", "2", "-o", str(out), "--device", "h200"],
-                          capture_output=True, text=True, timeout=600)
+    done = firscope("profile", "--tokens", "3,7", "-n", "2", "-o", str(out), "--device", "h200",
+                    cwd=None)
     assert done.returncode == 0, done.stderr
     html = (out / "report.html").read_text()
     gpu = html[html.index("id='gpu'"):]

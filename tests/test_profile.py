@@ -11,8 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -21,6 +19,7 @@ from safetensors.numpy import load_file
 
 import npgpt2
 from conftest import SEED_FIR, write_random_gpt2
+from model_util import firscope
 from firscope.runtime import load_model
 from firscope.runtime import Machine
 
@@ -73,10 +72,8 @@ def cli_report(tmp_path_factory):
     fir = write_random_gpt2(folder, config_extra={"model": NASTY_CONFIG})
     out = base / "out"
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "firscope", "profile", str(fir), "--tokens",
-                        ",".join(map(str, PROMPT)), "-n", str(N), "-o", str(out),
-                        "--engine", "compiled", "--device", "h200"],
-                       capture_output=True, text=True, timeout=300)
+    p = firscope("profile", str(fir), "--tokens", ",".join(map(str, PROMPT)), "-n", str(N), "-o",
+                 str(out), "--engine", "compiled", "--device", "h200", cwd=None)
     wall = time.perf_counter() - t
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
@@ -457,8 +454,7 @@ def test_cli_errors_are_one_line_and_early(random_model, tmp_path, args, msg, co
     args = [a.replace("{file}", str(tmp_path / "file")) for a in args]
     if "-o" not in args:
         args += ["-o", str(tmp_path / "out")]
-    p = subprocess.run([sys.executable, "-m", "firscope", "profile", str(random_model),
-                        "--engine", "interp", *args], capture_output=True, text=True, timeout=120)
+    p = firscope("profile", str(random_model), "--engine", "interp", *args, cwd=None)
     assert p.returncode == code and msg in p.stderr and "Traceback" not in p.stderr
     assert "timed run" not in p.stderr  # nothing was profiled before the error
 

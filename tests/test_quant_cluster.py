@@ -39,7 +39,8 @@ def _run_fresh(*args) -> dict:
     folder = cache_dir("eval")
     before = set(folder.iterdir())
     try:
-        r = firscope(*args, "--json", timeout=600)
+        # a process of its own: a command keeps its cluster connections until it exits
+        r = firscope(*args, "--json", timeout=600, fresh=True)
     finally:
         for p in set(folder.iterdir()) - before:
             p.unlink(missing_ok=True)

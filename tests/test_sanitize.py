@@ -8,8 +8,6 @@ and the models the other tests use.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from firscope.errors import FirFault
 from firscope.runtime import Machine, load_model
 from firscope.sanitize import Sanitizer, Tool, sanitize_run
 from firscope.vm.interp import Dispatch
+from model_util import firscope
 from test_lane_conflict import stray_fir_text
 
 # Lane i writes scratch[i], then (lanes 0..6) reads scratch[i + 1]: in lockstep lane i+1
@@ -318,8 +317,8 @@ endkernel
 
 # -- command line -----------------------------------------------------------------------------
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "firscope", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=600)
+    """The command line, in this process (tests/model_util.firscope)."""
+    return firscope(*args, cwd=REPO, timeout=600)
 
 
 def test_cli_exit_status_text_and_json(models):

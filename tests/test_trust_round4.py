@@ -6,12 +6,14 @@ import sys
 
 import pytest
 
+import model_util
 from probe_util import probe_model
 
 
 def firscope(*args, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "firscope", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    """The command line (tests/model_util.firscope: in this process; with ``env``, in a fresh
+    one)."""
+    return model_util.firscope(*args, cwd=cwd, env=env, timeout=timeout)
 
 
 # -- 1. the GPU engine never returns a loop the driver cut short -----------------------------
