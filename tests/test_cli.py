@@ -125,7 +125,9 @@ def quick(*args, **kw):
                                        ("prfile", "did you mean profile?"),
                                        ("bogus", "commands: check, run, debug, profile, sanitize, ui")])
 def test_a_word_that_is_no_command_and_no_file_is_a_usage_error(word, hint, tmp_path):
-    p = fs(word, cwd=tmp_path)  # on the base commit this opened the full-screen UI
+    # on the base commit this opened the full-screen UI: a process of its own, which a
+    # regression cannot hang
+    p = fs(word, cwd=tmp_path, fresh=True)
     assert p.returncode == 2, p.stderr
     assert f"firscope: error: '{word}' is neither a command nor an existing file; {hint}" \
         in p.stderr

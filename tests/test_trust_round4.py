@@ -10,10 +10,10 @@ import model_util
 from probe_util import probe_model
 
 
-def firscope(*args, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
+def firscope(*args, cwd=None, env=None, input=None, timeout=600) -> subprocess.CompletedProcess:
     """The command line (tests/model_util.firscope: in this process; with ``env``, in a fresh
     one)."""
-    return model_util.firscope(*args, cwd=cwd, env=env, timeout=timeout)
+    return model_util.firscope(*args, cwd=cwd, env=env, input=input, timeout=timeout)
 
 
 # -- 1. the GPU engine never returns a loop the driver cut short -----------------------------
@@ -41,9 +41,8 @@ def test_save_breakpoints_never_replaces_a_file_it_did_not_write(tmp_path):
     (tmp_path / "link.txt").symlink_to("victim2.txt")
     script = ("break attention\nsave breakpoints victim.txt\nsave breakpoints link.txt\n"
               "save breakpoints new.gdb\nsave breakpoints new.gdb\nsave breakpoints /dev/null\n")
-    done = subprocess.run([sys.executable, "-m", "firscope", "debug", "--tokens", "3", "-n",
-                           "1", "--keep-going"], input=script, capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+    done = firscope("debug", "--tokens", "3", "-n", "1", "--keep-going", input=script,
+                    cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 1
     assert "victim.txt: exists and is not a breakpoints file" in out
@@ -255,9 +254,7 @@ def test_a_count_accumulated_in_a_loop_faults_as_on_the_interpreter(tmp_path, ta
     assert compiled.returncode == interp.returncode == 1
     assert "internal error" not in compiled.stderr
     assert compiled.stderr == interp.stderr and what in compiled.stderr
-    stop = subprocess.run([sys.executable, "-m", "firscope", "debug", fir, "--tokens", "3",
-                           "-n", "1"], input="continue\n", capture_output=True, text=True,
-                          timeout=300)
+    stop = firscope("debug", fir, "--tokens", "3", "-n", "1", input="continue\n")
     assert "Program received a fault:" in stop.stdout and what in stop.stdout, stop.stdout
 
 
