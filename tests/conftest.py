@@ -52,6 +52,8 @@ class Lazy:
         self._name = name
 
     def __getattr__(self, attr: str):
+        if attr.startswith("__"):  # pytest's collection asks every module-level name for
+            raise AttributeError(attr)  # __test__ and the like: no import for those
         return getattr(pytest.importorskip(self._name), attr)
 
 
