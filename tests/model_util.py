@@ -71,11 +71,11 @@ def in_process(argv: list[str], cwd=None, input: str | None = None):
     here = os.getcwd()
     with contextlib.ExitStack() as stack:
         shown = stack.enter_context(warnings.catch_warnings(record=True))
-        warnings.resetwarnings()  # a fresh interpreter's filters (the rest: "default")
-        warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
-        for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
-                      ResourceWarning):
+        warnings.resetwarnings()  # a fresh interpreter's filters (the rest: "default"),
+        for quiet in (ResourceWarning, ImportWarning, PendingDeprecationWarning,  # each put
+                      DeprecationWarning):  # in front: the first in Python's list comes last
             warnings.filterwarnings("ignore", category=quiet)
+        warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(err))
         old_stdin, sys.stdin = sys.stdin, stdin
@@ -90,7 +90,7 @@ def in_process(argv: list[str], cwd=None, input: str | None = None):
         try:
             code = main(argv)
         except SystemExit as e:  # argparse's usage errors and --help/--version
-            code = e.code if isinstance(e.code, int) else (e.code is not None)
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
             if isinstance(e.code, str):
                 print(e.code, file=err)
         for w in shown:
