@@ -67,7 +67,7 @@ def test_buffers_view_reads_name_at_layer_through_ref():
     from pathlib import Path
 
     from firscope.tui.app import FirscopeApp
-    from tui_util import plain, press, run, wait_loaded
+    from tui_util import plain, press, run, settle, wait_loaded
     from conftest import SAMPLE
 
     async def go():
@@ -79,10 +79,10 @@ def test_buffers_view_reads_name_at_layer_through_ref():
             view = app.query_one("#buffers-view")
             for bad in ("key_cache@" + "9" * 5000, "key_cache@\u0663"):
                 view.show_name(bad)
-                await pilot.pause(0.05)
+                await settle(app, pilot)  # its values are asked for in a job: not a time
                 assert "bad layer in 'key_cache@" in plain(app.query_one("#buf-stats"))
             view.show_name("ln1w@1")
-            await pilot.pause(0.05)
+            await settle(app, pilot)
             w = app.session.model.weights["ln1w@1"]
             stats = plain(app.query_one("#buf-stats"))
             assert stats.startswith("ln1w@1") and f"max {app.session.model.view(w.region).max():.6g}" \
