@@ -148,6 +148,31 @@ def test_an_existing_file_or_an_option_first_still_means_the_ui(tmp_path):
     assert (args.command, args.model, args.n) == ("ui", str(f), 3)
 
 
+def test_the_in_process_runs_are_what_a_fresh_process_gives(random_model, tmp_path):
+    """Most tests run the command line in their own process (tests/model_util.firscope): the
+    same exit status, output and messages as ``python -m firscope`` in a fresh one (timings
+    aside), for a summary, a usage error, help, a missing file, a decode, a batch debug
+    session reading stdin and a sampled run."""
+    import re
+
+    def same(text):
+        return re.sub(r"\d+(\.\d+)? ?(s|ms|steps/s)\b", "T", text)
+
+    cases = [(["check", random_model], None), (["run", random_model, "--tokens", "x"], None),
+             (["run", "--help"], None), (["check", tmp_path / "missing.fir"], None),
+             (["run", random_model, "--tokens", "1,2", "-n", "2", "--ids", "--engine",
+               "interp", "--logits-out", tmp_path / "l.npy"], None),
+             (["debug", random_model, "--tokens", "1", "-n", "1", "--engine", "interp"],
+              "next\nprint x[0:2]\nbogus\n"),
+             (["run", random_model, "--tokens", "1", "-n", "3", "--temperature", "0.7",
+               "--seed", "5", "--engine", "interp"], None)]
+    for args, given in cases:
+        here = firscope(*args, input=given, cwd=tmp_path)
+        fresh = firscope(*args, input=given, cwd=tmp_path, fresh=True)
+        assert (here.returncode, same(here.stdout), same(here.stderr)) == \
+            (fresh.returncode, same(fresh.stdout), same(fresh.stderr)), args
+
+
 def test_version():
     import firscope
     p = quick("--version")
