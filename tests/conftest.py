@@ -117,13 +117,3 @@ def make_model(tmp_path):
 @pytest.fixture(scope="session")
 def sample_fir() -> Path:
     return SEED_FIR
-
-
-def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto`` (the README's command): one worker more than the CPUs this process may
-    use. A worker leaves its core idle while it waits on a subprocess, a socket or the UI's
-    frames (~12% of the suite's time on two cores with two workers: the README says what a
-    third gave); ``--maxprocesses 4`` still caps it."""
-    import os
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cpus or 1) + 1
