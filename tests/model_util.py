@@ -31,7 +31,7 @@ def firscope(*args, env=None, cwd=REPO, input=None, timeout=120, fresh=False):
 
     By default it runs in this process: ``firscope.cli.main``, what ``python -m firscope``
     runs, less the interpreter's start, NumPy's and numba's imports and the kernels'
-    first dispatch (0.5-1.5 s a call; the suite makes ~250 such calls). A fresh
+    first dispatch (0.5-1.5 s a call; the suite makes ~200 such calls). A fresh
     ``python -m firscope`` runs it where the test needs a process of its own: ``fresh=True``
     (a hang must end in ``timeout``; the interpreter's exit and signals), or an ``env`` (read
     as a process starts). tests/test_cli.py keeps the entry point itself under test in
@@ -67,7 +67,6 @@ def in_process(argv: list[str], cwd=None, input: str | None = None):
 
     out, err = pipe("surrogateescape"), pipe("backslashreplace")
     stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
-    sizes = {k: os.environ.get(k) for k in ("COLUMNS", "LINES")}
     here = os.getcwd()
     with contextlib.ExitStack() as stack:
         shown = stack.enter_context(warnings.catch_warnings(record=True))
@@ -81,7 +80,7 @@ def in_process(argv: list[str], cwd=None, input: str | None = None):
         old_stdin, sys.stdin = sys.stdin, stdin
         stack.callback(setattr, sys, "stdin", old_stdin)
         for k, v in (("COLUMNS", "80"), ("LINES", "24")):
-            if sizes[k] is None:
+            if k not in os.environ:
                 os.environ[k] = v
                 stack.callback(os.environ.pop, k, None)
         if cwd is not None:
