@@ -5,9 +5,9 @@ against their NumPy statement here, in process; then tests/numerics_probe.py
 runs in fresh processes, each compiling for another numba target with its own
 empty cache (generic x86-64 / aarch64 without vector extensions, Haswell's
 AVX2 + FMA, Skylake's AVX-512; the host on the test run's cache) and one with
-NumPy's SIMD dispatch switched off, and every one must print the same hashes: logits and every node
-of a decode (compiled and interp, q4 and --fir-f32), the quantized sample
-model, exp/sigmoid and matrix-vector products.
+NumPy's SIMD dispatch switched off, and every one must print the same hashes:
+logits and every node of a decode (compiled and interp, q4 and --fir-f32), the
+quantized sample model, exp/sigmoid and matrix-vector products.
 """
 from __future__ import annotations
 
