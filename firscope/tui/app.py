@@ -52,6 +52,7 @@ from .screens import HelpScreen, HistoryScreen, PromptScreen
 from .source_pane import SourceLines
 from .state import StopView, Wants, build_view, status_bar
 from ..runtime import NodeKind
+from .paint import update
 
 
 
@@ -202,7 +203,7 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:
         if text is not None:
             self.status_text, self.status_error = text, error
-        self.query_one("#status", Static).update(status_bar(
+        update(self.query_one("#status", Static), status_bar(
             self.status_text, self.view, max(self.size.width, 20), busy=self.busy,
             error=self.status_error))
 

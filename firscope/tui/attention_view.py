@@ -13,6 +13,7 @@ from ..debug.session import Session
 from ..profile.collect import find_attention_sites
 from .heat import half_block_rows, legend
 from .state import StopView
+from .paint import update
 
 
 class AttentionRecorder:
@@ -155,7 +156,7 @@ class AttentionView(VerticalScroll, can_focus=True):
         layer = self.att_layers[self.layer_i] if self.att_layers else None
         if self.size.width <= 0:
             return  # hidden (another tab): drawn when shown, at its width
-        self.query_one("#att-body", Static).update(
+        update(self.query_one("#att-body", Static), 
             attention_text(self.view, self.sites, layer, self.head, self.size.width))
 
     def on_resize(self) -> None:

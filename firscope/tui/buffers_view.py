@@ -24,6 +24,7 @@ from ..debug.info import fmt_scalar
 from .messages import ElementMessage
 from .state import BufferPeek, StopView
 from .stats import Q4Error
+from .paint import update
 
 PAGE = 64  # values per page (8 rows of 8)
 
@@ -206,15 +207,15 @@ class BuffersView(Vertical):
         if peek is None:
             return
         if peek.error is not None or not peek.arrays:
-            stats.update(Text(peek.error or f"{peek.title}: no buffer inputs", style="red"
+            update(stats, Text(peek.error or f"{peek.title}: no buffer inputs", style="red"
                               if peek.error else "dim"))
-            values.update("")
+            update(values, "")
             self.remove_class("-q4")
             return
         if len(peek.names) > 1 or peek.title.startswith("inputs of"):
-            stats.update(inputs_text(peek))
+            update(stats, inputs_text(peek))
         else:  # computed in the worker; a weight's once per load (38M values for wte)
-            stats.update(peek.stats if peek.stats is not None else "")
+            update(stats, peek.stats if peek.stats is not None else "")
         self.render_values()
 
     def render_values(self) -> None:
@@ -224,7 +225,7 @@ class BuffersView(Vertical):
         arr = peek.arrays[0]
         self.set_reactive(BuffersView.cursor, self.validate_cursor(self.cursor))  # this array
         values = self.query_one(ValuesView)
-        values.update(values_text(arr, self.cursor, per_row_for(values.size.width)))
+        update(values, values_text(arr, self.cursor, per_row_for(values.size.width)))
         self._render_q4(peek.names[0], arr)
 
     def _render_q4(self, label: str, arr: np.ndarray) -> None:
@@ -234,7 +235,7 @@ class BuffersView(Vertical):
             return
         self.add_class("-q4")
         q = w.q4
-        self.query_one("#buf-q4", Static).update(
+        update(self.query_one("#buf-q4", Static), 
             q4_text(w, self.cursor // q.cols, self.cursor % q.cols, self.peek.q4_error))
 
     def move(self, delta: int) -> None:

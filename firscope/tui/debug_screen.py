@@ -97,7 +97,8 @@ class DebugScreen(Screen):
         """The graph cursor moved: the source shows that node's kernel."""
         if isinstance(event.option_list, NodeList) and self.view is not None:
             idx = event.option_list.cursor_node()
-            if idx is not None:
-                pane = self.query_one(SourcePane)
-                # the graph redrawn on the same node (F9, a refresh): the source cursor stays
-                pane.show(self.model, self.view, idx, keep=pane.shown_node == idx)
+            pane = self.query_one(SourcePane)
+            if idx is None or (pane.view is self.view and pane.shown_node == idx):
+                return  # the graph followed the stop the source already shows
+            # the graph redrawn on the same node (F9, a refresh): the source cursor stays
+            pane.show(self.model, self.view, idx, keep=pane.shown_node == idx)

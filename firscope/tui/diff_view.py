@@ -19,6 +19,7 @@ from textual.widgets import Static
 
 from ..compare.views import Severity
 from .state import DiffPeek, StopView
+from .paint import update
 
 SEVERITY_STYLE = {Severity.NOT_COMPARED: "", Severity.EXACT: "green",
                   Severity.WITHIN: "green", Severity.NEAR: "yellow",
@@ -76,7 +77,7 @@ class DiffView(VerticalScroll, can_focus=True):
     def _draw(self) -> None:
         width = self.scrollable_content_region.width
         if self.view is not None and width > 0:  # hidden (another tab): drawn when shown
-            self.query_one("#diff-body", Static).update(diff_text(self.view.diff, width))
+            update(self.query_one("#diff-body", Static), diff_text(self.view.diff, width))
 
     def on_resize(self) -> None:
         self._draw()

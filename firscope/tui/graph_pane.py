@@ -18,6 +18,7 @@ from textual.widgets.option_list import Option
 from .diff_view import SEVERITY_STYLE
 from .state import FINDING_MARK, StopView
 from ..runtime import NodeKind
+from .paint import show_options, update
 
 TIME_WIDTH = 7  # "999.9ms" / " 187µs"
 
@@ -84,20 +85,11 @@ def node_rows(model, view: StopView, width: int,
 class NodeList(OptionList):
     """One option per node (id = node index); layer headers are disabled options."""
 
-    _shown: list[tuple[str, Text, bool]] | None = None
-
     def show_rows(self, rows: list[tuple[str, Text, bool]], follow: int | None) -> None:
         old = self.highlighted
-        shown, self._shown = self._shown, rows
-        if shown is not None and [(i, d) for i, _, d in shown] == [(i, d) for i, _, d in rows]:
-            # the same rows (nodes and layer headers): only those whose text changed are
-            # replaced; a rebuild of every option cost each step key several ms
-            for k, ((_, before, _), (_, now, _)) in enumerate(zip(shown, rows)):
-                if before != now:
-                    self.replace_option_prompt_at_index(k, now)
-        else:
-            self.clear_options()
-            self.add_options([Option(t, id=i, disabled=d) for i, t, d in rows])
+        # the same rows (nodes and layer headers): only those whose text changed are
+        # replaced; a rebuild of every option cost each step key several ms
+        show_options(self, [Option(t, id=i, disabled=d) for i, t, d in rows])
         if follow is not None:
             self.highlighted = self.index_of_node(follow)
         elif old is not None and old < self.option_count:
@@ -152,7 +144,7 @@ class GraphPane(Vertical):
     def show(self, model, view: StopView, follow: bool = True) -> None:
         self.set_reactive(GraphPane.model, model)
         self.set_reactive(GraphPane.view, view)
-        self.query_one("#tokens", Static).update(token_strip(view))
+        update(self.query_one("#tokens", Static), token_strip(view))
         self.render_rows(view.node_index if follow and not view.snapshot.finished else None)
         self.border_subtitle = f"{len(model.nodes)} nodes"
 

@@ -14,6 +14,7 @@ from textual.reactive import var
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from .paint import show_options
 from .state import StopView
 
 
@@ -76,7 +77,6 @@ class LensView(OptionList):
 
     def show(self, view: StopView) -> None:
         old = self.highlighted
-        self.clear_options()
         width = self._width()
         k = candidates_for(width)
         wide = ("top-5 next tokens from the residual after each layer of this token "
@@ -84,9 +84,8 @@ class LensView(OptionList):
         narrow = f"top-{k} next tokens after each layer · Enter: go to its end"
         head = Text(wide if len(wide) <= width else narrow, style="dim", no_wrap=True,
                     overflow="ellipsis")
-        self.add_option(Option(head, disabled=True))
-        self.add_options([Option(t, id=i, disabled=i is None)
-                          for i, t in lens_rows(view, width)])
+        show_options(self, [Option(head, disabled=True)] + [
+            Option(t, id=i, disabled=i is None) for i, t in lens_rows(view, width)])
         if old is not None and old < self.option_count:
             self.highlighted = old
 

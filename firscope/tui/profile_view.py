@@ -19,6 +19,7 @@ from textual.widgets import Static
 from ..cost.render import advice_text
 from ..text import printable
 from .state import StopView
+from .paint import update
 
 
 def _predicted(cost) -> dict[str, tuple[float, str]]:
@@ -268,7 +269,7 @@ class ProfileView(VerticalScroll, can_focus=True):
 
     def set_corpus(self, doc: dict | None, note: str | None) -> None:
         self.corpus = (doc, note)
-        self.query_one("#prof-corpus", Static).update(corpus_renderable(doc, note))
+        update(self.query_one("#prof-corpus", Static), corpus_renderable(doc, note))
 
     def show(self, model, view: StopView) -> None:
         self._shown = (model, view)
@@ -276,9 +277,9 @@ class ProfileView(VerticalScroll, can_focus=True):
         if self.time_of is not None:
             times = self.time_of(times)
         width = self.scrollable_content_region.width
-        self.query_one("#prof-time", Static).update(
+        update(self.query_one("#prof-time", Static), 
             time_tables(model, times, self.cost, width or None))
-        self.query_one("#prof-quant", Static).update(
+        update(self.query_one("#prof-quant", Static), 
             quant_renderable(model.fir_f32, self.weights, self.quant))
-        self.query_one("#prof-corpus", Static).update(
+        update(self.query_one("#prof-corpus", Static), 
             corpus_renderable(*self.corpus, width or None))

@@ -22,6 +22,7 @@ from ..debug.info import fmt_scalar
 from .heat import normalise, ramp
 from .messages import ElementMessage
 from .state import StopView
+from .paint import update
 
 CHANGED = "bold black on yellow"
 
@@ -195,14 +196,14 @@ class RegistersPane(VerticalScroll):
         self.border_title = registers_title(view)
 
     def _table(self) -> None:
-        self.query_one(".regs", Static).update(register_table(self.model, self.view,
+        update(self.query_one(".regs", Static), register_table(self.model, self.view,
                                                               self.cursor))
 
     def _lanes(self) -> None:
         lanes = self.query_one(".lanes", Static)
         width = lanes.size.width or self.scrollable_content_region.width
         if width > 0:  # hidden (the tab, or the column when narrow): drawn on resize
-            lanes.update(lanes_text(self.view, width))
+            update(lanes, lanes_text(self.view, width))
 
     def on_resize(self) -> None:
         if self.view is not None:
@@ -262,7 +263,7 @@ class WatchPane(VerticalScroll):
         self.border_title = "Watch"
 
     def show(self, view: StopView) -> None:
-        self.query_one(".watch", Static).update(watch_text(view))
+        update(self.query_one(".watch", Static), watch_text(view))
 
 
 class RightColumn(Vertical):

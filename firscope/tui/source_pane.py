@@ -21,6 +21,7 @@ from ..runtime import NodeKind
 from ..text import printable
 from .heat import ramp
 from .state import FINDING_MARK, StopView
+from .paint import show_options, update
 
 
 @dataclass(frozen=True)
@@ -336,8 +337,7 @@ class SourcePane(Vertical):
         sv = source_rows(model, view, idx, width - 1, self.cost_marks, self.cost_lines)
         old = lines.highlighted
         same = self._shown == (node.target,)
-        lines.clear_options()
-        lines.add_options([Option(t, id=str(ln)) for ln, t in sv.rows])
+        show_options(lines, [Option(t, id=str(ln)) for ln, t in sv.rows])
         if keep and same and old is not None:
             lines.highlighted = min(old, len(sv.rows) - 1)
         elif sv.focus_line is not None:
@@ -349,6 +349,6 @@ class SourcePane(Vertical):
 
     def _show_text(self, title: str, body: Text) -> None:
         self.add_class("-ext")
-        self.query_one(ExtInfo).update(body)
+        update(self.query_one(ExtInfo), body)
         self.border_title = title
         self.border_subtitle = ""

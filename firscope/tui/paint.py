@@ -1,0 +1,49 @@
+"""New content for a Static or an OptionList without laying the whole screen out again
+where its size stays.
+
+Textual's ``Static.update`` asks for a layout of the screen by default: every widget
+placed again (~7 ms at 120x36 with firscope's panes) and then every pane repainted, not
+only the one whose text changed. A step key updates about ten Statics (status bar,
+registers, lanes, watch, tokens, buffer statistics...), most of them of a fixed size or
+with as many lines as before: :func:`update` asks for the layout only where the new
+content can change the widget's size, and :func:`show_options` replaces only the
+options that changed.
+"""
+from __future__ import annotations
+
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+
+def update(widget: Static, content="") -> None:
+    """``widget.update(content)``, with a layout of the screen only where it is needed: the
+    widget's width is ``auto``, or its height is and the content's height at the widget's
+    width is not the height it has now. A widget not laid out yet (hidden, not mounted)
+    gets one whenever it is shown, so it needs none now either."""
+    styles = widget.styles
+    width, height = styles.width, styles.height
+    if width is not None and width.is_auto:
+        widget.update(content)
+        return
+    shown = widget.content_size
+    widget.update(content, layout=False)
+    if height is not None and not height.is_auto:
+        return
+    if shown.width > 0 and widget.get_content_height(shown, shown, shown.width) != shown.height:
+        widget.refresh(layout=True)
+
+
+def show_options(widget: OptionList, options: list[Option]) -> None:
+    """The list's options become ``options``. Where they are the options it shows (the same
+    ids and disabled flags in the same order: the same kernel, nodes or layers), only the
+    prompts that changed are replaced; else all are set at once (``clear_options`` then
+    ``add_options`` would lay the screen out twice, the list empty and then full, its
+    scrollbar hidden and shown again). The caller sets the highlight."""
+    old = widget.options
+    if len(old) == len(options) and all(a.id == b.id and a.disabled == b.disabled
+                                        for a, b in zip(old, options)):
+        for k, (a, b) in enumerate(zip(old, options)):
+            if a.prompt != b.prompt:
+                widget.replace_option_prompt_at_index(k, b.prompt)
+    else:
+        widget.set_options(options)
