@@ -1,6 +1,12 @@
 """`firscope dap` driven by a real DAP client: VS Code's DebugClient (npm
-@vscode/debugadapter-testsupport) runs each scenario of tests/dap/scenarios.js
-against a fresh adapter process, over stdio, and two of them over --port.
+@vscode/debugadapter-testsupport) runs each scenario of tests/dap/scenarios.js.
+The scenarios that need the adapter's own process (a broken frame written to its
+stdin, its exit on a disconnect, a launch refused before any token is given) run
+against a fresh adapter process over stdio, as VS Code starts it; the others are each
+a fresh session of one `firscope dap --port 0` server of this module, which takes
+clients one after another (a fresh process per scenario cost ~2 s of CPU each for the
+interpreter's, NumPy's and numba's start). Two more run over --port against a server
+of their own.
 
 The npm package is installed by `.ci/run`; from a fresh clone the first test
 here runs `npm ci` in tests/dap (the lockfile pins it). Without node or npm, or
@@ -90,17 +96,53 @@ SAMPLE_SCENARIOS = ["entry", "line_breakpoint_every_layer", "conditions_and_hit_
                     "launch_error_is_shown", "zero_based_lines_and_uris"]
 
 
+# the scenarios that write to the adapter's stdin, wait for its process to exit, or launch
+# without the server's token
+STDIO_SCENARIOS = {"bad_requests", "pause", "launch_error_is_shown"}
+
+
+def start_server() -> tuple[subprocess.Popen, int, str]:
+    """`firscope dap --port 0`: the process, its port and its token."""
+    proc = subprocess.Popen([str(FIRSCOPE), "dap", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    m = re.search(r"listening on 127\.0\.0\.1:([0-9]+); token (\S+) ", line)
+    if m is None:
+        out, err = stop_server(proc, signal.SIGKILL)
+        raise AssertionError(f"unexpected first line: {line!r}\n{err[-2000:]}")
+    return proc, int(m.group(1)), m.group(2)
+
+
+@pytest.fixture(scope="module")
+def server(node):
+    """The module's server: (port, token). It must outlive every client and stop cleanly
+    on SIGTERM, having written nothing but its two lines."""
+    proc, port, token = start_server()
+    yield port, token
+    assert proc.poll() is None, "the server outlives its clients"
+    out, err = stop_server(proc, signal.SIGTERM)
+    assert proc.returncode == 0, err
+    assert out == "" and err == "firscope dap: stopped\n", (out, err)
+
+
+def scenario(node: str, server, name: str, model: Path) -> str:
+    if name in STDIO_SCENARIOS:
+        return run_scenario(node, name, model)
+    port, token = server
+    return run_scenario(node, name, model, port=port, token=token)
+
+
 @pytest.mark.parametrize("name", SAMPLE_SCENARIOS)
-def test_scenario_on_the_sample_model(node, name):
-    run_scenario(node, name, SEED_FIR)
+def test_scenario_on_the_sample_model(node, server, name):
+    scenario(node, server, name, SEED_FIR)
 
 
-def test_nan_exception_breakpoint(node, nan_model):
-    run_scenario(node, "nan_exception", nan_model)
+def test_nan_exception_breakpoint(node, server, nan_model):
+    scenario(node, server, "nan_exception", nan_model)
 
 
-def test_paging_a_50257_element_buffer(node, big_vocab_model):
-    run_scenario(node, "paging", big_vocab_model)
+def test_paging_a_50257_element_buffer(node, server, big_vocab_model):
+    scenario(node, server, "paging", big_vocab_model)
 
 
 def test_scenarios_have_tests():
@@ -111,13 +153,8 @@ def test_scenarios_have_tests():
 
 
 def test_tcp_server_takes_clients_one_after_another_and_stops_cleanly(node):
-    proc = subprocess.Popen([str(FIRSCOPE), "dap", "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc, port, token = start_server()
     try:
-        line = proc.stderr.readline()
-        m = re.search(r"listening on 127\.0\.0\.1:([0-9]+); token (\S+) ", line)
-        assert m, f"unexpected first line: {line!r}"
-        port, token = int(m.group(1)), m.group(2)
         assert listening_addresses(port) == {"127.0.0.1"}
         run_scenario(node, "entry", SEED_FIR, port=port, token=token)
         run_scenario(node, "function_breakpoint", SEED_FIR, port=port, token=token)

@@ -1,5 +1,7 @@
 // Scenarios that drive `firscope dap` with VS Code's own DAP test client
-// (@vscode/debugadapter-testsupport's DebugClient), one adapter process per scenario.
+// (@vscode/debugadapter-testsupport's DebugClient): each scenario starts an adapter process
+// over stdio, or with --port connects to a running `firscope dap --port` server (a session
+// of its own there).
 //
 //   node scenarios.js --firscope PATH --scenario NAME --model FILE.fir [--port N --token T]
 //
