@@ -233,6 +233,25 @@ def test_registers_tab_shows_the_watch_list_and_every_lane(size):
     run(go())
 
 
+def test_the_lanes_fit_beside_a_register_table_that_widens():
+    """On the Registers tab (80 columns) the register table is as wide as its widest value:
+    when a step widens it, the lanes beside it are laid out again for the width left (their
+    bar was once drawn for the width before, and wrapped)."""
+    async def go():
+        async with opened(make_app(), (80, 24)) as (app, pilot):
+            await press(app, pilot, "n", "6")
+            lanes = app.query_one("#right-tab .lanes")
+            widths = set()
+            for _ in range(5):
+                await press(app, pilot, "s")
+                bars = [r for r in plain(lanes).splitlines() if "█" in r or "░" in r]
+                if bars:  # a kernel is running
+                    widths.add(lanes.content_size.width)
+                    assert len(bars[0]) <= lanes.content_size.width, (bars, lanes.content_size)
+            assert len(widths) > 1, widths  # the table did widen
+    run(go())
+
+
 # -- 15: the smaller cuts ----------------------------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
 def test_buffers_placeholder_and_header_are_whole(size):

@@ -134,6 +134,17 @@ def watch_text(view: StopView) -> Text:
     return t
 
 
+class LanesText(Static):
+    """The register over lanes, laid out for its own width: drawn again when that changes
+    (beside the table, whose width follows its widest value, it changes without the pane
+    changing size)."""
+
+    def on_resize(self, event) -> None:
+        pane = self.parent
+        if isinstance(pane, RegistersPane) and pane.view is not None:
+            pane.call_after_refresh(pane._lanes)
+
+
 class RegistersPane(VerticalScroll):
     ALLOW_MAXIMIZE = True
     BINDINGS = [Binding("up", "move(0, -1)", show=False), Binding("down", "move(0, 1)", show=False),
@@ -166,7 +177,7 @@ class RegistersPane(VerticalScroll):
 
     def compose(self):
         yield Static(classes="regs")
-        yield Static(classes="lanes")
+        yield LanesText(classes="lanes")
 
     def on_mount(self) -> None:
         self.border_title = "Registers"
