@@ -42,22 +42,6 @@ def _private_caches() -> None:
 _private_caches()
 
 
-def _quick_idle_checks() -> None:
-    """Textual's pilot waits, after every key it sends and every pause, until the process
-    has used under 5% of a CPU over one window of ``SLEEP_GRANULARITY`` (20 ms): each key
-    of a UI test cost at least ~100 ms of sleeping, a large share of the UI tests' time
-    (test_tui and test_tui_layout: 137 s -> 111 s with 2 ms windows, the same CPU). The
-    wait is for messages the app's own event loop has queued, which it runs before the
-    window's end whatever the window's length; the tests wait for the app's workers and
-    jobs themselves (tui_util.settle)."""
-    import textual._wait as wait
-    wait.SLEEP_GRANULARITY = 0.002
-    wait.SLEEP_IDLE = wait.SLEEP_GRANULARITY / 20
-
-
-_quick_idle_checks()
-
-
 class Lazy:
     """A module imported when a test first uses it (pytest.importorskip: that test is
     skipped, saying why, where it is not installed), not when the test file is imported:
