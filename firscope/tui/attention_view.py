@@ -156,8 +156,8 @@ class AttentionView(VerticalScroll, can_focus=True):
         layer = self.att_layers[self.layer_i] if self.att_layers else None
         if self.size.width <= 0:
             return  # hidden (another tab): drawn when shown, at its width
-        update(self.query_one("#att-body", Static), 
-            attention_text(self.view, self.sites, layer, self.head, self.size.width))
+        update(self.query_one("#att-body", Static),
+               attention_text(self.view, self.sites, layer, self.head, self.size.width))
 
     def on_resize(self) -> None:
         self.render_view()

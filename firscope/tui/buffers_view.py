@@ -208,7 +208,7 @@ class BuffersView(Vertical):
             return
         if peek.error is not None or not peek.arrays:
             update(stats, Text(peek.error or f"{peek.title}: no buffer inputs", style="red"
-                              if peek.error else "dim"))
+                               if peek.error else "dim"))
             update(values, "")
             self.remove_class("-q4")
             return
@@ -235,8 +235,8 @@ class BuffersView(Vertical):
             return
         self.add_class("-q4")
         q = w.q4
-        update(self.query_one("#buf-q4", Static), 
-            q4_text(w, self.cursor // q.cols, self.cursor % q.cols, self.peek.q4_error))
+        update(self.query_one("#buf-q4", Static),
+               q4_text(w, self.cursor // q.cols, self.cursor % q.cols, self.peek.q4_error))
 
     def move(self, delta: int) -> None:
         self.cursor += delta  # drawn by watch_cursor

@@ -277,9 +277,9 @@ class ProfileView(VerticalScroll, can_focus=True):
         if self.time_of is not None:
             times = self.time_of(times)
         width = self.scrollable_content_region.width
-        update(self.query_one("#prof-time", Static), 
-            time_tables(model, times, self.cost, width or None))
-        update(self.query_one("#prof-quant", Static), 
-            quant_renderable(model.fir_f32, self.weights, self.quant))
-        update(self.query_one("#prof-corpus", Static), 
-            corpus_renderable(*self.corpus, width or None))
+        update(self.query_one("#prof-time", Static),
+               time_tables(model, times, self.cost, width or None))
+        update(self.query_one("#prof-quant", Static),
+               quant_renderable(model.fir_f32, self.weights, self.quant))
+        update(self.query_one("#prof-corpus", Static),
+               corpus_renderable(*self.corpus, width or None))
