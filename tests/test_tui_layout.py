@@ -252,6 +252,29 @@ def test_the_lanes_fit_beside_a_register_table_that_widens():
     run(go())
 
 
+def test_stepping_inside_a_kernel_lays_nothing_out(monkeypatch):
+    """A step key inside a kernel changes text, not sizes: the screen is repainted, not laid
+    out again (Textual lays it out on every Static.update unless told it need not; that and
+    a list emptied and refilled made each such key cost two layouts, tui/paint.py)."""
+    from textual.screen import Screen
+    layouts = []
+    real = Screen._refresh_layout
+
+    def counted(self, *args, **kw):
+        layouts.append(self)
+        return real(self, *args, **kw)
+    monkeypatch.setattr(Screen, "_refresh_layout", counted)
+
+    async def go():
+        async with opened(make_app(), (120, 36), "until g2.attn_decode:160") as (app, pilot):
+            before = header(app)
+            layouts.clear()
+            await press(app, pilot, "s", "s", "s")
+            assert header(app) != before  # the keys did step
+            assert layouts == [], f"{len(layouts)} layouts in three steps"
+    run(go())
+
+
 # -- 15: the smaller cuts ----------------------------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
 def test_buffers_placeholder_and_header_are_whole(size):

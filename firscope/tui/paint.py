@@ -18,8 +18,12 @@ from textual.widgets.option_list import Option
 def update(widget: Static, content="") -> None:
     """``widget.update(content)``, with a layout of the screen only where it is needed: the
     widget's width is ``auto``, or its height is and the content's height at the widget's
-    width is not the height it has now. A widget not laid out yet (hidden, not mounted)
-    gets one whenever it is shown, so it needs none now either."""
+    width is not the height it has now. A hidden widget (itself or a container of it not
+    displayed: the registers tab on a wide screen, a tab not shown) is laid out when it is
+    shown, so it needs none now either."""
+    if not all(node.display for node in widget.ancestors_with_self):
+        widget.update(content, layout=False)
+        return
     styles = widget.styles
     width, height = styles.width, styles.height
     if width is not None and width.is_auto:
@@ -29,7 +33,7 @@ def update(widget: Static, content="") -> None:
     widget.update(content, layout=False)
     if height is not None and not height.is_auto:
         return
-    if shown.width > 0 and widget.get_content_height(shown, shown, shown.width) != shown.height:
+    if widget.get_content_height(shown, shown, shown.width) != shown.height:
         widget.refresh(layout=True)
 
 
