@@ -213,12 +213,8 @@ class RegistersPane(VerticalScroll):
     def _lanes(self) -> None:
         lanes = self.query_one(".lanes", Static)
         width = lanes.size.width or self.scrollable_content_region.width
-        if width > 0:  # hidden (the tab, or the column when narrow): drawn on resize
+        if width > 0:  # hidden (the tab, or the column when narrow): drawn on its resize
             update(lanes, lanes_text(self.view, width))
-
-    def on_resize(self) -> None:
-        if self.view is not None:
-            self.call_after_refresh(self._lanes)  # once the lanes column has its width
 
     def action_move(self, dx: int, dy: int) -> None:
         if self.view is None or self.cursor is None:
