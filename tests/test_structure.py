@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,20 @@ MAX_COMPLEXITY = 25
 MAX_EXCUSED_FUNCTIONS = 3
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per test process: the checks only read trees, and
+    each of them walks every module of the package."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def walked(path: Path) -> tuple[ast.AST, ...]:
+    """``ast.walk`` of a file's tree, made once per test process (walking is most of what
+    these checks cost)."""
+    return tuple(ast.walk(parsed(path)))
+
+
 def modules() -> dict[str, Path]:
     out = {}
     for p in sorted(PKG.rglob("*.py")):
@@ -65,11 +80,10 @@ def part_of(module: str) -> str:
 
 def imports_of(module: str, path: Path) -> set[str]:
     """Every firscope module this one imports, anywhere in its text."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     is_pkg = path.name == "__init__.py"
     here = module.split(".") if is_pkg else module.split(".")[:-1]
     found = set()
-    for node in ast.walk(tree):
+    for node in walked(path):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -129,7 +143,7 @@ LAZY_ENTRY_POINTS = {"firscope.api", "firscope.api.model", "firscope.api.run",
 def test_the_package_imports_its_entry_points_only_on_first_use():
     """``import firscope`` stays cheap: the entry points are imported inside ``__getattr__``
     (PEP 562), never at the top of ``firscope/__init__.py``."""
-    tree = ast.parse((PKG / "__init__.py").read_text(encoding="utf-8"))
+    tree = parsed(PKG / "__init__.py")
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     names = {(n.module or "") for n in top if isinstance(n, ast.ImportFrom)}
     assert names <= {"__future__", "errors"}, names
@@ -149,7 +163,7 @@ def test_the_package_imports_its_entry_points_only_on_first_use():
 def test_only_the_gpu_device_module_imports_wgpu():
     found = []
     for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in walked(path):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             if any(n.split(".")[0] == "wgpu" for n in names):
@@ -160,7 +174,7 @@ def test_only_the_gpu_device_module_imports_wgpu():
 def outside_imports(path: Path) -> set[str]:
     """The top-level names of the modules outside firscope that ``path`` imports."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in walked(path):
         if isinstance(node, ast.Import):
             found.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -178,7 +192,7 @@ def test_one_place_constructs_a_session():
     """Every front end (batch, UI, DAP) opens its Session through debug/opening.py."""
     calls = []
     for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in walked(path):
             if isinstance(node, ast.Call):
                 f = node.func
                 name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
@@ -231,7 +245,7 @@ def test_module_size(module):
     path = MODULES[module]
     n = len(path.read_text(encoding="utf-8").splitlines())
     if n > MAX_MODULE_LINES:
-        doc = _docstring(ast.parse(path.read_text(encoding="utf-8")))
+        doc = _docstring(parsed(path))
         said = [ln for ln in doc.splitlines() if ln.lstrip().startswith("size:")]
         assert said, (f"{path.relative_to(REPO)} has {n} lines (> {MAX_MODULE_LINES}) and no "
                       "line of its docstring begins with 'size:' to say why")
@@ -258,8 +272,7 @@ def complexity(fn) -> int:
 
 def functions():
     for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in walked(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 yield module, node
 
@@ -289,7 +302,7 @@ def test_function_size_and_complexity():
 @pytest.mark.parametrize("package", sorted(m for m, p in MODULES.items()
                                            if p.name == "__init__.py"))
 def test_packages_declare_exports(package):
-    tree = ast.parse(MODULES[package].read_text(encoding="utf-8"))
+    tree = parsed(MODULES[package])
     names = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
              if isinstance(t, ast.Name)}
     assert "__all__" in names, f"{package}/__init__.py has no __all__"
@@ -326,7 +339,7 @@ def _private(name: str) -> bool:
 def session_private_names() -> set[str]:
     """Session's private attributes: its ``_methods`` and every ``self._x`` in its class body
     (``__init__`` included), read from the source."""
-    tree = ast.parse(SESSION.read_text(encoding="utf-8"))
+    tree = parsed(SESSION)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Session")
     names = set()
     for node in ast.walk(cls):
@@ -346,7 +359,7 @@ def private_session_uses(path: Path, names: set[str]) -> list[str]:
     not define yet, patched in from outside). A private attribute of another class that
     happens to share a name with one of Session's is flagged too: rename it."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in walked(path):
         if isinstance(node, ast.Attribute) and _private(node.attr):
             owner = ast.unparse(node.value)
             if (node.attr in names and owner not in ("self", "cls")) \
@@ -404,8 +417,9 @@ NOT_A_LAYER = {
 }
 
 
-def _joins_at(tree: ast.AST):
-    """(the expression joined to '@', line) for every f-string piece, ``+`` chain, ``%`` or
+def _joins_at(nodes):
+    """(the expression joined to '@', line), among ``nodes`` (a tree's walk), for every
+    f-string piece, ``+`` chain, ``%`` or
     ``.format`` template that puts something next to an '@': ``f"{name}@{layer}"``,
     ``name + "@" + str(layer)``, ``"%s@%d" % (name, layer)``."""
     def src(node):
@@ -435,7 +449,7 @@ def _joins_at(tree: ast.AST):
                 yield src(parts[i + 1]), line
 
     chained = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.JoinedStr):
             yield from beside(node.values, node.lineno)
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and id(node) not in \
@@ -461,7 +475,7 @@ def test_name_at_layer_is_joined_only_in_model_ref():
         rel = str(path.relative_to(REPO))
         if rel == "firscope/model/ref.py":
             continue
-        for joined, line in _joins_at(ast.parse(path.read_text(encoding="utf-8"))):
+        for joined, line in _joins_at(walked(path)):
             if (rel, joined) not in NOT_A_LAYER:
                 found.append(f"{rel}:{line}: '@' joined to {joined}")
     assert not found, ("use str(Ref(name, layer)) (firscope/model/ref.py), or add the site "
@@ -472,7 +486,7 @@ def test_the_at_check_sees_each_way_of_joining():
     """The check itself: an f-string either side of '@', a concatenation and a format."""
     code = ('a = f"{n}@{lay}"\nb = n + "@" + str(lay)\nc = "{}@{}".format(n, lay)\n'
             'd = f"drop the @{lay}"\ne = f"e.g. {n}@0"\nf = "%s@%d" % (n, lay)\n')
-    joined = [j for j, _ in _joins_at(ast.parse(code))]
+    joined = [j for j, _ in _joins_at(ast.walk(ast.parse(code)))]
     assert {"n", "lay", "str(lay)", "'{}@{}'.format(n, lay)", "(n, lay)"} <= set(joined)
     assert sum(1 for j in joined if j == "lay") >= 2 and "n" in joined
 
@@ -502,13 +516,13 @@ def unused_definitions() -> list[tuple[str, int, str]]:
     defined, read = [], set(_entry_point_names())
     for folder in ("firscope", "tests", "benchmarks", "screenshots"):
         for path in sorted((REPO / folder).rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = parsed(path)
             if folder == "firscope":
                 defined += [(str(path.relative_to(REPO)), node.lineno, node.name)
                             for node in tree.body
                             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                  ast.ClassDef))]
-            for node in ast.walk(tree):
+            for node in walked(path):
                 if isinstance(node, ast.Name):
                     read.add(node.id)
                 elif isinstance(node, ast.Attribute):
@@ -565,7 +579,7 @@ def formatted_command_lines(path: Path) -> list[str]:
                 and node.func.attr == "format")
 
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in walked(path):
         if not isinstance(node, ast.Call):
             continue
         f = node.func
@@ -628,7 +642,7 @@ PRIVATE_OWNERS = {"firscope/runtime/machine.py": "Machine",
 def test_no_private_method_of_the_engines_is_used_outside_its_module():
     private: dict[str, str] = {}
     for rel, cls in PRIVATE_OWNERS.items():
-        for node in ast.walk(ast.parse((REPO / rel).read_text(encoding="utf-8"))):
+        for node in walked(REPO / rel):
             if isinstance(node, ast.ClassDef) and node.name == cls:
                 private.update({b.name: rel for b in node.body
                                 if isinstance(b, ast.FunctionDef) and b.name.startswith("_")
@@ -639,7 +653,7 @@ def test_no_private_method_of_the_engines_is_used_outside_its_module():
     bad = []
     for path in files:
         rel = str(path.relative_to(REPO))
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in walked(path):
             if not (isinstance(node, ast.Attribute) and node.attr in private):
                 continue
             owner = private[node.attr]
