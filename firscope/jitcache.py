@@ -14,6 +14,7 @@ a cache someone else can write is a place to plant code.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -80,6 +81,47 @@ def save_atomic(path: str | os.PathLike | None, write) -> bool:
         except OSError:
             pass
         return False
+
+
+LOCK_WAIT_SECONDS = 300.0
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike, wait: float = LOCK_WAIT_SECONDS):
+    """Hold an advisory lock on ``path`` (created if need be) against other processes, for
+    work that a second process should wait for and then find in a cache rather than do too
+    (compiling a kernel: two processes compiling the same one at once each pay seconds).
+    The lock goes with the process (a killed holder releases it). Best effort: where the
+    platform has no flock, the file cannot be opened, or the holder keeps it past ``wait``
+    seconds (a process stopped in a debugger), the work goes ahead without it: doing the
+    work twice is only slower."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield False
+        return
+    try:
+        f = open(path, "a+b")
+    except OSError:
+        yield False
+        return
+    try:
+        held = False
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+            except OSError:  # a file system without locks
+                break
+        yield held
+    finally:
+        f.close()  # releases the lock
 
 
 STALE_TMP_SECONDS = 3600

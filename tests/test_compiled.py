@@ -179,6 +179,52 @@ def test_one_compiled_function_serves_every_layer(random_model):
     assert any(runner.plan(n).proofs is not None for n in model.nodes if n.kind == "micro")
 
 
+RACE = """
+import sys, time
+from pathlib import Path
+from firscope.runtime import load_model
+from firscope.vm.codegen import generate
+from firscope.vm.kernel_cache import compiled_driver
+model = load_model(sys.argv[1])
+node = min((n for n in model.nodes if n.kind == "micro"), key=lambda n: len(n.program.ops))
+gen = generate(node.program)
+go = Path(sys.argv[2])
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.002)
+fn = compiled_driver(gen, "run_plain")
+print(sum(fn.stats.cache_misses.values()), sum(fn.stats.cache_hits.values()), flush=True)
+"""
+
+
+def test_processes_sharing_the_cache_compile_a_kernel_once(tmp_path):
+    """Two processes that need the same uncached driver at the same instant: one compiles
+    it, the other waits for it (vm/kernel_cache's file lock) and loads the machine code
+    from numba's cache (without the lock both compile, seconds each for a large kernel)."""
+    import os
+    import subprocess
+    import sys
+    # a kernel folder of their own (the kernel's machine code is cached by its file's
+    # path); numba's cache stays the test run's (the helpers every kernel calls, loaded)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, str(SEED_FIR), str(go)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()[-2000:]
+        go.write_text("")  # both call compiled_driver now
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    misses_hits = sorted(tuple(map(int, out.split())) for out, _ in outs)
+    assert misses_hits == [(0, 1), (1, 0)], misses_hits
+
+
 BUMP = """
 buf al_x f32 64
 buf al_y f32 64

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from ..jitcache import cache_dir, prepare_numba
+from ..jitcache import cache_dir, file_lock, prepare_numba
 from .codegen import Generated
 from .kernel_abi import driver_signature
 
@@ -49,10 +49,15 @@ def load_module(gen: Generated):
 
 def compiled_driver(gen: Generated, name: str) -> Callable:
     """The module's ``run_lanes`` or ``run_plain``, compiled (or loaded from numba's cache)
-    for the one signature the runner calls it with."""
+    for the one signature the runner calls it with. Processes sharing the cache folder
+    compile a driver one at a time (jitcache.file_lock): the second finds the first's
+    machine code in numba's cache instead of compiling the same kernel beside it (a large
+    kernel takes seconds; the UI and a command line, or test workers, often start
+    together)."""
     fn = getattr(load_module(gen), name)
     if not fn.signatures:
         with _MODULES_LOCK:
             if not fn.signatures:
-                fn.compile(driver_signature(name))
+                with file_lock(kernel_dir() / f".k{gen.sha}.{name}.lock"):
+                    fn.compile(driver_signature(name))
     return fn
