@@ -275,7 +275,9 @@ def test_attention_at_the_last_position_agrees_or_is_refused_in_words(gpu, tmp_p
         machine.step(5)
         return model.view(model.outputs["logits"]).copy()
     for position in (400, 1023):
-        want = at(Machine(model, engine="compiled"), position)
+        # the reference itself (the compiled engine would compile this geometry's
+        # attention for this test alone, ~9 s of the suite's CPU)
+        want = at(Machine(model, engine="interp"), position)
         try:
             got = at(GpuMachine(model, gpu=gpu), position)
         except FirFault as e:
