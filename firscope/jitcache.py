@@ -83,7 +83,7 @@ def save_atomic(path: str | os.PathLike | None, write) -> bool:
         return False
 
 
-LOCK_WAIT_SECONDS = 300.0
+LOCK_WAIT_SECONDS = 120.0  # the largest kernel compiles in ~7 s on an idle CPU
 
 
 @contextlib.contextmanager
