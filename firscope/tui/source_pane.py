@@ -251,7 +251,8 @@ class SourceLines(OptionList):
 
     def on_resize(self) -> None:
         pane = self.parent
-        if isinstance(pane, SourcePane) and pane.view is not None:
+        if (isinstance(pane, SourcePane) and pane.view is not None
+                and self.scrollable_content_region.width != pane.rows_width):
             pane.redraw(keep=True)  # rows fit the width the list has now
 
 
@@ -265,7 +266,8 @@ class SourcePane(Vertical):
     SourcePane { border: round $primary-darken-2; }
     SourcePane:focus-within { border: round $accent; }
     SourcePane SourceLines, SourcePane SourceLines:focus { height: 1fr; border: none; padding: 0;
-                                                           scrollbar-size-vertical: 1; }
+                                                           scrollbar-size-vertical: 1;
+                                                           scrollbar-gutter: stable; }
     SourcePane ExtInfo { height: 1fr; padding: 0 1; }
     SourcePane.-ext SourceLines { display: none; }
     SourcePane ExtInfo { display: none; }
@@ -286,6 +288,9 @@ class SourcePane(Vertical):
         self.node_index: int | None = None  # the node shown (None: follow the stop)
         self.shown_node: int | None = None  # the node whose kernel is on screen
         self._shown: tuple | None = None
+        # the list's width the rows were made for (a resize to another width remakes them;
+        # shown again after an ext node, at the width it had, it needs nothing)
+        self.rows_width: int | None = None
 
     def watch_view(self, view: StopView | None) -> None:
         if view is None or self.model is None:
@@ -332,8 +337,11 @@ class SourcePane(Vertical):
         self.remove_class("-ext")
         lines = self.query_one(SourceLines)
         width = lines.scrollable_content_region.width
-        if width <= 0:  # hidden (loading, another pane maximized): drawn once it is shown
-            width = max(self.size.width - 3, 0) or 200
+        if width <= 0:  # hidden (after an ext node, loading, another pane maximized): the
+            # width it will have, inside this pane's border less its scrollbar's gutter
+            # (kept whether the bar shows or not: scrollbar-gutter stable)
+            width = max(self.size.width - 1, 0) or 200
+        self.rows_width = width
         sv = source_rows(model, view, idx, width - 1, self.cost_marks, self.cost_lines)
         old = lines.highlighted
         same = self._shown == (node.target,)
