@@ -275,6 +275,33 @@ def test_stepping_inside_a_kernel_lays_nothing_out(monkeypatch):
     run(go())
 
 
+def test_a_kernel_shown_after_an_ext_node_is_drawn_once_at_its_width(monkeypatch):
+    """From a linear (ext: the source pane shows its text, the kernel's list hidden) to the
+    next micro node: the list's rows are made once, for the width the list then has (its
+    scrollbar's column is kept, shown or not), not made for a guessed width and again when
+    the list is laid out."""
+    from firscope.tui.source_pane import SourceLines, SourcePane
+    made = []
+    real = SourcePane.redraw
+
+    def counted(self, *args, **kw):
+        made.append(self)
+        return real(self, *args, **kw)
+    monkeypatch.setattr(SourcePane, "redraw", counted)
+
+    async def go():
+        async with opened(make_app(), (120, 36), "until qkv_linear@0") as (app, pilot):
+            assert app.query_one(SourcePane).has_class("-ext")
+            made.clear()
+            await press(app, pilot, "n")
+            assert app.session.node.full_name == "qkv_bias@0"
+            lines = app.query_one(SourceLines)
+            assert lines.display and not app.query_one(SourcePane).has_class("-ext")
+            assert len(made) == 1, f"the kernel's rows were made {len(made)} times"
+            assert app.query_one(SourcePane).rows_width == lines.scrollable_content_region.width
+    run(go())
+
+
 # -- 15: the smaller cuts ----------------------------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
 def test_buffers_placeholder_and_header_are_whole(size):
