@@ -3,7 +3,8 @@
 Run by tests/test_reference_numerics.py once per numba target (NUMBA_CPU_NAME,
 NUMBA_CPU_FEATURES), each in a fresh process with a fresh cache folder: the
 logits and a dump of every node of a decode (compiled and interp engines, q4
-and --fir-f32), attention at later positions than the decodes reach (compiled, interp),
+and --fir-f32), attention at later positions than the decodes reach (compiled, its lanes
+also split over two threads, and interp),
 the sample model's q4 codes, scales and mins (both compiled
 quantizers and the NumPy one), exp and sigmoid over a spread of f32 inputs, and
 f32 / q4 matrix-vector products of shapes with tails (serial and parallel
@@ -108,12 +109,18 @@ def products() -> dict:
 def attention() -> dict:
     """Attention of the sample model at later positions than the decodes reach (its loops
     run longer there), on the compiled engine and on the interpreter: random K and V rows
-    before the position, as earlier steps leave."""
+    before the position, as earlier steps leave. The compiled engine also with its lanes
+    split over two of numba's threads (run_par: a tiny model's dispatches never split on
+    their own, so without this the threaded driver would be compiled and never compared)."""
+    import firscope.vm.compiled as C
     from firscope.runtime import load_model
     from firscope.vm.compiled import CompiledRunner
     from firscope.vm.interp import Dispatch
     model = load_model(SAMPLE / "gpt2.fir")
     runner = CompiledRunner(model)
+    C.PARALLEL_PLAIN_MIN_SECONDS = 0.0  # every dispatch after a node's first splits
+    C.matvec_threads = lambda: 2
+    split = CompiledRunner(model, parallel=True)
     out = {}
     for p in (17, 130, 255):
         rng = np.random.default_rng(p)
@@ -125,11 +132,17 @@ def attention() -> dict:
             for c in (kc, vc):
                 arena[c.region.base: c.region.base + p * hidden] = rng.normal(0, 1, p * hidden)
             arena[model.inputs["position"].base] = p
-            interp = arena.copy()
+            interp, apart = arena.copy(), arena.copy()
             Dispatch(node.program, interp).run()
             runner.run(node, arena)
+            split.run(node, apart.copy())  # a node's first dispatch runs whole
+            before = split.split_dispatches
+            split.run(node, apart)
+            if split.split_dispatches != before + 1:
+                raise SystemExit(f"{node.full_name} at {p}: the dispatch did not split")
             out[f"attention/{node.full_name}@{p}/compiled"] = sha(arena)
             out[f"attention/{node.full_name}@{p}/interp"] = sha(interp)
+            out[f"attention/{node.full_name}@{p}/compiled-split"] = sha(apart)
     return out
 
 

@@ -344,6 +344,7 @@ def test_each_report_holds_its_own_equalities(reports):
     assert len(attn) == 6
     for key in attn:
         assert rep[key] == rep[key.replace("/compiled", "/interp")], key
+        assert rep[key + "-split"] == rep[key], key  # lanes on two threads: the same bits
     assert rep["exp/numba"] == rep["exp/numpy"] and rep["sigmoid/numba"] == rep["sigmoid/numpy"]
     for key in rep:
         if key.startswith("q4/conv1d/"):
