@@ -252,18 +252,24 @@ def test_the_lanes_fit_beside_a_register_table_that_widens():
     run(go())
 
 
+def calls_of(monkeypatch, cls, name: str) -> list:
+    """A list that gets the instance of every call of ``cls.name`` from now on."""
+    calls = []
+    real = getattr(cls, name)
+
+    def counted(self, *args, **kw):
+        calls.append(self)
+        return real(self, *args, **kw)
+    monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
 def test_stepping_inside_a_kernel_lays_nothing_out(monkeypatch):
     """A step key inside a kernel changes text, not sizes: the screen is repainted, not laid
     out again (Textual lays it out on every Static.update unless told it need not; that and
     a list emptied and refilled made each such key cost two layouts, tui/paint.py)."""
     from textual.screen import Screen
-    layouts = []
-    real = Screen._refresh_layout
-
-    def counted(self, *args, **kw):
-        layouts.append(self)
-        return real(self, *args, **kw)
-    monkeypatch.setattr(Screen, "_refresh_layout", counted)
+    layouts = calls_of(monkeypatch, Screen, "_refresh_layout")
 
     async def go():
         async with opened(make_app(), (120, 36), "until g2.attn_decode:160") as (app, pilot):
@@ -281,13 +287,7 @@ def test_a_kernel_shown_after_an_ext_node_is_drawn_once_at_its_width(monkeypatch
     scrollbar's column is kept, shown or not), not made for a guessed width and again when
     the list is laid out."""
     from firscope.tui.source_pane import SourceLines, SourcePane
-    made = []
-    real = SourcePane.redraw
-
-    def counted(self, *args, **kw):
-        made.append(self)
-        return real(self, *args, **kw)
-    monkeypatch.setattr(SourcePane, "redraw", counted)
+    made = calls_of(monkeypatch, SourcePane, "redraw")
 
     async def go():
         async with opened(make_app(), (120, 36), "until qkv_linear@0") as (app, pilot):
