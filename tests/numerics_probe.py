@@ -110,17 +110,15 @@ def attention() -> dict:
     """Attention of the sample model at later positions than the decodes reach (its loops
     run longer there), on the compiled engine and on the interpreter: random K and V rows
     before the position, as earlier steps leave. The compiled engine also with its lanes
-    split over two of numba's threads (run_par: a tiny model's dispatches never split on
-    their own, so without this the threaded driver would be compiled and never compared)."""
-    import firscope.vm.compiled as C
+    split in two ranges on numba's threads (run_par: a tiny model's dispatches never split
+    on their own, so without this the threaded driver would be compiled and never
+    compared; ``parallel=2`` splits every dispatch, on any number of cores)."""
     from firscope.runtime import load_model
     from firscope.vm.compiled import CompiledRunner
     from firscope.vm.interp import Dispatch
     model = load_model(SAMPLE / "gpt2.fir")
     runner = CompiledRunner(model)
-    C.PARALLEL_PLAIN_MIN_SECONDS = 0.0  # every dispatch after a node's first splits
-    C.matvec_threads = lambda: 2
-    split = CompiledRunner(model, parallel=True)
+    split = CompiledRunner(model, parallel=2)
     out = {}
     for p in (17, 130, 255):
         rng = np.random.default_rng(p)
@@ -135,7 +133,6 @@ def attention() -> dict:
             interp, apart = arena.copy(), arena.copy()
             Dispatch(node.program, interp).run()
             runner.run(node, arena)
-            split.run(node, apart.copy())  # a node's first dispatch runs whole
             before = split.split_dispatches
             split.run(node, apart)
             if split.split_dispatches != before + 1:
