@@ -302,6 +302,24 @@ def test_a_kernel_shown_after_an_ext_node_is_drawn_once_at_its_width(monkeypatch
     run(go())
 
 
+def test_the_kernel_list_keeps_the_stop_in_view_when_only_its_height_changes():
+    """The console tab (key 4) gives the bottom row more height and the kernel list less:
+    its rows stay (same width), and the stop's line stays in view."""
+    from firscope.tui.source_pane import SourceLines
+
+    async def go():
+        async with opened(make_app(), (120, 36), "until g2.attn_decode:158") as (app, pilot):
+            lines = app.query_one(SourceLines)
+            height = lines.size.height
+            await press(app, pilot, "4")
+            assert lines.size.height < height  # the list did shrink
+            top = lines.scroll_offset.y
+            assert top <= lines.highlighted < top + lines.scrollable_content_region.height, \
+                (top, lines.highlighted, lines.scrollable_content_region.height)
+            assert "158" in str(lines.get_option_at_index(lines.highlighted).prompt)
+    run(go())
+
+
 # -- 15: the smaller cuts ----------------------------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
 def test_buffers_placeholder_and_header_are_whole(size):

@@ -251,9 +251,12 @@ class SourceLines(OptionList):
 
     def on_resize(self) -> None:
         pane = self.parent
-        if (isinstance(pane, SourcePane) and pane.view is not None
-                and self.scrollable_content_region.width != pane.rows_width):
+        if not isinstance(pane, SourcePane) or pane.view is None:
+            return
+        if self.scrollable_content_region.width != pane.rows_width:
             pane.redraw(keep=True)  # rows fit the width the list has now
+        else:  # the same rows; a list of another height keeps its cursor line in view
+            self.scroll_to_highlight()
 
 
 class ExtInfo(Static, can_focus=True):
