@@ -281,6 +281,42 @@ def test_stepping_inside_a_kernel_lays_nothing_out(monkeypatch):
     run(go())
 
 
+def test_stepping_into_a_kernel_and_back_out_lays_nothing_out_once_it_was_seen(monkeypatch):
+    """The registers pane keeps the room a kernel's table and lanes took below "no kernel
+    running" while the stop is before it: after a first visit, s into the kernel, r in it
+    and R (reverse-next) back out before it change no size, so they lay nothing out (each
+    cost two layouts: the table's height changed, then Textual's size update asked again). The table and the lanes are
+    never cut: each is at least as tall as its content, at every stop."""
+    from textual.screen import Screen
+    from firscope.tui.registers_pane import RegistersPane, RightColumn
+    layouts = calls_of(monkeypatch, Screen, "_refresh_layout")
+
+    def whole(app):
+        pane = app.query_one("#right", RightColumn).query_one(RegistersPane)
+        for part in (".regs", ".lanes"):
+            w = pane.query_one(part)
+            size = w.content_size
+            assert w.get_content_height(size, size, size.width) <= size.height, part
+        return pane
+
+    async def go():
+        async with opened(make_app(), (120, 36), "until ln1@1") as (app, pilot):
+            pane = whole(app)
+            assert "no kernel running" in plain(pane.query_one(".regs"))
+            await press(app, pilot, "s")  # the first visit: the kernel's room is taken
+            layouts.clear()
+            for key, inside in (("R", False), ("s", True), ("s", True), ("r", True),
+                                ("R", False)):
+                await press(app, pilot, key)
+                pane = whole(app)
+                assert ("no kernel running" in plain(pane.query_one(".regs"))) != inside
+                assert ("over lanes" in plain(pane.query_one(".lanes"))) == inside
+            assert layouts == [], f"{len(layouts)} layouts in five steps"
+            await press(app, pilot, "n", "n")  # to other nodes: still whole
+            whole(app)
+    run(go())
+
+
 def test_a_kernel_shown_after_an_ext_node_is_drawn_once_at_its_width(monkeypatch):
     """From a linear (ext: the source pane shows its text, the kernel's list hidden) to the
     next micro node: the list's rows are made once, for the width the list then has (its

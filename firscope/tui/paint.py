@@ -37,6 +37,32 @@ def update(widget: Static, content="") -> None:
         widget.refresh(layout=True)
 
 
+def update_at_least(widget: Static, content, rows: int) -> int | None:
+    """``widget.update(content)`` for a Static of varying height, made ``rows`` high where
+    its content is shorter: the caller keeps room for what it will show next (the
+    registers pane: the next kernel's registers while it says "no kernel running"), so
+    that step lays nothing out (Textual lays the whole screen out twice for a widget whose
+    height changes: once for the new content, once for its new size). Content taller
+    than ``rows`` takes its own height: nothing is cut off. Returns the content's own
+    height, or None where the widget is hidden (no width yet: it takes its content's height
+    when shown) or its width is ``auto`` (it is updated as :func:`update` does)."""
+    styles = widget.styles
+    width = widget.content_size.width
+    if (styles.width is not None and styles.width.is_auto) or width <= 0 \
+            or not all(node.display for node in widget.ancestors_with_self):
+        if styles.height is not None and not styles.height.is_auto:
+            styles.height = "auto"
+        update(widget, content)
+        return None
+    widget.update(content, layout=False)
+    size = widget.content_size
+    need = widget.get_content_height(size, size, width)
+    tall = max(need, rows)
+    if styles.height is None or styles.height.is_auto or styles.height.cells != tall:
+        styles.height = tall  # a layout, only when the height changes
+    return need
+
+
 def show_options(widget: OptionList, options: list[Option]) -> None:
     """The list's options become ``options``. Where they are the options it shows (the same
     ids and disabled flags in the same order: the same kernel, nodes or layers), only the

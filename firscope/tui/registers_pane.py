@@ -22,7 +22,7 @@ from ..debug.info import fmt_scalar
 from .heat import normalise, ramp
 from .messages import ElementMessage
 from .state import StopView
-from .paint import update
+from .paint import update, update_at_least
 
 CHANGED = "bold black on yellow"
 
@@ -153,7 +153,7 @@ class RegistersPane(VerticalScroll):
                 Binding("enter", "choose", "across lanes", show=False),
                 Binding("equals_sign", "edit", "set", show=False)]
     DEFAULT_CSS = """
-    RegistersPane { border: round $primary-darken-2; height: 1fr; }
+    RegistersPane { border: round $primary-darken-2; height: 1fr; scrollbar-gutter: stable; }
     RegistersPane:focus, RegistersPane:focus-within { border: round $accent; }
     RegistersPane > Static { width: 100%; }
     """
@@ -174,6 +174,12 @@ class RegistersPane(VerticalScroll):
     view: var[StopView | None] = var(None, always_update=True, init=False)
     # the register under the cursor: one the kernel shows (validate_cursor), drawn reversed
     cursor: var[tuple[str, int] | None] = var(None, init=False)
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        # the rows the table and the lanes have taken per kernel and width (see _fill)
+        self._room: dict[tuple, int] = {}
+        self._room_model = None
 
     def compose(self):
         yield Static(classes="regs")
@@ -204,17 +210,47 @@ class RegistersPane(VerticalScroll):
         self.set_reactive(RegistersPane.cursor, self.validate_cursor(self.cursor))
         self._table()
         self._lanes()
+        if view.snapshot.lane is None and self.scroll_y:
+            # the room kept below "no kernel running" must not hide it (scrolled to the
+            # lanes in the kernel before, the offset would stay where now nothing is)
+            self.scroll_home(animate=False)
         self.border_title = registers_title(view)
 
     def _table(self) -> None:
-        update(self.query_one(".regs", Static), register_table(self.model, self.view,
-                                                              self.cursor))
+        self._fill(self.query_one(".regs", Static),
+                   register_table(self.model, self.view, self.cursor))
 
     def _lanes(self) -> None:
         lanes = self.query_one(".lanes", Static)
         width = lanes.size.width or self.scrollable_content_region.width
         if width > 0:  # hidden (the tab, or the column when narrow): drawn on its resize
-            update(lanes, lanes_text(self.view, width))
+            self._fill(lanes, lanes_text(self.view, width))
+
+    def _fill(self, widget: Static, content) -> None:
+        """``content`` into the table or the lanes, as tall as the most they have shown for
+        the kernel the stop is in or before (at this width; before a library node, the
+        kernel after it): stepping into a kernel, in it and back out ("no kernel running",
+        with the kernel's room kept below) changes no size, so those keys lay the screen
+        out no more (two layouts each before). Only a step to another kernel's node changes
+        the heights."""
+        if self._room_model is not self.model:
+            self._room, self._room_model = {}, self.model
+        program = self._kernel_at(self.view.node_index)
+        key = None if program is None else \
+            (widget.has_class("regs"), program.name, program.threads, widget.content_size.width)
+        need = update_at_least(widget, content, self._room.get(key, 0) if key else 0)
+        if key is not None and need is not None:
+            self._room[key] = max(self._room.get(key, 0), need)
+
+    def _kernel_at(self, idx: int | None):
+        """The kernel of node ``idx``, or where it has none (a library node: ``s`` steps
+        over it into the next kernel), of the first node after it that has one."""
+        nodes = self.model.nodes
+        while idx is not None and idx < len(nodes):
+            if nodes[idx].program is not None:
+                return nodes[idx].program
+            idx += 1
+        return None
 
     def action_move(self, dx: int, dy: int) -> None:
         if self.view is None or self.cursor is None:
