@@ -317,6 +317,44 @@ def test_stepping_into_a_kernel_and_back_out_lays_nothing_out_once_it_was_seen(m
     run(go())
 
 
+def test_content_a_static_shows_already_is_not_drawn_again():
+    """paint.update leaves a Static alone when it shows the same text already; a text that
+    differs only in its base style is not the same (rich's own == says it is)."""
+    from rich.table import Table
+    from rich.text import Text
+    from textual.widgets import Static
+    from firscope.tui.paint import shows_already
+    w = Static(Text("no displays", style="dim"))
+    assert shows_already(w, Text("no displays", style="dim"))
+    assert Text("no displays") == Text("no displays", style="dim")  # rich's ==
+    assert not shows_already(w, Text("no displays"))
+    assert not shows_already(w, Text("no displays!", style="dim"))
+    w2 = Static(Text.assemble(("R1", "cyan"), " 0"))
+    assert shows_already(w2, Text.assemble(("R1", "cyan"), " 0"))
+    assert not shows_already(w2, Text.assemble(("R1", "magenta"), " 0"))
+    assert not shows_already(Static("a"), Text("a")) and shows_already(Static("a"), "a")
+    assert not shows_already(Static(Table()), Table())
+
+
+def test_a_step_that_leaves_the_watch_list_as_it_was_does_not_redraw_it(monkeypatch):
+    """Steps inside a kernel change the registers, not the watch list ("no displays"): its
+    Static is not updated (drawn) again; a display added to it is."""
+    from textual.widgets import Static
+    updated = calls_of(monkeypatch, Static, "update")
+
+    async def go():
+        async with opened(make_app(), (120, 36), "until g2.attn_decode:160") as (app, pilot):
+            watch = app.query_one("#right .watch", Static)
+            updated.clear()
+            await press(app, pilot, "s", "s", "s")
+            assert watch not in updated and any(w.has_class("regs") for w in updated)
+            app.run_command("display R1")
+            await settle(app, pilot)
+            await press(app, pilot, "s")
+            assert watch in updated and "R1" in plain(watch)
+    run(go())
+
+
 def test_a_kernel_shown_after_an_ext_node_is_drawn_once_at_its_width(monkeypatch):
     """From a linear (ext: the source pane shows its text, the kernel's list hidden) to the
     next micro node: the list's rows are made once, for the width the list then has (its

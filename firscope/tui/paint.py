@@ -11,8 +11,26 @@ options that changed.
 """
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
+
+
+def shows_already(widget: Static, content) -> bool:
+    """``widget`` shows ``content`` already: the same string, or a rich Text of the same
+    characters, spans and base style (rich's own ``==`` compares characters and spans only:
+    a dimmed text would equal the plain one). Other renderables (tables) are never equal."""
+    old = widget.content
+    if type(old) is not type(content):
+        return False
+    if isinstance(content, str):
+        return old == content
+    if isinstance(content, Text):
+        return (old.plain == content.plain and old.spans == content.spans
+                and old.style == content.style and old.end == content.end
+                and (old.justify, old.overflow, old.no_wrap, old.tab_size)
+                == (content.justify, content.overflow, content.no_wrap, content.tab_size))
+    return False
 
 
 def update(widget: Static, content="") -> None:
@@ -20,7 +38,11 @@ def update(widget: Static, content="") -> None:
     widget's width is ``auto``, or its height is and the content's height at the widget's
     width is not the height it has now. A hidden widget (itself or a container of it not
     displayed: the registers tab on a wide screen, a tab not shown) is laid out when it is
-    shown, so it needs none now either."""
+    shown, so it needs none now either. Content the widget shows already (a step that
+    changes nothing in it: the watch list, the token strip, the buffers' statistics) is
+    neither laid out nor drawn again."""
+    if shows_already(widget, content):
+        return
     if not all(node.display for node in widget.ancestors_with_self):
         widget.update(content, layout=False)
         return
