@@ -33,6 +33,11 @@ def shows_already(widget: Static, content) -> bool:
     return False
 
 
+def hidden(widget: Static) -> bool:
+    """``widget`` or a container of it is not displayed (laid out when it is shown)."""
+    return not all(node.display for node in widget.ancestors_with_self)
+
+
 def update(widget: Static, content="") -> None:
     """``widget.update(content)``, with a layout of the screen only where it is needed: the
     widget's width is ``auto``, or its height is and the content's height at the widget's
@@ -43,7 +48,7 @@ def update(widget: Static, content="") -> None:
     neither laid out nor drawn again."""
     if shows_already(widget, content):
         return
-    if not all(node.display for node in widget.ancestors_with_self):
+    if hidden(widget):
         widget.update(content, layout=False)
         return
     styles = widget.styles
@@ -70,13 +75,13 @@ def update_at_least(widget: Static, content, rows: int) -> int | None:
     when shown) or its width is ``auto`` (it is updated as :func:`update` does)."""
     styles = widget.styles
     width = widget.content_size.width
-    if (styles.width is not None and styles.width.is_auto) or width <= 0 \
-            or not all(node.display for node in widget.ancestors_with_self):
+    if (styles.width is not None and styles.width.is_auto) or width <= 0 or hidden(widget):
         if styles.height is not None and not styles.height.is_auto:
             styles.height = "auto"
         update(widget, content)
         return None
-    widget.update(content, layout=False)
+    if not shows_already(widget, content):
+        widget.update(content, layout=False)
     size = widget.content_size
     need = widget.get_content_height(size, size, width)
     tall = max(need, rows)

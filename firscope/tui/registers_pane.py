@@ -238,7 +238,7 @@ class RegistersPane(VerticalScroll):
         program = self._kernel_at(self.view.node_index)
         key = None if program is None else \
             (widget.has_class("regs"), program.name, program.threads, widget.content_size.width)
-        need = update_at_least(widget, content, self._room.get(key, 0) if key else 0)
+        need = update_at_least(widget, content, self._room.get(key, 0))
         if key is not None and need is not None:
             self._room[key] = max(self._room.get(key, 0), need)
 
