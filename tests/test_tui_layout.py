@@ -91,11 +91,11 @@ def test_diff_tab_opened_after_the_stop_has_every_column(size, random_model, bug
 def test_graph_drawn_while_hidden_is_redrawn_at_its_width(size):
     async def go():
         async with opened(make_app(), size) as (app, pilot):
-            app.screen.add_class("-loading")  # as during a reload: the panes are hidden
+            app.main_screen.show_loading(True)  # as during a reload: the panes are hidden
             await settle(app, pilot)
             app.run_command("until attention@0")
             await settle(app, pilot)
-            app.screen.remove_class("-loading")
+            app.main_screen.show_loading(False)
             await settle(app, pilot)
             rows = rows_of(app)
             assert any("attention_linear" in r for r in rows), "\n".join(rows)

@@ -36,7 +36,7 @@ from .debug_screen import Bottom, DebugScreen
 from .graph_pane import NodeList
 from .jobs import Job, JobQueue, execute
 from .keys import bindings
-from .loading import LoadingPanel, UiOptions, open_session, warm_job
+from .loading import LoadingPanel, UiOptions, open_session, throttled, warm_job
 from .messages import JobDone, LoadFailed, Loaded, LoadProgress
 from .lens_view import LensView, end_of_layer
 from .palette import DebuggerCommands
@@ -53,7 +53,6 @@ from .source_pane import SourceLines
 from .state import StopView, Wants, build_view, status_bar
 from ..runtime import NodeKind
 from .paint import update
-
 
 
 class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, SaveActions,
@@ -95,6 +94,9 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
         self.load_error: FirError | None = None
         self._pane_focus = None  # the pane focus returns to when an input is left
         self._carried = None  # what F2 carries into the reloaded session
+        # the collector was turned off for the start (launch.run_app): on again once the
+        # first stop is drawn, or the load failed
+        self.gc_paused = False
 
     # the job queue's state, as the app has always shown it (tests wait on busy and pending)
     @property
@@ -120,7 +122,7 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
     def get_default_screen(self) -> DebugScreen:
         """The app starts on the debugger's screen (as toolong's app pushes its one), bound to
         the app's reactives; it is the screen ``app.query_one`` looks in."""
-        self.main_screen = DebugScreen(classes="-loading").data_bind(
+        self.main_screen = DebugScreen().data_bind(
             FirscopeApp.model, FirscopeApp.follow, FirscopeApp.time_of, FirscopeApp.view)
         return self.main_screen
 
@@ -139,7 +141,8 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
         gc.unfreeze()  # a reload: the session being replaced may be collected again
         try:
             parts = open_session(self.model_path, self.options, carried, self.probe, self.wants,
-                                 lambda what, frac: self.post_message(LoadProgress(what, frac)))
+                                 throttled(lambda what, frac: self.post_message(
+                                     LoadProgress(what, frac))))
         except FirError as e:
             self.post_message(LoadFailed(e))
             return
@@ -161,8 +164,9 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
         self.query_one("#load-error", Static).update(
             Text(str(e) + "\n\nfix the file and press F2 to reload, or q to quit", style="bold"))
         self.query_one("#load-label", Label).update(f"{printable(self.model_path)}: cannot load")
-        self.screen.add_class("-loading")
+        self.main_screen.show_loading(True)
         self.set_status("error: " + e.message.splitlines()[0], error=True)
+        self._resume_gc()
 
     def on_loaded(self, message: Loaded) -> None:
         p = message.parts
@@ -171,7 +175,7 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
         self.recorder, self.model = p["recorder"], p["session"].model
         self.load_error = None
         self.query_one(LoadingPanel).remove_class("-error")
-        self.screen.remove_class("-loading")
+        self.main_screen.show_loading(False)
         console = self.query_one(ConsoleView)
         console.set_words(completion_words(self.ci, self.model))
         s = self.session
@@ -197,7 +201,16 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
         # The loaded model, session and UI are ~200k objects that live until a reload; each
         # full collection walked them all (pauses of 90-120 ms while stepping, measured with
         # a gc callback): frozen, collections walk only what the steps allocate.
-        self.call_after_refresh(gc.freeze)
+        self.call_after_refresh(self._freeze)
+
+    def _freeze(self) -> None:
+        gc.freeze()
+        self._resume_gc()
+
+    def _resume_gc(self) -> None:
+        if self.gc_paused:
+            self.gc_paused = False
+            gc.enable()
 
     # -- status and views --------------------------------------------------------------------
     def set_status(self, text: str | None = None, *, error: bool = False) -> None:
@@ -485,7 +498,7 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
             self._carried = carry(self.session, self.ci)
         self.session = self.ci = None
         self.query_one(LoadingPanel).remove_class("-error")
-        self.screen.add_class("-loading")
+        self.main_screen.show_loading(True)
         self.set_status("reloading")
         self.load(self._carried)
 

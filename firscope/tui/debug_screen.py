@@ -37,7 +37,8 @@ class Bottom(TabbedContent):
 
 
 class DebugScreen(Screen):
-    """Layout classes on the screen (see app.tcss): -loading, -narrow, -console."""
+    """Layout classes on the screen (see app.tcss): -narrow, -console. The loading panel or
+    the panes: :meth:`show_loading`."""
 
     # always_update: a new model or view is always drawn (and never compared: they hold arrays)
     model = var(None, always_update=True)  # the loaded Model
@@ -74,6 +75,17 @@ class DebugScreen(Screen):
     @dataclass
     class Ready(Message):
         """The panes are mounted: the app may start (loading the model)."""
+
+    def show_loading(self, loading: bool) -> None:
+        """The loading panel (while a model loads, or when it cannot) or the panes. Set on
+        the two widgets: a class on the screen (as -narrow is) would restyle every widget
+        under it, ~30-50 ms at the first stop."""
+        self.query_one("#loading").display = loading
+        self.query_one("#main").display = not loading
+
+    @property
+    def loading(self) -> bool:
+        return bool(self.query_one("#loading").display)
 
     def on_mount(self) -> None:
         self.layout_for(self.app.size.width)

@@ -29,7 +29,9 @@ class UiArgs:
     chunks: int | None = None
 
 
-def run_app(args: UiArgs) -> int:
+def run_app(args: UiArgs, gc_paused: bool = False) -> int:
+    """``gc_paused``: the caller turned Python's collector off for the start; the app turns
+    it on again once the first stop is drawn (or the load failed)."""
     from ..model.tokens import parse_token_list
     from ..runtime.opening import refuse_prompt_early, resolve_model
     ids = parse_token_list(args.tokens) if args.tokens else None
@@ -44,6 +46,7 @@ def run_app(args: UiArgs) -> int:
         group=args.group, engine=args.engine, q4_path=args.q4_path, against=args.against,
         isolate=args.isolate, device=args.device, corpus=args.corpus, corpus_ctx=args.ctx,
         corpus_chunks=args.chunks))
+    app.gc_paused = gc_paused
     app.run()
     return 0
 
