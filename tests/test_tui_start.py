@@ -127,3 +127,36 @@ def test_the_ui_command_starts_with_the_collector_off_and_gives_it_back(monkeypa
     assert main(["ui", str(SAMPLE / "gpt2.fir")]) == 0
     assert seen == [(False, True, str(SAMPLE / "gpt2.fir"))]
     assert gc.isenabled()
+
+
+def test_the_footer_composes_its_keys_once_and_again_only_when_the_bindings_change(monkeypatch):
+    """Textual's Footer composed its ~20 keys anew at every bindings change, three times
+    before the first stop with the same keys; KeysFooter only when what it draws from
+    changed (a focus whose widget has bindings of its own)."""
+    from textual.widgets import Footer
+    from firscope.tui.console_view import CommandInput
+    from firscope.tui.debug_screen import KeysFooter
+    composed = []
+    real = Footer.recompose
+
+    async def recompose(self):
+        composed.append(type(self))
+        return await real(self)
+    monkeypatch.setattr(Footer, "recompose", recompose)
+
+    async def go():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            await pilot.pause()
+            assert composed == [KeysFooter]
+            footer = app.query_one(KeysFooter)
+            keys = [k.description for k in footer.query("FooterKey")]
+            assert "next" in keys and "step" in keys
+            await press(app, pilot, "n", "s")  # steps: the same bindings, nothing composed
+            assert len(composed) == 1
+            app.query_one(CommandInput).focus()  # the input's own bindings join
+            await pilot.pause()
+            await pilot.pause()
+            assert len(composed) == 2
+    run(go())
