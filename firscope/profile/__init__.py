@@ -12,23 +12,33 @@ Report (figures as SVG, no plotting library):
   complete_profile(data, model, tokens=...) -> ProfileData       (report)
   write_report(data, out_dir) -> {file name: Path}               (report)
 """
-from .collect import Profiler, find_attention_sites, preserved_state, run_instrumented
-from .data import (ActivationError, AttentionMaps, AttentionSite, InstructionProfile, LogitStats,
-                   NodeInfo, ProfileData, QuantComparison, TimingRow, TimingStats, TokenTiming,
-                   WeightStats, timing_stats)
-from .quant import compare_run, logit_stats, weight_stats
+from importlib import import_module
 
-_REPORT = ("profile_model", "complete_profile", "write_report", "report_dict")
+# Each name and the module it lives in, imported on first use (PEP 562): the UI imports
+# firscope.profile.progress and .sites at its start, and a package that imported all of
+# this eagerly took the profiler's data classes and the cost model with them (~40 ms).
+_WHERE = {
+    **dict.fromkeys(("Profiler", "preserved_state", "run_instrumented"), "collect"),
+    "find_attention_sites": "sites", "AttentionSite": "sites",
+    **dict.fromkeys(("ActivationError", "AttentionMaps", "InstructionProfile", "LogitStats",
+                     "NodeInfo", "ProfileData", "QuantComparison", "TimingRow", "TimingStats",
+                     "TokenTiming", "WeightStats", "timing_stats"), "data"),
+    **dict.fromkeys(("compare_run", "logit_stats", "weight_stats"), "quant"),
+    **dict.fromkeys(("profile_model", "complete_profile", "write_report", "report_dict"),
+                    "report"),
+}
 
-__all__ = ["Profiler", "find_attention_sites", "preserved_state", "run_instrumented",
-           "ActivationError", "AttentionMaps", "AttentionSite", "InstructionProfile",
-           "LogitStats", "NodeInfo", "ProfileData", "QuantComparison", "TimingRow",
-           "TimingStats", "TokenTiming", "WeightStats", "timing_stats", "compare_run",
-           "logit_stats", "weight_stats", *_REPORT]
+__all__ = list(_WHERE)
 
 
-def __getattr__(name):  # the report half: load it only when asked
-    if name in _REPORT:
-        from . import report
-        return getattr(report, name)
-    raise AttributeError(name)
+def __getattr__(name):
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -24,37 +24,14 @@ import numpy as np
 from ..cost.record import geometry, kernel_shape
 from ..runtime import Model, PlanNode
 from ..runtime.machine import Hooks, Machine
-from .data import (SIMD_WIDTH, AttentionMaps, AttentionSite, InstructionProfile,
+from .data import (SIMD_WIDTH, AttentionMaps, InstructionProfile,
                    NodeInstructions, ProfileData, TokenTiming)
 from .progress import Progress, Silent
+from .sites import find_attention_sites  # noqa: F401 - defined there, named here as before
 from ..runtime import NodeKind
 
 ATTENTION_MAX_TOKENS = 64  # rows kept per attention site (the report's heatmaps)
 PROBABILITY_TOLERANCE = 1e-3  # a softmax row must sum to 1 within this
-
-
-def find_attention_sites(model: Model) -> list[AttentionSite]:
-    """Micro nodes that store into a buffer of ``n_head * n_positions`` elements.
-
-    Read from the kernels' operands, not from a buffer name: a node whose
-    program stores into such a buffer is taken to leave head ``h``'s softmax
-    row at ``h * n_positions + 0..position``. :class:`Profiler` checks that
-    every captured row sums to 1 and drops a site whose rows do not.
-    """
-    n_head = model.config.get("n_head")
-    n_pos = model.config.get("n_positions")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (n_head, n_pos)):
-        return []
-    sites = []
-    for node in model.nodes:
-        if node.kind != NodeKind.MICRO or node.program is None:
-            continue
-        for region in node.program.written_regions():
-            if region.is_buffer and region.size == n_head * n_pos:
-                sites.append(AttentionSite(node.index, node.full_name, node.layer, region.name,
-                                           region.base, n_head, n_pos))
-                break
-    return sites
 
 
 def buffer_slices(model: Model) -> list[tuple[int, int]]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime import Model, PlanNode
+from .sites import AttentionSite  # noqa: F401 - defined there, named here as before
 
 
 @dataclass(frozen=True)
@@ -137,19 +138,6 @@ class InstructionProfile:
             if ni.warp_counts is not None:
                 k["warp_counts"] = k["warp_counts"] + ni.warp_counts
         return out
-
-
-@dataclass(frozen=True)
-class AttentionSite:
-    """Where softmax probabilities can be read after an attention node."""
-
-    node: int
-    full_name: str
-    layer: int | None
-    buffer: str  # region display name, e.g. "scores"
-    base: int  # arena address of the region
-    n_head: int
-    n_positions: int  # row stride: head h starts at h * n_positions
 
 
 @dataclass

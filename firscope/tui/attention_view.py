@@ -10,7 +10,7 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from ..debug.session import Session
-from ..profile.collect import find_attention_sites
+from ..profile.sites import find_attention_sites
 from .heat import half_block_rows, legend
 from .state import StopView
 from .paint import update

@@ -16,7 +16,6 @@ from textual.containers import VerticalScroll
 from textual.reactive import var
 from textual.widgets import Static
 
-from ..cost.render import advice_text
 from ..text import printable
 from .state import StopView
 from .paint import update
@@ -87,6 +86,7 @@ def gpu_kernel_tables(cost) -> list:
             t.add_row(printable(name), f"{k['max_live_r']}/{k['max_live_u']}",
                       str(occ["registers_per_lane"]), f"{occ['theoretical_occupancy']:.0%}",
                       occ["limiter"])
+    from ..cost.render import advice_text  # the cost model: not imported at the UI's start
     advice = Text("advice, ranked by the time it saves per token:", style="bold")
     for a in cost.advice()[:ADVICE_SHOWN]:
         advice.append(f"\n  {printable(a['kernel'])}: {printable(a['text'])}\n    "
