@@ -12,8 +12,6 @@ Report (figures as SVG, no plotting library):
   complete_profile(data, model, tokens=...) -> ProfileData       (report)
   write_report(data, out_dir) -> {file name: Path}               (report)
 """
-from importlib import import_module
-
 # Each name and the module it lives in, imported on first use (PEP 562): the UI imports
 # firscope.profile.progress and .sites at its start, and a package that imported all of
 # this eagerly took the profiler's data classes and the cost model with them (~40 ms).
@@ -33,10 +31,19 @@ __all__ = list(_WHERE)
 
 def __getattr__(name):
     where = _WHERE.get(name)
-    if where is None:
+    if where == "collect":
+        from . import collect as module
+    elif where == "sites":
+        from . import sites as module
+    elif where == "data":
+        from . import data as module
+    elif where == "quant":
+        from . import quant as module
+    elif where == "report":
+        from . import report as module
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{where}"), name)
-    globals()[name] = value
+    value = globals()[name] = getattr(module, name)
     return value
 
 
