@@ -447,20 +447,27 @@ def test_attention_heatmap_after_attention_ran():
     run(go())
 
 
-def test_broken_model_file_shows_error_and_app_survives(tmp_path):
+def broken_sample(tmp_path) -> Path:
+    """The sample with a register out of range: it cannot load."""
     fir = copy_sample(tmp_path, "broken")
     fir.write_text(SEED_FIR.read_text().replace("add 1 1 2", "add 1 1 99", 1))
+    return fir
+
+
+def test_broken_model_file_shows_error_and_app_survives(tmp_path):
+    fir = broken_sample(tmp_path)
 
     async def go():
         app = make_app(fir)
         async with app.run_test(size=SIZE) as pilot:
             await wait_loaded(app, pilot)
             assert app.session is None and app.load_error is not None
+            assert app.main_screen.loading  # the loading panel says why, not the panes
             err = plain(app.query_one("#load-error"))
             assert "register R99 is outside 0..31" in err and f"{fir}:" in err
             fir.write_text(SEED_FIR.read_text())
             await press(app, pilot, "f2")
-            assert app.session is not None
+            assert app.session is not None and not app.main_screen.loading
     run(go())
 
 

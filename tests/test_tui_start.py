@@ -8,25 +8,9 @@ import gc
 import firscope.tui.app as app_mod
 import firscope.tui.loading as loading
 from firscope.tui.loading import LOAD_PROGRESS_S
-from test_tui import SIZE, copy_sample, make_app
-from tui_util import plain, press, run, wait_loaded
-from conftest import SAMPLE, SEED_FIR
-
-
-def test_a_model_that_cannot_load_keeps_the_loading_panel_until_f2_loads_it(tmp_path):
-    fir = copy_sample(tmp_path, "broken")
-    fir.write_text(SEED_FIR.read_text().replace("add 1 1 2", "add 1 1 99", 1))
-
-    async def go():
-        app = make_app(fir)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_loaded(app, pilot)
-            assert app.session is None and app.main_screen.loading
-            assert "register R99 is outside 0..31" in plain(app.query_one("#load-error"))
-            fir.write_text(SEED_FIR.read_text())
-            await press(app, pilot, "f2")
-            assert app.session is not None and not app.main_screen.loading
-    run(go())
+from test_tui import SIZE, broken_sample, make_app
+from tui_util import press, run, wait_loaded
+from conftest import SAMPLE
 
 
 class FakeClock:
@@ -96,8 +80,7 @@ def test_showing_the_panes_after_the_load_restyles_no_subtree():
 
 
 def test_the_collector_is_on_again_once_the_first_stop_is_drawn_or_the_load_failed(tmp_path):
-    broken = copy_sample(tmp_path, "broken")
-    broken.write_text(SEED_FIR.read_text().replace("add 1 1 2", "add 1 1 99", 1))
+    broken = broken_sample(tmp_path)
 
     async def go(fir):
         app = make_app(fir)
