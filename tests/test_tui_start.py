@@ -119,6 +119,7 @@ def test_the_footer_composes_its_keys_once_and_again_only_when_the_bindings_chan
     from textual.widgets import Footer
     from firscope.tui.console_view import CommandInput
     from firscope.tui.debug_screen import KeysFooter
+    from firscope.tui.graph_pane import NodeList
     composed = []
     real = Footer.recompose
 
@@ -142,4 +143,17 @@ def test_the_footer_composes_its_keys_once_and_again_only_when_the_bindings_chan
             await pilot.pause()
             await pilot.pause()
             assert len(composed) == 2
+            # the terminal loses focus: Textual composes nothing then, and a change then is
+            # not taken as drawn: once focus is back the footer draws the keys as they are
+            app.app_focus = False
+            await pilot.pause()
+            app.query_one(NodeList).focus()
+            await pilot.pause()
+            assert len(composed) == 2
+            app.app_focus = True
+            await pilot.pause()
+            app.screen.refresh_bindings()
+            await pilot.pause()
+            await pilot.pause()
+            assert len(composed) == 3
     run(go())

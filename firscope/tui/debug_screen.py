@@ -47,8 +47,9 @@ class KeysFooter(Footer):
         shown = self._keys_of(screen)
         if shown == self._shown and self._bindings_ready:
             return
-        self._shown = shown
         super().bindings_changed(screen)
+        if screen.app.app_focus and self.is_attached and screen is self.screen:
+            self._shown = shown  # what the compose it asked for draws (else: not composed)
 
     @staticmethod
     def _keys_of(screen) -> tuple:
