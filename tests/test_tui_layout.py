@@ -281,6 +281,25 @@ def test_stepping_inside_a_kernel_lays_nothing_out(monkeypatch):
     run(go())
 
 
+def test_a_step_key_repaints_what_changed_not_the_whole_screen(monkeypatch):
+    """The app's stop (``FirscopeApp.view``, which every pane is bound to) is a var: as a
+    reactive it repainted the app, that is the whole screen, at every step (a full update
+    of every line, 8-16 ms a key on GPT-2 small), though each pane redraws itself."""
+    from textual._compositor import Compositor
+    full = calls_of(monkeypatch, Compositor, "render_full_update")
+    partial = calls_of(monkeypatch, Compositor, "render_partial_update")
+
+    async def go():
+        async with opened(make_app(), (120, 36)) as (app, pilot):
+            before = header(app)
+            full.clear()
+            partial.clear()
+            await press(app, pilot, "n", "s", "r", "n")
+            assert header(app) != before  # the keys did step, and were drawn
+            assert partial and full == [], f"{len(full)} full updates in four steps"
+    run(go())
+
+
 def test_stepping_into_a_kernel_and_back_out_lays_nothing_out_once_it_was_seen(monkeypatch):
     """The registers pane keeps the room a kernel's table and lanes took below "no kernel
     running" while the stop is before it: after a first visit, s into the kernel, r in it

@@ -22,7 +22,7 @@ from typing import Callable
 from rich.text import Text
 from textual import work
 from textual.app import App
-from textual.reactive import reactive, var
+from textual.reactive import var
 from textual.widgets import Input, Label, ProgressBar, Static
 
 from ..text import printable
@@ -64,9 +64,11 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
     BINDINGS = bindings()
     # What the screen's panes are bound to (data_bind): the loaded model, the last frozen
     # stop (every JobDone / Loaded message sets it), whether the graph and source follow it,
-    # and the node times as shown. always_update: never compared (they hold arrays).
+    # and the node times as shown. always_update: never compared (they hold arrays). All
+    # vars: a reactive repaints its owner, and the app's repaint is the whole screen's (a
+    # full update of every line at every step, 8-16 ms a key; the panes redraw themselves).
     model = var(None, always_update=True)
-    view: reactive[StopView | None] = reactive(None, always_update=True, init=False)
+    view: var[StopView | None] = var(None, always_update=True, init=False)
     follow = var(True)
     time_of = var(None)
 
