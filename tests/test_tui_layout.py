@@ -300,6 +300,36 @@ def test_a_step_key_repaints_what_changed_not_the_whole_screen(monkeypatch):
     run(go())
 
 
+@pytest.mark.parametrize("internals", [True, False])
+def test_a_step_key_renders_again_only_the_graph_rows_that_changed(monkeypatch, internals):
+    """A step moves the graph's ▶: two rows change. Only those are rendered again from their
+    text (Textual's replace_option_prompt_at_index forgets every row's rendered lines, and
+    the list rendered every visible row again, three times a key); the screen shows the ▶
+    at the new stop only. Without the OptionList internals paint.py reads (another
+    Textual), the public call draws the same."""
+    import re
+
+    from firscope.tui import paint
+    if not internals:
+        monkeypatch.setattr(paint, "_replace_prompts", lambda widget, changed: False)
+    cleared = calls_of(monkeypatch, NodeList, "_clear_caches")
+
+    def marked(app) -> list[str]:
+        return [m.group(1) for r in rows_of(app) for m in re.finditer(r"▶ *([\w.@]+)", r)]
+
+    async def go():
+        async with opened(make_app(), (120, 36)) as (app, pilot):
+            for _ in range(3):
+                before = app.session.node.name
+                cleared.clear()
+                await press(app, pilot, "n")
+                now = app.session.node.name
+                assert now != before and now in marked(app) and before not in marked(app), \
+                    (before, now, marked(app))
+                assert (cleared == []) == internals, f"{len(cleared)} cache clears"
+    run(go())
+
+
 def test_stepping_into_a_kernel_and_back_out_lays_nothing_out_once_it_was_seen(monkeypatch):
     """The registers pane keeps the room a kernel's table and lanes took below "no kernel
     running" while the stop is before it: after a first visit, s into the kernel, r in it
@@ -384,12 +414,12 @@ def test_a_kernel_shown_after_an_ext_node_is_drawn_once_at_its_width(monkeypatch
 
     async def go():
         async with opened(make_app(), (120, 36), "until qkv_linear@0") as (app, pilot):
-            assert app.query_one(SourcePane).has_class("-ext")
+            assert app.query_one(SourcePane).ext
             made.clear()
             await press(app, pilot, "n")
             assert app.session.node.full_name == "qkv_bias@0"
             lines = app.query_one(SourceLines)
-            assert lines.display and not app.query_one(SourcePane).has_class("-ext")
+            assert lines.display and not app.query_one(SourcePane).ext
             assert len(made) == 1, f"the kernel's rows were made {len(made)} times"
             assert app.query_one(SourcePane).rows_width == lines.scrollable_content_region.width
     run(go())

@@ -99,8 +99,56 @@ def show_options(widget: OptionList, options: list[Option]) -> None:
     old = widget.options
     if len(old) == len(options) and all(a.id == b.id and a.disabled == b.disabled
                                         for a, b in zip(old, options)):
-        for k, (a, b) in enumerate(zip(old, options)):
-            if a.prompt != b.prompt:
-                widget.replace_option_prompt_at_index(k, b.prompt)
+        changed = [(k, b.prompt) for k, (a, b) in enumerate(zip(old, options))
+                   if a.prompt != b.prompt]
+        if changed and not _replace_prompts(widget, changed):
+            for k, prompt in changed:
+                widget.replace_option_prompt_at_index(k, prompt)
     else:
         widget.set_options(options)
+
+
+def _replace_prompts(widget: OptionList, changed: list[tuple[int, Text]]) -> bool:
+    """Replace the prompts at these indices and re-render only their lines; False (nothing
+    done) where that cannot be done here.
+
+    Textual's ``replace_option_prompt_at_index`` forgets every option's rendered lines and
+    the list's line table: a step key that moves the graph's ``▶`` (two of its rows)
+    rendered every visible row again from its text, three times a key. Where each changed
+    option keeps its height (firscope's rows are one line, never wrapped), only the changed
+    options' rendered lines are dropped and only their lines repainted. This reads
+    OptionList's internals (Textual 8: its render cache, line table and option visuals);
+    where they are not there (another Textual) it returns False and the caller makes the
+    public call (tests/test_tui_layout.py checks that this path is the one taken)."""
+    cache = getattr(widget, "_option_render_cache", None)
+    table = getattr(widget, "_line_cache", None)
+    heights = getattr(table, "heights", None)
+    needed = (hasattr(cache, "keys") and hasattr(cache, "discard") and bool(heights)
+              and hasattr(table, "index_to_line")
+              and all(hasattr(widget, m) for m in ("_get_visual", "_clear_caches",
+                                                    "_get_left_gutter_width"))
+              and all(hasattr(widget.get_option_at_index(k), "_set_prompt")
+                      for k, _ in changed))
+    if not needed:
+        return False
+    padding = widget.get_component_styles("option-list--option").padding
+    width = (widget.scrollable_content_region.width - widget._get_left_gutter_width()
+             - padding.width)
+    if width <= 0:  # hidden: its lines are made when it is shown
+        return False
+    options = [widget.get_option_at_index(k) for k, _ in changed]
+    same_height = True
+    for opt, (k, prompt) in zip(options, changed):
+        opt._set_prompt(prompt)
+        height = widget._get_visual(opt).get_height(widget.styles, width) + opt._divider
+        same_height = same_height and heights.get(k) == height
+    if not same_height:  # the list's lines move: laid out again, as Textual does
+        widget._clear_caches()
+        return True
+    gone = set(options)
+    for key in list(cache.keys()):
+        if key[0] in gone:
+            cache.discard(key)
+    for k, _ in changed:
+        widget.refresh_lines(table.index_to_line[k], heights[k])
+    return True

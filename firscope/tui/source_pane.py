@@ -271,10 +271,7 @@ class SourcePane(Vertical):
     SourcePane SourceLines, SourcePane SourceLines:focus { height: 1fr; border: none; padding: 0;
                                                            scrollbar-size-vertical: 1;
                                                            scrollbar-gutter: stable; }
-    SourcePane ExtInfo { height: 1fr; padding: 0 1; }
-    SourcePane.-ext SourceLines { display: none; }
-    SourcePane ExtInfo { display: none; }
-    SourcePane.-ext ExtInfo { display: block; }
+    SourcePane ExtInfo { height: 1fr; padding: 0 1; display: none; }
     """
 
     # bound to the screen's (data_bind): the model, whether to follow the stop, the stop
@@ -337,7 +334,7 @@ class SourcePane(Vertical):
                             ext_text(model, node, view))
             self.border_subtitle = node.full_name
             return
-        self.remove_class("-ext")
+        self.show_ext(False)
         lines = self.query_one(SourceLines)
         width = lines.scrollable_content_region.width
         if width <= 0:  # hidden (after an ext node, loading, another pane maximized): the
@@ -358,8 +355,20 @@ class SourcePane(Vertical):
         self._shown = (node.target,)
         self.border_title, self.border_subtitle = sv.title, sv.subtitle
 
+    def show_ext(self, ext: bool) -> None:
+        """The ext node's text or the kernel's lines. Set on the two widgets: a class on the
+        pane would restyle everything under it (its scrollbars too) at each switch, ~3 ms
+        of a step key between a linear and a kernel."""
+        self.query_one(ExtInfo).display = ext
+        self.query_one(SourceLines).display = not ext
+
+    @property
+    def ext(self) -> bool:
+        """The pane shows an ext node's text (not a kernel's lines)."""
+        return bool(self.query_one(ExtInfo).display)
+
     def _show_text(self, title: str, body: Text) -> None:
-        self.add_class("-ext")
+        self.show_ext(True)
         update(self.query_one(ExtInfo), body)
         self.border_title = title
         self.border_subtitle = ""
