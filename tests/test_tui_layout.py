@@ -313,6 +313,7 @@ def test_a_step_key_renders_again_only_the_graph_rows_that_changed(monkeypatch, 
     if not internals:
         monkeypatch.setattr(paint, "_replace_prompts", lambda widget, changed: False)
     cleared = calls_of(monkeypatch, NodeList, "_clear_caches")
+    drawn = calls_of(monkeypatch, NodeList, "render_line")  # a row drawn from its strips
 
     def marked(app) -> list[str]:
         return [m.group(1) for r in rows_of(app) for m in re.finditer(r"▶ *([\w.@]+)", r)]
@@ -322,11 +323,14 @@ def test_a_step_key_renders_again_only_the_graph_rows_that_changed(monkeypatch, 
             for _ in range(3):
                 before = app.session.node.name
                 cleared.clear()
+                drawn.clear()
                 await press(app, pilot, "n")
                 now = app.session.node.name
                 assert now != before and now in marked(app) and before not in marked(app), \
                     (before, now, marked(app))
                 assert (cleared == []) == internals, f"{len(cleared)} cache clears"
+                if internals:  # the highlight and the ▶ left one row and took the next
+                    assert len(drawn) <= 4, f"{len(drawn)} rows drawn again"
     run(go())
 
 
@@ -408,20 +412,27 @@ def test_a_kernel_shown_after_an_ext_node_is_drawn_once_at_its_width(monkeypatch
     """From a linear (ext: the source pane shows its text, the kernel's list hidden) to the
     next micro node: the list's rows are made once, for the width the list then has (its
     scrollbar's column is kept, shown or not), not made for a guessed width and again when
-    the list is laid out."""
+    the list is laid out, and drawn once."""
     from firscope.tui.source_pane import SourceLines, SourcePane
     made = calls_of(monkeypatch, SourcePane, "redraw")
+    drawn = calls_of(monkeypatch, SourceLines, "render_line")
 
     async def go():
         async with opened(make_app(), (120, 36), "until qkv_linear@0") as (app, pilot):
             assert app.query_one(SourcePane).ext
+            await press(app, pilot, "n", "n", "R", "R")  # the list was shown at this width
+            assert app.query_one(SourcePane).ext
             made.clear()
+            drawn.clear()
             await press(app, pilot, "n")
             assert app.session.node.full_name == "qkv_bias@0"
             lines = app.query_one(SourceLines)
             assert lines.display and not app.query_one(SourcePane).ext
             assert len(made) == 1, f"the kernel's rows were made {len(made)} times"
             assert app.query_one(SourcePane).rows_width == lines.scrollable_content_region.width
+            # and drawn once: shown again at the width it had, the list keeps what it drew
+            # (Textual's OptionList forgets it at every resize, and drew every row twice)
+            assert 0 < len(drawn) <= lines.size.height, (len(drawn), lines.size.height)
     run(go())
 
 

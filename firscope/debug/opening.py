@@ -83,6 +83,7 @@ def warm_session(session: Session,
     runner = session.machine.kernel_runner
     if runner is not None and hasattr(runner, "warmup"):
         runner.warmup(progress=progress)
+    session.machine.bound_calls()  # each node's call bound now, not at the first key's node
 
 
 def session_on(model: "Model", ids: list[int], tokenizer, *, n: int = 0,

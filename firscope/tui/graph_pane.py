@@ -12,13 +12,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.reactive import var
-from textual.widgets import OptionList, Static
+from textual.widgets import Static
 from textual.widgets.option_list import Option
 
 from .diff_view import SEVERITY_STYLE
 from .state import FINDING_MARK, StopView
 from ..runtime import NodeKind
-from .paint import show_options, update
+from .paint import RowList, set_border, show_options, update
 
 TIME_WIDTH = 7  # "999.9ms" / " 187µs"
 
@@ -82,7 +82,7 @@ def node_rows(model, view: StopView, width: int,
     return rows
 
 
-class NodeList(OptionList):
+class NodeList(RowList):
     """One option per node (id = node index); layer headers are disabled options."""
 
     def show_rows(self, rows: list[tuple[str, Text, bool]], follow: int | None) -> None:
@@ -146,7 +146,7 @@ class GraphPane(Vertical):
         self.set_reactive(GraphPane.view, view)
         update(self.query_one("#tokens", Static), token_strip(view))
         self.render_rows(view.node_index if follow and not view.snapshot.finished else None)
-        self.border_subtitle = f"{len(model.nodes)} nodes"
+        set_border(self, subtitle=f"{len(model.nodes)} nodes")
 
     def render_rows(self, follow: int | None) -> None:
         nodes = self.query_one(NodeList)

@@ -12,6 +12,7 @@ options that changed.
 from __future__ import annotations
 
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -88,6 +89,47 @@ def update_at_least(widget: Static, content, rows: int) -> int | None:
     if styles.height is None or styles.height.is_auto or styles.height.cells != tall:
         styles.height = tall  # a layout, only when the height changes
     return need
+
+
+class RowList(OptionList):
+    """An OptionList whose highlight, moving, repaints the rows it leaves and takes: Textual's
+    ``highlighted`` repaints every visible row (the graph's ▶ follows the stop: a whole list
+    at every step key). Scrolling to the highlight still repaints what scrolled."""
+
+    highlighted: reactive[int | None] = reactive(None, repaint=False)
+    _resized_to: int | None = None  # the width of the last resize
+
+    def _on_resize(self, event) -> None:
+        """Textual's OptionList forgets its rendered rows at every resize; shown again at
+        the width it had (the kernel's list after a linear's text) they are still right,
+        and were drawn once already: kept."""
+        width = self.scrollable_content_region.width
+        if width == self._resized_to and width > 0:
+            event.prevent_default()  # OptionList's own _on_resize is not called
+        self._resized_to = width
+
+    def _watch_highlighted(self, old: int | None, new: int | None) -> None:
+        lines = getattr(self, "_index_to_line", None)  # Textual 8's option -> first line
+        heights = getattr(self, "_heights", None)
+        if lines is None or heights is None:
+            self.refresh()
+            return
+        for index in {old, new} - {None}:
+            if index in lines:
+                self.refresh_lines(lines[index], heights.get(index, 1))
+            else:  # not laid out yet: all of it
+                self.refresh()
+
+
+def set_border(widget, title: str | None = None, subtitle: str | None = None) -> None:
+    """The widget's border title and subtitle (None: left as they are), set only where they
+    change: Textual's setter repaints the whole widget, for a pane every line of every
+    widget in it, even for the text it shows already (the graph's "65 nodes" at every
+    step key)."""
+    if title is not None and widget.border_title != title:
+        widget.border_title = title
+    if subtitle is not None and widget.border_subtitle != subtitle:
+        widget.border_subtitle = subtitle
 
 
 def show_options(widget: OptionList, options: list[Option]) -> None:

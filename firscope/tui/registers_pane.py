@@ -22,7 +22,7 @@ from ..debug.info import fmt_scalar
 from .heat import normalise, ramp
 from .messages import ElementMessage
 from .state import StopView
-from .paint import update, update_at_least
+from .paint import set_border, update, update_at_least
 
 CHANGED = "bold black on yellow"
 
@@ -214,7 +214,7 @@ class RegistersPane(VerticalScroll):
             # the room kept below "no kernel running" must not hide it (scrolled to the
             # lanes in the kernel before, the offset would stay where now nothing is)
             self.scroll_home(animate=False)
-        self.border_title = registers_title(view)
+        set_border(self, registers_title(view))
 
     def _table(self) -> None:
         self._fill(self.query_one(".regs", Static),

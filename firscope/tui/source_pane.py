@@ -14,14 +14,14 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.reactive import var
-from textual.widgets import OptionList, Static
+from textual.widgets import Static
 from textual.widgets.option_list import Option
 
 from ..runtime import NodeKind
 from ..text import printable
 from .heat import ramp
 from .state import FINDING_MARK, StopView
-from .paint import show_options, update
+from .paint import RowList, set_border, show_options, update
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ _EXT_FORMULA = {"fir.linear": "y = x · W  (W declared [in, out])",
                 "fir.linear_t": "y = W · x  (W declared [out, in])"}
 
 
-class SourceLines(OptionList):
+class SourceLines(RowList):
     """One option per source line of the kernel (id = line number)."""
 
     def cursor_line(self) -> int | None:
@@ -332,7 +332,7 @@ class SourcePane(Vertical):
         if node.kind == NodeKind.EXT:
             self._show_text(f"{node.target} · {printable(model.path.name)}:{node.loc.line}",
                             ext_text(model, node, view))
-            self.border_subtitle = node.full_name
+            set_border(self, subtitle=node.full_name)
             return
         self.show_ext(False)
         lines = self.query_one(SourceLines)
@@ -353,7 +353,7 @@ class SourcePane(Vertical):
         elif old is not None and same:
             lines.highlighted = min(old, len(sv.rows) - 1)
         self._shown = (node.target,)
-        self.border_title, self.border_subtitle = sv.title, sv.subtitle
+        set_border(self, sv.title, sv.subtitle)
 
     def show_ext(self, ext: bool) -> None:
         """The ext node's text or the kernel's lines. Set on the two widgets: a class on the
@@ -370,5 +370,4 @@ class SourcePane(Vertical):
     def _show_text(self, title: str, body: Text) -> None:
         self.show_ext(True)
         update(self.query_one(ExtInfo), body)
-        self.border_title = title
-        self.border_subtitle = ""
+        set_border(self, title, "")
