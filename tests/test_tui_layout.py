@@ -252,6 +252,48 @@ def test_the_lanes_fit_beside_a_register_table_that_widens():
     run(go())
 
 
+@pytest.mark.parametrize("size", [(120, 36), (80, 24)])
+def test_the_register_table_is_drawn_once_a_key_as_the_table_draws(monkeypatch, size):
+    """The registers' table reaches its Static as the text of the table's lines, drawn once
+    at the pane's width (tui/paint.py drawn: Textual drew a Rich table twice at every key,
+    to measure its height and to show it): the same characters as the table, at 120x36 and
+    on the 80-column Registers tab (beside the lanes, as wide as it needs), and again at
+    another width."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+    from textual.visual import RichVisual
+
+    from firscope.tui.registers_pane import RegistersPane, register_table
+    measured = calls_of(monkeypatch, RichVisual, "get_height")
+
+    async def go():
+        async with opened(make_app(), size, "until ln1@1") as (app, pilot):
+            if size[0] < 100:
+                await press(app, pilot, "6")
+            measured.clear()
+            for key in ("s", "s", "s", "resize"):  # and at another width: drawn again
+                if key == "resize":
+                    await pilot.resize_terminal(size[0] - 10, size[1])
+                    await settle(app, pilot)
+                else:
+                    await press(app, pilot, key)
+                pane = next(p for p in app.query(RegistersPane) if p.display and p.size.width)
+                table = pane.query_one(".regs")
+                content = table.content
+                assert isinstance(content, Text), type(content)
+                out = io.StringIO()
+                Console(file=out, width=pane.scrollable_content_region.width,
+                        color_system=None).print(register_table(pane.model, pane.view,
+                                                                pane.cursor))
+                want = [r.rstrip() for r in out.getvalue().splitlines()]
+                assert [r.rstrip() for r in content.plain.splitlines()] == want
+                assert "R0" in content.plain
+            assert not [v for v in measured if v._widget is table], "a table measured"
+    run(go())
+
+
 def calls_of(monkeypatch, cls, name: str) -> list:
     """A list that gets the instance of every call of ``cls.name`` from now on."""
     calls = []

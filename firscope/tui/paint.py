@@ -65,6 +65,26 @@ def update(widget: Static, content="") -> None:
         widget.refresh(layout=True)
 
 
+def drawn(widget: Static, renderable, width: int):
+    """A Rich renderable other than a text (a table) drawn once, at ``width``, as the Text of
+    its lines; a text, or with no width yet (hidden), as it is. Textual draws a table twice
+    at each update (to measure its height, then to show it), and :func:`shows_already`
+    never takes two tables as the same: the registers' table was drawn twice at every step
+    key, in a kernel or not. The caller draws it again when the widget's width changes."""
+    if isinstance(renderable, (str, Text)) or width <= 0:
+        return renderable
+    app = widget.app
+    options = app.console_options.update_width(width).update(highlight=False)
+    out = Text()
+    for i, line in enumerate(app.console.render_lines(renderable, options, pad=False)):
+        if i:
+            out.append("\n")
+        for segment in line:
+            if not segment.control:
+                out.append(segment.text, segment.style)
+    return out
+
+
 def update_at_least(widget: Static, content, rows: int) -> int | None:
     """``widget.update(content)`` for a Static of varying height, made ``rows`` high where
     its content is shorter: the caller keeps room for what it will show next (the

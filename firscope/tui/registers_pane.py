@@ -22,7 +22,7 @@ from ..debug.info import fmt_scalar
 from .heat import normalise, ramp
 from .messages import ElementMessage
 from .state import StopView
-from .paint import set_border, update, update_at_least
+from .paint import drawn, set_border, update, update_at_least
 
 CHANGED = "bold black on yellow"
 
@@ -145,6 +145,16 @@ class LanesText(Static):
             pane.call_after_refresh(pane._lanes)
 
 
+class RegisterTable(Static):
+    """The registers' table, drawn as text at its width (paint.drawn): drawn again when that
+    changes (a narrower pane shrinks its columns)."""
+
+    def on_resize(self, event) -> None:
+        pane = self.parent
+        if isinstance(pane, RegistersPane) and pane.view is not None:
+            pane.call_after_refresh(pane._table)
+
+
 class RegistersPane(VerticalScroll):
     ALLOW_MAXIMIZE = True
     BINDINGS = [Binding("up", "move(0, -1)", show=False), Binding("down", "move(0, 1)", show=False),
@@ -182,7 +192,7 @@ class RegistersPane(VerticalScroll):
         self._room_model = None
 
     def compose(self):
-        yield Static(classes="regs")
+        yield RegisterTable(classes="regs")
         yield LanesText(classes="lanes")
 
     def on_mount(self) -> None:
@@ -217,8 +227,13 @@ class RegistersPane(VerticalScroll):
         set_border(self, registers_title(view))
 
     def _table(self) -> None:
-        self._fill(self.query_one(".regs", Static),
-                   register_table(self.model, self.view, self.cursor))
+        table = self.query_one(".regs", Static)
+        width = table.content_size.width
+        if table.styles.width is not None and table.styles.width.is_auto:  # beside the lanes
+            # (the Registers tab): as wide as it needs, at most the pane's width
+            width = self.scrollable_content_region.width - table.styles.gutter.width
+        self._fill(table, drawn(table, register_table(self.model, self.view, self.cursor),
+                                width))
 
     def _lanes(self) -> None:
         lanes = self.query_one(".lanes", Static)
