@@ -68,6 +68,26 @@ def test_deterministic_times_replace_the_measured_ones(sample):
     assert all(t.plain.endswith("125µs") for i, t, d in rows if not d)
 
 
+def test_node_rows_made_before_are_the_same_rows_and_only_changed_ones_are_made(sample):
+    """The graph pane keeps the rows it made: a step makes again the rows whose text changes
+    (the ▶ leaves one node for the next: two rows, and the node run gets its time), the
+    same objects otherwise; each is what node_rows makes from nothing."""
+    model, _ = sample
+    s, ci, view = fresh(sample)
+    made: dict = {}
+    before = node_rows(model, view(), 30, made=made)
+    ci.run("next")
+    v = view()
+    after = node_rows(model, v, 30, made=made)
+    fresh_rows = node_rows(model, v, 30)
+    assert [(i, t.plain, t.spans, d) for i, t, d in after] == \
+        [(i, t.plain, t.spans, d) for i, t, d in fresh_rows]
+    new = [i for (i, a, _), (_, b, _) in zip(before, after) if a is not b]
+    changed = [i for (i, a, _), (_, b, _) in zip(before, after)
+               if (a.plain, a.spans) != (b.plain, b.spans)]
+    assert new == changed and len(changed) == 2, (new, changed)
+
+
 def test_source_rows_show_whole_instructions_at_narrow_widths(sample):
     model, _ = sample
     s, ci, view = fresh(sample)

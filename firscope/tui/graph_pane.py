@@ -48,38 +48,56 @@ def token_strip(view: StopView) -> Text:
 
 
 def node_rows(model, view: StopView, width: int,
-              times: Mapping[int, float] | None = None) -> list[tuple[str, Text, bool]]:
-    """(option id, text, disabled) per row: layer headers, then one row per node."""
+              times: Mapping[int, float] | None = None,
+              made: dict | None = None) -> list[tuple[str, Text, bool]]:
+    """(option id, text, disabled) per row: layer headers, then one row per node.
+    ``made``: rows made before for this model, by what they show (the graph pane's: a step
+    changes two rows of GPT-2 small's ~200, the rest are the same Text objects again)."""
     current = view.node_index if not view.snapshot.finished else None
     if times is None:
         times = view.snapshot.node_times
+    if made is None:
+        made = {}
     rows = []
     last_layer: object = "none"
     width = max(width, 12)
     for node in model.nodes:
         if node.layer != last_layer and node.layer is not None:
-            rows.append((f"layer{node.layer}", Text(f"▾ layer {node.layer}", style="bold"), True))
+            key = ("layer", node.layer)
+            head = made.get(key)
+            if head is None:
+                head = made[key] = Text(f"▾ layer {node.layer}", style="bold")
+            rows.append((f"layer{node.layer}", head, True))
         last_layer = node.layer
         time = fmt_time(times.get(node.index))
-        indent = "  " if node.layer is not None else ""
         flagged = view.findings.node_marked(node)  # the sanitizer found something here
-        room = width - 2 - len(indent) - (len(time) + 1 if time else 0) - (2 if flagged else 0)
-        name = node.name if len(node.name) <= room else node.name[: max(room - 1, 1)] + "…"
-        t = Text(no_wrap=True, overflow="crop")
-        t.append(view.marks.node_marked(node), style="red bold")
-        t.append("▶" if node.index == current else " ", style="yellow bold")
+        mark = view.marks.node_marked(node)
         sev = view.diff.severity.get(node.index) if view.diff is not None else None
-        style = "bold yellow" if node.index == current else \
-            ("" if node.kind == NodeKind.MICRO else "italic")
-        if sev is not None and node.index != current:  # against a dump: coloured by severity
-            style = f"{style} {SEVERITY_STYLE[sev]}".strip()
-        t.append(indent + name, style=style)
-        if flagged:
-            t.append(" " + FINDING_MARK, style="bold magenta")
-        if time:
-            t.append(" " * max(width - t.cell_len - len(time), 1) + time, style="dim")
+        key = (node.index, width, time, flagged, mark, sev, node.index == current)
+        t = made.get(key)
+        if t is None:
+            t = made[key] = _node_row(node, width, time, flagged, mark, sev,
+                                      node.index == current)
         rows.append((str(node.index), t, False))
     return rows
+
+
+def _node_row(node, width: int, time: str, flagged: bool, mark: str, sev, current: bool) -> Text:
+    indent = "  " if node.layer is not None else ""
+    room = width - 2 - len(indent) - (len(time) + 1 if time else 0) - (2 if flagged else 0)
+    name = node.name if len(node.name) <= room else node.name[: max(room - 1, 1)] + "…"
+    t = Text(no_wrap=True, overflow="crop")
+    t.append(mark, style="red bold")
+    t.append("▶" if current else " ", style="yellow bold")
+    style = "bold yellow" if current else ("" if node.kind == NodeKind.MICRO else "italic")
+    if sev is not None and not current:  # against a dump: coloured by severity
+        style = f"{style} {SEVERITY_STYLE[sev]}".strip()
+    t.append(indent + name, style=style)
+    if flagged:
+        t.append(" " + FINDING_MARK, style="bold magenta")
+    if time:
+        t.append(" " * max(width - t.cell_len - len(time), 1) + time, style="dim")
+    return t
 
 
 class NodeList(RowList):
@@ -130,6 +148,11 @@ class GraphPane(Vertical):
     time_of = var(None)
     view: var[StopView | None] = var(None, always_update=True, init=False)
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._made: dict = {}  # node_rows' rows made for _made_for (the model)
+        self._made_for = None
+
     def compose(self) -> ComposeResult:
         yield Static(id="tokens")
         yield NodeList(id="nodes")
@@ -154,4 +177,7 @@ class GraphPane(Vertical):
         if width <= 0:  # hidden (loading, another pane maximized): drawn again once shown
             width = max(self.size.width - 3, 0) or 200
         times = self.time_of(self.view.snapshot.node_times) if self.time_of else None
-        nodes.show_rows(node_rows(self.model, self.view, width - 1, times), follow)
+        if self._made_for is not self.model or len(self._made) > 8 * len(self.model.nodes):
+            self._made, self._made_for = {}, self.model  # another model, or many widths
+        nodes.show_rows(node_rows(self.model, self.view, width - 1, times, self._made),
+                        follow)

@@ -162,7 +162,7 @@ def show_options(widget: OptionList, options: list[Option]) -> None:
     if len(old) == len(options) and all(a.id == b.id and a.disabled == b.disabled
                                         for a, b in zip(old, options)):
         changed = [(k, b.prompt) for k, (a, b) in enumerate(zip(old, options))
-                   if a.prompt != b.prompt]
+                   if a.prompt is not b.prompt and a.prompt != b.prompt]
         if changed and not _replace_prompts(widget, changed):
             for k, prompt in changed:
                 widget.replace_option_prompt_at_index(k, prompt)
