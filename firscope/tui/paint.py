@@ -7,7 +7,9 @@ only the one whose text changed. A step key updates about ten Statics (status ba
 registers, lanes, watch, tokens, buffer statistics...), most of them of a fixed size or
 with as many lines as before: :func:`update` asks for the layout only where the new
 content can change the widget's size, and :func:`show_options` replaces only the
-options that changed.
+options that changed. What else a step key would draw again for nothing: a list's every
+row when its highlight moves (:class:`RowList`), a pane's every line when its border title
+is set to the same text (:func:`set_border`), a Rich table twice (:func:`drawn`).
 """
 from __future__ import annotations
 
@@ -144,7 +146,7 @@ class RowList(OptionList):
 def set_border(widget, title: str | None = None, subtitle: str | None = None) -> None:
     """The widget's border title and subtitle (None: left as they are), set only where they
     change: Textual's setter repaints the whole widget, for a pane every line of every
-    widget in it, even for the text it shows already (the graph's "65 nodes" at every
+    widget in it, even for the text it shows already (the graph's "61 nodes" at every
     step key)."""
     if title is not None and widget.border_title != title:
         widget.border_title = title
@@ -202,7 +204,8 @@ def _replace_prompts(widget: OptionList, changed: list[tuple[int, Text]]) -> boo
     same_height = True
     for opt, (k, prompt) in zip(options, changed):
         opt._set_prompt(prompt)
-        height = widget._get_visual(opt).get_height(widget.styles, width) + opt._divider
+        height = (widget._get_visual(opt).get_height(widget.styles, width)
+                  + getattr(opt, "_divider", False))
         same_height = same_height and heights.get(k) == height
     if not same_height:  # the list's lines move: laid out again, as Textual does
         widget._clear_caches()
