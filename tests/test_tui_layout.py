@@ -376,6 +376,37 @@ def test_a_step_key_renders_again_only_the_graph_rows_that_changed(monkeypatch, 
     run(go())
 
 
+def test_a_border_title_is_set_only_when_it_changes(monkeypatch):
+    """Textual's border-title setter repaints the whole pane, even for the text it shows
+    already (tui/paint.set_border): from one ext node to the next, the source pane sets its
+    title and subtitle once each (its subtitle went to "" and back to the node's name), the
+    graph pane neither (its "61 nodes")."""
+    from textual.widget import _BorderTitle
+
+    from firscope.tui.graph_pane import GraphPane
+    from firscope.tui.source_pane import SourcePane
+    real = _BorderTitle.__set__
+    set_on = []
+
+    def counted(self, obj, title):
+        set_on.append((type(obj).__name__, self._internal_name))
+        return real(self, obj, title)
+    monkeypatch.setattr(_BorderTitle, "__set__", counted)
+
+    async def go():
+        async with opened(make_app(), (120, 36)) as (app, pilot):
+            assert app.session.node.full_name == "token"
+            set_on.clear()
+            await press(app, pilot, "n")
+            assert app.session.node.full_name == "positional"  # ext, as token is
+            pane = app.query_one(SourcePane)
+            assert pane.border_subtitle == "positional"
+            assert sorted(set_on) == [("SourcePane", "_border_subtitle"),
+                                      ("SourcePane", "_border_title")], set_on
+            assert not [s for s in set_on if s[0] == GraphPane.__name__]
+    run(go())
+
+
 def test_stepping_into_a_kernel_and_back_out_lays_nothing_out_once_it_was_seen(monkeypatch):
     """The registers pane keeps the room a kernel's table and lanes took below "no kernel
     running" while the stop is before it: after a first visit, s into the kernel, r in it

@@ -331,8 +331,7 @@ class SourcePane(Vertical):
         self.shown_node = idx
         if node.kind == NodeKind.EXT:
             self._show_text(f"{node.target} · {printable(model.path.name)}:{node.loc.line}",
-                            ext_text(model, node, view))
-            set_border(self, subtitle=node.full_name)
+                            ext_text(model, node, view), node.full_name)
             return
         self.show_ext(False)
         lines = self.query_one(SourceLines)
@@ -367,7 +366,7 @@ class SourcePane(Vertical):
         """The pane shows an ext node's text (not a kernel's lines)."""
         return bool(self.query_one(ExtInfo).display)
 
-    def _show_text(self, title: str, body: Text) -> None:
+    def _show_text(self, title: str, body: Text, subtitle: str = "") -> None:
         self.show_ext(True)
         update(self.query_one(ExtInfo), body)
-        set_border(self, title, "")
+        set_border(self, title, subtitle)
