@@ -131,15 +131,11 @@ class RowList(OptionList):
         self._resized_to = width
 
     def _watch_highlighted(self, old: int | None, new: int | None) -> None:
-        lines = getattr(self, "_index_to_line", None)  # Textual 8's option -> first line
-        heights = getattr(self, "_heights", None)
-        if lines is None or heights is None:
-            self.refresh()
-            return
+        lines, heights = _line_table(self)
         for index in {old, new} - {None}:
-            if index in lines:
-                self.refresh_lines(lines[index], heights.get(index, 1))
-            else:  # not laid out yet: all of it
+            if index in lines and index in heights:
+                self.refresh_lines(lines[index], heights[index])
+            else:  # not laid out yet, or not Textual 8's list: all of it
                 self.refresh()
 
 
@@ -185,10 +181,8 @@ def _replace_prompts(widget: OptionList, changed: list[tuple[int, Text]]) -> boo
     where they are not there (another Textual) it returns False and the caller makes the
     public call (tests/test_tui_layout.py checks that this path is the one taken)."""
     cache = getattr(widget, "_option_render_cache", None)
-    table = getattr(widget, "_line_cache", None)
-    heights = getattr(table, "heights", None)
+    lines, heights = _line_table(widget)
     needed = (hasattr(cache, "keys") and hasattr(cache, "discard") and bool(heights)
-              and hasattr(table, "index_to_line")
               and all(hasattr(widget, m) for m in ("_get_visual", "_clear_caches",
                                                     "_get_left_gutter_width"))
               and all(hasattr(widget.get_option_at_index(k), "_set_prompt")
@@ -215,5 +209,16 @@ def _replace_prompts(widget: OptionList, changed: list[tuple[int, Text]]) -> boo
         if key[0] in gone:
             cache.discard(key)
     for k, _ in changed:
-        widget.refresh_lines(table.index_to_line[k], heights[k])
+        widget.refresh_lines(lines[k], heights[k])
     return True
+
+
+def _line_table(widget: OptionList) -> tuple[dict[int, int], dict[int, int]]:
+    """Textual 8's OptionList line table as it stands: option index -> its first line, and
+    -> its height in lines; empty where the list has not laid its options out, or has no
+    such table (another Textual)."""
+    table = getattr(widget, "_line_cache", None)
+    lines, heights = getattr(table, "index_to_line", None), getattr(table, "heights", None)
+    if not isinstance(lines, dict) or not isinstance(heights, dict):
+        return {}, {}
+    return lines, heights

@@ -134,25 +134,30 @@ def watch_text(view: StopView) -> Text:
     return t
 
 
-class LanesText(Static):
-    """The register over lanes, laid out for its own width: drawn again when that changes
-    (beside the table, whose width follows its widest value, it changes without the pane
-    changing size)."""
+class _ForItsWidth(Static):
+    """A text of the registers pane made for the widget's width: made again (by the pane's
+    method named ``remake``) when that changes."""
+
+    remake = ""
 
     def on_resize(self, event) -> None:
         pane = self.parent
         if isinstance(pane, RegistersPane) and pane.view is not None:
-            pane.call_after_refresh(pane._lanes)
+            pane.call_after_refresh(getattr(pane, self.remake))
 
 
-class RegisterTable(Static):
-    """The registers' table, drawn as text at its width (paint.drawn): drawn again when that
-    changes (a narrower pane shrinks its columns)."""
+class LanesText(_ForItsWidth):
+    """The register over lanes, laid out for its own width (beside the table, whose width
+    follows its widest value, it changes without the pane changing size)."""
 
-    def on_resize(self, event) -> None:
-        pane = self.parent
-        if isinstance(pane, RegistersPane) and pane.view is not None:
-            pane.call_after_refresh(pane._table)
+    remake = "_lanes"
+
+
+class RegisterTable(_ForItsWidth):
+    """The registers' table, drawn as text at its width (paint.drawn; a narrower pane
+    shrinks its columns)."""
+
+    remake = "_table"
 
 
 class RegistersPane(VerticalScroll):
