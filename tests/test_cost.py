@@ -488,3 +488,45 @@ def test_distinct_accesses_are_what_np_unique_counts():
             n = int(rng.integers(1, 4000))
             keys = (rng.integers(0, regions, n) << _REGION_SHIFT) | rng.integers(0, spread, n)
             assert _distinct(keys) == np.unique(keys).size, (spread, regions)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "interp"])
+def test_feed_leaves_the_state_a_step_leaves_without_the_outputs(engine):
+    """``cost --at`` feeds the prompt with Machine.feed: the nodes whose results no node
+    reads (GPT-2's head) are skipped; every other region ends bit for bit as step leaves it,
+    and the logits are not written."""
+    from firscope.runtime import Machine
+    from firscope.runtime.machine import unread_nodes
+    model = open_model(None)
+    assert [model.nodes[i].full_name for i in unread_nodes(model)] == ["head"]
+    stepped, fed = Machine(model.with_own_arena(), engine=engine), \
+        Machine(model.with_own_arena(), engine=engine)
+    for m in (stepped, fed):
+        m.reset()
+    for t in [5, 9, 2, 7]:
+        stepped.step(t)
+        fed.feed(t)
+    assert (fed.position, fed.history) == (stepped.position, stepped.history) == (4, [5, 9, 2, 7])
+    out = model.outputs["logits"]
+    keep = np.ones(model.arena.size, dtype=bool)
+    keep[out.base: out.base + out.size] = False
+    assert np.array_equal(fed.arena.view(np.uint32)[keep], stepped.arena.view(np.uint32)[keep])
+    assert not fed.arena[out.base: out.base + out.size].any()
+    assert stepped.arena[out.base: out.base + out.size].any()
+    # the next step from either gives the same logits, bit for bit
+    assert np.array_equal(fed.step(3).logits.view(np.uint32),
+                          stepped.step(3).logits.view(np.uint32))
+
+
+def test_feed_with_a_hook_runs_every_node():
+    """A tap on the head (the Python API's record=) sees it run: feed is then step."""
+    from firscope.runtime import Machine
+    model = open_model(None).with_own_arena()
+    m = Machine(model, engine="compiled")
+    m.reset()
+    head = next(n for n in model.nodes if n.full_name == "head")
+    seen = []
+    m.hooks.at_node[head.index] = [lambda machine, node: seen.append(node.full_name)]
+    m.feed(5)
+    out = model.outputs["logits"]
+    assert seen == ["head"] and m.arena[out.base: out.base + out.size].any()

@@ -307,9 +307,11 @@ def tokens_to(ids: list[int], at: int, machine: Machine) -> list[int]:
     machine.reset()
     toks = list(ids)
     for p in range(at):
+        if p + 1 < len(toks):  # the next token is given: only the KV cache is wanted
+            machine.feed(toks[p])
+            continue
         res = machine.step(toks[p])
-        if p + 1 >= len(toks):
-            toks.append(int(np.argmax(res.logits)))
+        toks.append(int(np.argmax(res.logits)))
     return toks[: at + 1]
 
 

@@ -140,6 +140,7 @@ class Machine:
         # plain micro?)}): bound_calls()
         self._plain: tuple | None = None
         self._threads = 0  # what model/threads.adapt chose at the last begin_token
+        self._unread: tuple | None = None  # (model, unread_nodes(model)): feed()
 
     # -- state ---------------------------------------------------------------
     def reset(self) -> None:
@@ -357,6 +358,27 @@ class Machine:
             self._run_plain()
         return self.finish_token()
 
+    def feed(self, token: int) -> None:
+        """One decode step for the state it leaves (the KV cache), not its outputs: the
+        nodes whose results no node reads (GPT-2's head, 154 MB of a step's ~200 MB on
+        GPT-2 small, which writes only the logits) are skipped, so ``output:`` buffers keep
+        what they held; the rest run exactly as :meth:`step` runs them. For feeding a prompt
+        whose next tokens are known (``firscope cost --at``). With any hook set, or a
+        machine that steps its own way (the GPU engine's), it is :meth:`step`."""
+        hooks = self.hooks
+        if (hooks.per_node or hooks.per_instruction or hooks.at_node
+                or type(self).step is not Machine.step):
+            self.step(token)
+            return
+        self.begin_token(token)
+        if self._unread is None or self._unread[0] is not self.model:
+            self._unread = (self.model, unread_nodes(self.model))
+        dead = self._unread[1]
+        self._run_calls([c for c in self.bound_calls() if c.node.index not in dead])
+        self.history.append(self.current_token)
+        self.position += 1
+        self.current_token = None
+
     def step_from(self, token: int, start: int,
                   prepare: Callable[["Machine"], None] | None = None) -> StepResult:
         """One decode step that runs only the plan's nodes from index ``start`` on (the plain
@@ -400,6 +422,26 @@ class Machine:
             if on_step is not None:
                 on_step(res, nxt)
         return generated, logits_all
+
+
+def unread_nodes(model: Model) -> frozenset[int]:
+    """Plan indices of the nodes whose every output region no node of the plan reads (an
+    ext op's arguments, a kernel's loads): what they write reaches only the model's
+    outputs, and no later step either (a step's nodes are the same each time)."""
+    read: set[str] = set()
+    for node in model.nodes:
+        if node.kind == NodeKind.EXT:
+            read.update(a.region.name for a in node.args if a.region is not None)
+        else:
+            read.update(op.args[op.spec.mem.address].region.name for op in node.program.ops
+                        if op.spec.mem is not None and not op.spec.stores)
+    dead = set()
+    for node in model.nodes:
+        written = ([o.region for o in node.outs if o.region is not None]
+                   if node.kind == NodeKind.EXT else node.program.written_regions())
+        if written and not any(r.name in read for r in written):
+            dead.add(node.index)
+    return frozenset(dead)
 
 
 def choose_token(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
