@@ -179,6 +179,46 @@ def test_one_compiled_function_serves_every_layer(random_model):
     assert any(runner.plan(n).proofs is not None for n in model.nodes if n.kind == "micro")
 
 
+def test_a_kernels_lane_analysis_made_once_holds_for_every_node_that_binds_it(random_model):
+    """The runner analyses each kernel's lanes once for the nodes that bind it alike
+    (kernel_plan.lane_key) and rebases the result: each node's slicing, infallible steps and
+    uniform reads (attention's position: an arena address per layer) equal those of an
+    analysis of that node alone."""
+    from firscope.vm.lanes import analyse, infallible_steps, uniform_reads
+    model = load_model(random_model)
+    runner = CompiledRunner(model)
+    micro = [n for n in model.nodes if n.kind == "micro"]
+    for n in micro:
+        plan = runner.plan(n)
+        an = analyse(n.program)
+        slicing, why = lane_partition(n.program, an)
+        infallible = infallible_steps(an, plan.gen.fault_pcs)
+        reads = uniform_reads(an) if infallible is None else {}
+        assert (plan.slicing, plan.infallible, plan.reads) == \
+            (slicing, infallible, tuple(reads[pc] for pc in sorted(reads))), n.full_name
+    assert len(runner._lane_facts) < len(micro)  # made once per kernel and shapes
+    attn = [runner.plan(n) for n in micro if n.target == "g2.attn_decode"]
+    assert len({p.reads for p in attn}) == 1 and attn[0].reads  # the one position buffer
+    assert len({tuple(p.slicing) for p in attn}) == len(attn)  # each layer's own caches
+
+def test_lane_keys_tell_bases_apart_only_where_regions_stay_disjoint():
+    """Moved to other bases the same kernel has the same key; where two of its regions
+    overlap (one buffer bound at two places) it has none: the analysis could then find an
+    address inside a written region that another layout keeps outside."""
+    from firscope.compare.lanes import relocate
+    from firscope.vm.kernel_plan import lane_key
+    from kernel_util import kernel_program
+    src = ("kernel k in=2 out=1 threads=4 tg=4 tgbytes=0\nrtou 0 0\nuloadf32 1 0 @in0\n"
+           "uloadf32 2 0 @in1\nadd 1 1 2\nustoref32 1 0 @out0\nendkernel\n")
+    program, _, regions = kernel_program(src, {"in0": 4, "in1": 4, "out0": 4})
+    key, bases = lane_key(program)
+    moved = relocate(program, {0: 100, 4: 50, 8: 8})
+    assert lane_key(moved) == (key, (100, 50, 8))
+    assert lane_key(relocate(program, {0: 0, 4: 2, 8: 8})) is None  # in0, in1 overlap
+    bigger, _, _ = kernel_program(src, {"in0": 4, "in1": 8, "out0": 4})
+    assert lane_key(bigger)[0] != key  # a region's size is part of the key
+
+
 RACE = """
 import sys, time
 from pathlib import Path

@@ -13,6 +13,7 @@ import numpy as np
 from .assembler import Program
 from .codegen import Generated
 from .kernel_cache import compiled_driver
+from .operands import Address
 from .proofs import PlainProofs
 
 # A kernel's store journal starts with room for one store per store instruction and lane
@@ -103,3 +104,36 @@ def journal_plan(program: Program) -> tuple[tuple[tuple[int, int], ...], int]:
     if size <= stores:
         return written, COPY_WRITTEN
     return written, min(size, max(JOURNAL_START, stores))
+
+
+def lane_key(program) -> tuple[tuple, tuple[int, ...]] | None:
+    """(key, bases): two programs with equal keys get the same analysis but for region
+    bases (GPT-2's layers: one kernel on each layer's buffers), so :func:`.lanes.lane_partition`,
+    :func:`.lanes.infallible_steps` and :func:`.lanes.uniform_reads` of one hold for the other with each
+    region's base replaced (``bases``: the base of each region in order of first use).
+
+    The analysis reads bases only to key the slicing, to form a uniform read's address, and
+    to see whether that address lies in a written region; with regions of the same sizes
+    and pairwise disjoint, an in-bounds address (an address's extent is its region's size)
+    lies in a written region exactly when its own is written, whatever the bases. None
+    where regions overlap."""
+    order: dict[int, int] = {}
+    regions: list = []
+    ops = []
+    for op in program.ops:
+        args = []
+        for a in op.args:
+            if isinstance(a, Address):
+                k = order.get(a.base)
+                if k is None:
+                    k = order[a.base] = len(regions)
+                    regions.append(a.region)
+                args.append((a.operand, k, a.offset, a.extent))
+            else:
+                args.append((type(a).__name__, a))
+        ops.append((id(op.static), tuple(args)))
+    spans = sorted((r.base, r.base + r.size) for r in regions)
+    if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
+        return None
+    key = (program.threads, tuple(ops), tuple(r.size for r in regions))
+    return key, tuple(r.base for r in regions)
