@@ -394,11 +394,15 @@ class Machine:
     # -- generation ------------------------------------------------------------------
     def generate(self, prompt: list[int], n: int, *, temperature: float = 0.0,
                  seed: int | None = None,
-                 on_step: Callable[[StepResult, int | None], None] | None = None):
+                 on_step: Callable[[StepResult, int | None], None] | None = None,
+                 prompt_logits: bool = True):
         """Feed ``prompt`` one token per step, then generate ``n`` tokens.
 
         Runs ``len(prompt) + n - 1`` steps (the last generated token is not
         fed back). Returns (generated ids, list of per-step logits).
+        ``prompt_logits=False``: the prompt's tokens before its last are fed with
+        :meth:`feed` (no outputs: GPT-2's head skipped), with no logits in the list for
+        them and no ``on_step`` call.
         """
         if not prompt:
             raise FirError("the prompt is empty: give at least one token")
@@ -411,6 +415,9 @@ class Machine:
         pending = list(prompt)
         while pending:
             tok = pending.pop(0)
+            if pending and not prompt_logits and not generated:  # the next token is known
+                self.feed(tok)
+                continue
             res = self.step(tok)
             logits_all.append(res.logits)
             nxt = None

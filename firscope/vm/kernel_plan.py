@@ -107,10 +107,11 @@ def journal_plan(program: Program) -> tuple[tuple[tuple[int, int], ...], int]:
 
 
 def lane_key(program) -> tuple[tuple, tuple[int, ...]] | None:
-    """(key, bases): two programs with equal keys get the same analysis but for region
-    bases (GPT-2's layers: one kernel on each layer's buffers), so :func:`.lanes.lane_partition`,
-    :func:`.lanes.infallible_steps` and :func:`.lanes.uniform_reads` of one hold for the other with each
-    region's base replaced (``bases``: the base of each region in order of first use).
+    """(key, bases): two programs with equal keys get the same lane analysis but for region
+    bases (GPT-2's layers: one kernel on each layer's buffers), so what
+    :func:`.lanes.lane_partition`, :func:`.lanes.infallible_steps` and
+    :func:`.lanes.uniform_reads` say of one holds for the other with each region's base
+    replaced (``bases``: the base of each region in order of first use).
 
     The analysis reads bases only to key the slicing, to form a uniform read's address, and
     to see whether that address lies in a written region; with regions of the same sizes
