@@ -64,3 +64,21 @@ def test_generate_without_the_prompts_logits_gives_the_same_tokens_and_logits():
     for a, b in zip(got_logits, want_logits[len(prompt) - 1:]):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     assert got_m.position == want_m.position == len(prompt) + 3
+
+
+def test_a_run_that_looks_at_the_stop_flag_between_nodes_stops_a_feed_too():
+    """`firscope run` (runtime/interrupt.stop_between_nodes) stops before the next node on
+    ctrl+c; its prompt's feeds take the plain loop, which looks at the flag as well."""
+    from firscope.errors import Interrupted
+    from firscope.runtime.interrupt import stop_between_nodes
+    m = Machine(open_model(None).with_own_arena(), engine="compiled")
+    m.reset()
+    stop_between_nodes(m)
+    assert not m.hooks.per_node  # no hook: the steps keep the plain loop
+    m.stop_flag.set()
+    with pytest.raises(Interrupted, match="before node token"):
+        m.feed(5)
+    m.stop_flag.clear()
+    m.reset()
+    m.feed(5)
+    assert m.position == 1

@@ -141,6 +141,9 @@ class Machine:
         self._plain: tuple | None = None
         self._threads = 0  # what model/threads.adapt chose at the last begin_token
         self._unread: tuple | None = None  # (model, unread_nodes(model)): feed()
+        # Look at the stop flag before every node too (runtime/interrupt.stop_between_nodes:
+        # `firscope run`): kernels poll it while they run, ext ops and short kernels do not.
+        self.stop_between_nodes = False
 
     # -- state ---------------------------------------------------------------
     def reset(self) -> None:
@@ -215,6 +218,8 @@ class Machine:
         return Dispatch(node.program, self.arena, **kw)
 
     def run_node(self, node: PlanNode) -> None:
+        if self.stop_between_nodes and self.stop_flag.is_set():
+            raise stopped_before(node)
         hooks = self.hooks
         if hooks.per_node:
             for h in hooks.before_node:
@@ -313,9 +318,12 @@ class Machine:
         # One errstate for the step: the ext ops' (NaN/Inf propagate as on a GPU); nothing
         # else in the loop computes with NumPy.
         at_node = self.hooks.at_node  # the taps after chosen nodes (usually none)
+        stop = self.stop_flag if self.stop_between_nodes else None
         with np.errstate(all="ignore"):
             for call in calls:
                 node, fn, args, plain = call.node, call.fn, call.args, call.plain
+                if stop is not None and stop.is_set():
+                    raise stopped_before(node)
                 if plain:
                     self._plain_call(call)
                 elif fn is not None:
