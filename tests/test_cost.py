@@ -489,3 +489,56 @@ def test_distinct_accesses_are_what_np_unique_counts():
             keys = (rng.integers(0, regions, n) << _REGION_SHIFT) | rng.integers(0, spread, n)
             assert _distinct(keys) == np.unique(keys).size, (spread, regions)
 
+
+
+def _attention_both_ways(monkeypatch):
+    """The sample's step at position 7 costed with reuse (attention side by side) and with
+    every node recorded on its own; and how many times the first recorded attention alone."""
+    from firscope.cost import analyze
+    from firscope.runtime import Machine
+    model = open_model(None)
+    dev = find_device("h200")
+    toks = analyze.tokens_to([5, 9, 2, 7, 3, 8, 1, 4], 7, Machine(model, engine="compiled"))
+    arena = model.arena.copy()
+    alone = []
+    real = analyze.record
+    monkeypatch.setattr(analyze, "record", lambda program, *a: alone.append(program.name)
+                        or real(program, *a))
+    fast = analyse_step(model, dev, arena=arena.copy(), position=7, token=toks[7])
+    n = alone.count("g2.attn_decode")
+    slow = analyse_step(model, dev, arena=arena.copy(), position=7, token=toks[7], dedup=False)
+    return fast, slow, n
+
+
+def test_attention_recorded_side_by_side_gives_each_layer_its_own_counts(monkeypatch):
+    """Attention branches on its scores, so each layer's counts are its own: the four
+    layers run as one wide dispatch (cost/batch) whose split traces give each layer exactly
+    the counts (and priced advice) of a recording of that node alone."""
+    from firscope.cost import batch
+    calls = []
+    real = batch.Copies.record
+    monkeypatch.setattr(batch.Copies, "record",
+                        lambda self, *a: calls.append(self.n) or real(self, *a))
+    fast, slow, alone = _attention_both_ways(monkeypatch)
+    assert calls == [4] and alone == 0  # one wide recording of the four layers' attention
+    attn = [n for n in fast.nodes if n.kernel == "g2.attn_decode"]
+    assert len({n.counts.lane_instructions for n in attn}) > 1  # the layers differ
+    assert fast.recorded == slow.recorded - sum(n.reused_from is not None for n in fast.nodes)
+    for a, b in zip(fast.nodes, slow.nodes):
+        assert a.as_dict() | {"reused_from": None} == b.as_dict(), a.node
+
+
+def test_nodes_that_cannot_run_side_by_side_are_recorded_one_by_one(monkeypatch):
+    """Where the wide dispatch gives up (an access it cannot make as each node would, a
+    fault, the budget: batch.Unbatched), each node is recorded alone on its own regions."""
+    from firscope.cost import batch
+
+    def refuse(self, op):
+        def run():
+            raise batch.Unbatched("refused by the test")
+        return run
+    monkeypatch.setattr(batch._Wide, "_access", refuse)
+    fast, slow, alone = _attention_both_ways(monkeypatch)
+    assert alone == 4
+    for a, b in zip(fast.nodes, slow.nodes):
+        assert a.as_dict() | {"reused_from": None} == b.as_dict(), a.node

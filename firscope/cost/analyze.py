@@ -21,6 +21,8 @@ from ..runtime import NodeKind
 from ..runtime.extops import EXT_IMPLS
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch
+from ..compare.lanes import program_regions
+from .batch import Copies, Unbatched
 from .devices import Device
 from .model import Prediction, ext_counts, line_times, predict, residency
 from .record import Counts, LineStats, count, data_independent, identity_key, kernel_shape, \
@@ -263,23 +265,26 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
     arena[model.inputs["position"].base] = position
     width = device.simd_width
     seen: dict[tuple, tuple[Counts, str, list]] = {}
+    keys, sides = _side_by_side(model) if dedup else ({}, {})
+    waiting: dict[tuple, Copies] = {}  # side-by-side nodes' regions as they were
     nodes, recorded = [], 0
     for node in model.nodes:
-        reused, priced = None, None
+        reused, priced, c = None, None, None
         if node.kind == NodeKind.EXT:
             with np.errstate(all="ignore"):
                 EXT_IMPLS[node.target](arena, node)
             c = ext_counts(node, width)
         else:
             tg, tgbytes = kernel_shape(model, node.program)
-            key = identity_key(node.program, tg, tgbytes) \
-                if dedup and data_independent(node.program) else None
-            if key is not None and key in seen:
+            key = keys.get(node.index)
+            if key in sides:  # recorded with the others after the step (cost/batch)
+                if key not in waiting:
+                    waiting[key] = Copies(node.program, sides[key])
+                waiting[key].keep(node, arena)
+                _run_unobserved(node, arena, budget, stop, runner)
+            elif key is not None and key in seen:
                 c, reused, priced = seen[key]
-                if runner is not None:
-                    runner.run(node, arena, budget, stop=stop)
-                else:  # the same trace again: run it unobserved
-                    Dispatch(node.program, arena).run(budget, stop)
+                _run_unobserved(node, arena, budget, stop, runner)
             else:
                 trace, _ = record(node.program, arena, budget, stop)
                 c = count(node.program, trace, tg, tgbytes, width)
@@ -287,11 +292,68 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
                 recorded += 1
                 if key is not None:
                     seen[key] = (c, node.full_name, priced)
+        nodes.append((node, c, reused, priced))
+    counted = {}
+    for copies in waiting.values():
+        counted.update(_record_side_by_side(model, copies, budget, stop, device))
+        recorded += copies.n
+    out = []
+    for node, c, reused, priced in nodes:
+        if c is None:
+            c, priced = counted[node.index]
         p = predict(c, device, library=node.kind == NodeKind.EXT, op=node.target)
-        nodes.append(NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
-                              node.target, c, p, reused,
-                              priced if priced is not None else price_advice(p, device)))
-    return CostReport(device, position, int(token), nodes, time.perf_counter() - t0, recorded)
+        out.append(NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
+                            node.target, c, p, reused,
+                            priced if priced is not None else price_advice(p, device)))
+    return CostReport(device, position, int(token), out, time.perf_counter() - t0, recorded)
+
+
+def _side_by_side(model) -> tuple[dict[int, tuple], dict[tuple, int]]:
+    """Each micro node's identity key (record.identity_key), and how many nodes run each
+    data-dependent program alike where two or more do: those are recorded side by side
+    (cost/batch). A data-independent node's key lets a later one reuse its counts."""
+    keys: dict[int, tuple] = {}
+    dependent: dict[tuple, int] = {}
+    independent: dict[int, bool] = {}  # by kernel: the taint reads registers, not buffers
+    for node in model.nodes:
+        if node.kind == NodeKind.EXT:
+            continue
+        tg, tgbytes = kernel_shape(model, node.program)
+        key = identity_key(node.program, tg, tgbytes)
+        kernel = id(node.program.kernel)
+        if kernel not in independent:
+            independent[kernel] = data_independent(node.program)
+        if independent[kernel]:
+            keys[node.index] = key
+        else:
+            sizes = tuple(r.size for r in program_regions(node.program))  # cost/batch's slots
+            keys[node.index] = key = ("side by side", sizes) + key
+            dependent[key] = dependent.get(key, 0) + 1
+    return keys, {k: n for k, n in dependent.items() if n > 1}
+
+
+def _run_unobserved(node, arena: np.ndarray, budget, stop, runner) -> None:
+    if runner is not None:
+        runner.run(node, arena, budget, stop=stop)
+    else:
+        Dispatch(node.program, arena).run(budget, stop)
+
+
+def _record_side_by_side(model, copies: Copies, budget, stop, device: Device) -> dict:
+    """Node index -> (counts, priced advice) of nodes running one data-dependent program,
+    from one wide recording of them all (cost/batch), or one by one on their regions where
+    they cannot run as one (a fault: the single recording reports it)."""
+    tg, tgbytes = kernel_shape(model, copies.program)
+    try:
+        traces = copies.record(budget, stop)
+    except Unbatched:
+        traces = [record(node.program, copies.arena_of(k, model.arena), budget, stop)[0]
+                  for k, node in enumerate(copies.nodes)]
+    out = {}
+    for node, trace in zip(copies.nodes, traces):
+        c = count(node.program, trace, tg, tgbytes, device.simd_width)
+        out[node.index] = (c, _priced(node.program, trace, c, tgbytes, device))
+    return out
 
 
 def _priced(program, trace, c: Counts, tgbytes: int, device: Device) -> list[dict]:
@@ -349,7 +411,6 @@ def analyse_node(model, node, device: Device, arena: np.ndarray, *,
     if node.kind == NodeKind.EXT:
         c = ext_counts(node, device.simd_width)
     else:
-        from ..compare.lanes import program_regions
         work = np.zeros_like(arena)
         for r in program_regions(node.program):
             work[r.base: r.stop] = arena[r.base: r.stop]
