@@ -542,3 +542,23 @@ def test_nodes_that_cannot_run_side_by_side_are_recorded_one_by_one(monkeypatch)
     assert alone == 4
     for a, b in zip(fast.nodes, slow.nodes):
         assert a.as_dict() | {"reused_from": None} == b.as_dict(), a.node
+
+
+def test_side_by_side_recordings_keep_to_their_memory(monkeypatch):
+    """Each node's regions are copied (attention's K/V caches: 6.3 MB a layer on GPT-2
+    small): past analyze.SIDE_BY_SIDE_BYTES of them the nodes are recorded in several wide
+    dispatches, with the same counts."""
+    from firscope.cost import analyze, batch
+    sizes = []
+    real = batch.Copies.record
+    monkeypatch.setattr(batch.Copies, "record",
+                        lambda self, *a: sizes.append((self.n, self.scratch.nbytes)) or
+                        real(self, *a))
+    attn = next(n for n in open_model(None).nodes if n.target == "g2.attn_decode")
+    one = 4 * sum(r.size for r in batch.program_regions(attn.program))
+    monkeypatch.setattr(analyze, "SIDE_BY_SIDE_BYTES", 3 * one)
+    fast, slow, alone = _attention_both_ways(monkeypatch)
+    assert [n for n, _ in sizes] == [3, 1] and alone == 0
+    assert all(nbytes <= 3 * one for _, nbytes in sizes)
+    for a, b in zip(fast.nodes, slow.nodes):
+        assert a.as_dict() | {"reused_from": None} == b.as_dict(), a.node

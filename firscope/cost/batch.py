@@ -79,16 +79,27 @@ class _Wide(Dispatch):
 
 
 class Copies:
-    """The regions of ``n`` nodes running one program, each as it was when its node ran,
-    side by side on a scratch arena (:meth:`keep` at each node, then :meth:`record`)."""
+    """The regions of up to ``n`` nodes running one program, each as it was when its node
+    ran, side by side on a scratch arena of at most ``limit`` bytes where more than one
+    fits (:meth:`keep` at each node until :attr:`full`, then :meth:`record`)."""
 
-    def __init__(self, program, n: int):
+    def __init__(self, program, n: int, limit: int | None = None):
         self.program = program
         self.regions = program_regions(program)
-        self.n = n
         self.stride = sum(r.size for r in self.regions)
+        if limit is not None:
+            n = min(n, max(1, limit // max(self.stride * 4, 1)))
+        self.capacity = n
         self.scratch = np.zeros(max(self.stride * n, 1), dtype=np.float32)
         self.nodes: list = []
+
+    @property
+    def n(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def full(self) -> bool:
+        return len(self.nodes) >= self.capacity
 
     def keep(self, node, arena: np.ndarray) -> None:
         """Copy ``node``'s regions into the next slot, as they are now: compare/lanes.
