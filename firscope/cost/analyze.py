@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compare.lanes import program_regions
 from ..errors import FirError
 from ..runtime import NodeKind
 from ..runtime.extops import EXT_IMPLS
 from ..runtime.machine import DEFAULT_BUDGET, Machine
 from ..vm.interp import Dispatch
-from ..compare.lanes import program_regions
 from .batch import Copies, Unbatched
 from .devices import Device
 from .model import Prediction, ext_counts, line_times, predict, residency
