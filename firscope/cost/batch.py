@@ -59,14 +59,14 @@ class _Wide(Dispatch):
         addr = op.args[mem.address]
         reg, u = self.Rr[op.args[mem.value]], self.Ur[op.args[mem.index]]
         base = addr.base + addr.offset + self.shifts[addr.base]  # per lane
-        low, high = -addr.offset, addr.extent - addr.offset  # U's valid range
+        low, high = -addr.offset, addr.extent - addr.offset  # U's valid range (U >= 0)
         arena, stores = self.arena, op.spec.stores
 
         def run():
             full = self.full
             lanes = None if full else np.flatnonzero(self.mask)
             idx = u if full else u[lanes]
-            if idx.size and (idx.min() < low or idx.max() >= high):
+            if idx.size and ((low > 0 and idx.min() < low) or idx.max() >= high):
                 raise Unbatched(f"an access outside {addr.region.name}")
             where = (base if full else base[lanes]) + idx
             if stores:
@@ -138,6 +138,9 @@ class Copies:
         arrays = trace.arrays()
         traces = [SplitTrace(split(arrays, threads, k)) for k in range(self.n)]
         _share_accesses(self.program, traces)
+        lv = trace.liveness(self.program.ops)  # the program's: the same for every node
+        for t in traces:
+            t._liveness = lv
         return traces
 
 
