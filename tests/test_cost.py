@@ -521,6 +521,7 @@ def test_attention_recorded_side_by_side_gives_each_layer_its_own_counts(monkeyp
                         lambda self, *a: calls.append(self.n) or real(self, *a))
     fast, slow, alone = _attention_both_ways(monkeypatch)
     assert calls == [4] and alone == 0  # one wide recording of the four layers' attention
+    assert fast.side_by_side == 4 and fast.as_dict()["recorded_side_by_side"] == 4
     attn = [n for n in fast.nodes if n.kernel == "g2.attn_decode"]
     assert len({n.counts.lane_instructions for n in attn}) > 1  # the layers differ
     assert fast.recorded == slow.recorded - sum(n.reused_from is not None for n in fast.nodes)
@@ -539,7 +540,7 @@ def test_nodes_that_cannot_run_side_by_side_are_recorded_one_by_one(monkeypatch)
         return run
     monkeypatch.setattr(batch._Wide, "_access", refuse)
     fast, slow, alone = _attention_both_ways(monkeypatch)
-    assert alone == 4
+    assert alone == 4 and fast.side_by_side == 0
     for a, b in zip(fast.nodes, slow.nodes):
         assert a.as_dict() | {"reused_from": None} == b.as_dict(), a.node
 

@@ -150,6 +150,7 @@ class CostReport:
     nodes: list[NodeCost]
     seconds: float = 0.0  # the analysis itself, on this CPU
     recorded: int = 0  # micro nodes recorded on the interpreter (the rest reused counts)
+    side_by_side: int = 0  # of those, recorded side by side with others (cost/batch)
     notes: list[str] = field(default_factory=list)
     devices: dict = field(default_factory=dict)  # more devices to give each occupancy on
 
@@ -250,6 +251,7 @@ class CostReport:
                            for la, us in self.by_layer().items()],
                 "advice": advice,
                 "analysis_seconds": self.seconds, "recorded_nodes": self.recorded,
+                "recorded_side_by_side": self.side_by_side,
                 "notes": list(self.notes),
                 "model": "predicted, not measured: see docs/cost-model.md"}
 
@@ -301,10 +303,12 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
                 if key is not None:
                     seen[key] = (c, node.full_name, priced)
         nodes.append((node, c, reused, priced))
-    counted = {}
+    counted, side_by_side = {}, 0
     for copies in (c for groups in waiting.values() for c in groups):
-        counted.update(_record_side_by_side(model, copies, budget, stop, device))
+        got, wide = _record_side_by_side(model, copies, budget, stop, device)
+        counted.update(got)
         recorded += copies.n
+        side_by_side += copies.n if wide and copies.n > 1 else 0
     out = []
     for node, c, reused, priced in nodes:
         if c is None:
@@ -313,7 +317,8 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
         out.append(NodeCost(node.index, node.full_name, node.name, node.layer, str(node.kind),
                             node.target, c, p, reused,
                             priced if priced is not None else price_advice(p, device)))
-    return CostReport(device, position, int(token), out, time.perf_counter() - t0, recorded)
+    return CostReport(device, position, int(token), out, time.perf_counter() - t0, recorded,
+                      side_by_side)
 
 
 def _side_by_side(model) -> tuple[dict[int, tuple], dict[tuple, int]]:
@@ -347,21 +352,23 @@ def _run_unobserved(node, arena: np.ndarray, budget, stop, runner) -> None:
         Dispatch(node.program, arena).run(budget, stop)
 
 
-def _record_side_by_side(model, copies: Copies, budget, stop, device: Device) -> dict:
+def _record_side_by_side(model, copies: Copies, budget, stop,
+                         device: Device) -> tuple[dict, bool]:
     """Node index -> (counts, priced advice) of nodes running one data-dependent program,
     from one wide recording of them all (cost/batch), or one by one on their regions where
-    they cannot run as one (a fault: the single recording reports it)."""
+    they cannot run as one (a fault: the single recording reports it); and which it was."""
     tg, tgbytes = kernel_shape(model, copies.program)
     try:
-        traces = copies.record(budget, stop)
+        traces, wide = copies.record(budget, stop), True
     except Unbatched:
         traces = [record(node.program, copies.arena_of(k, model.arena), budget, stop)[0]
                   for k, node in enumerate(copies.nodes)]
+        wide = False
     out = {}
     for node, trace in zip(copies.nodes, traces):
         c = count(node.program, trace, tg, tgbytes, device.simd_width)
         out[node.index] = (c, _priced(node.program, trace, c, tgbytes, device))
-    return out
+    return out, wide
 
 
 def _priced(program, trace, c: Counts, tgbytes: int, device: Device) -> list[dict]:

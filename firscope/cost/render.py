@@ -103,8 +103,10 @@ def render(report: CostReport, *, limit: int | None = None) -> str:
     out += advice_lines(report.advice())
     for note in report.notes:
         out.append(f"note: {printable(note)}")
+    wide = (f" ({report.side_by_side} of them side by side, one pass per kernel)"
+            if report.side_by_side else "")
     out.append(f"[analysed in {report.seconds:.2f} s on this CPU: {report.recorded} nodes "
-               "recorded on the interpreter, the rest reused identical traces]")
+               f"recorded on the interpreter{wide}, the rest reused identical traces]")
     return "\n".join(out)
 
 
