@@ -42,6 +42,21 @@ def _private_caches() -> None:
 _private_caches()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config):
+    """One full garbage collection, then the survivors frozen, before pytest's own five
+    (_pytest/unraisableexception.gc_collect_harder): a worker of the whole suite holds
+    ~10^6 objects (numba, Textual, torch), five collections of them took more than the 5 s
+    execnet gives a pytest-xdist worker to finish once it is told to, and execnet then
+    sends it SIGINT, which landed in a collection (hypothesis's gc callback: "Exception
+    ignored ... KeyboardInterrupt" at the end of every parallel run). The garbage is still
+    collected, with pytest's unraisable-exception hook in place to report what its
+    finalizers raise."""
+    import gc
+    gc.collect()
+    gc.freeze()
+
+
 class Lazy:
     """A module imported when a test first uses it (pytest.importorskip: that test is
     skipped, saying why, where it is not installed), not when the test file is imported:
