@@ -379,9 +379,23 @@ def _memory(c: Counts, program, trace: Trace, arrays: TraceArrays, warp_of, n_wa
     if not trace.mem_pc or not program.threads:
         return zeros, zeros.copy(), zeros.copy()
     acc = _accesses(program, trace, arrays)
-    execs, lanes, pc, sector = acc.execs, acc.lanes, acc.pc, acc.sector
     c.unique_bytes = acc.distinct_elements * ELEMENT_BYTES
     c.dram_bytes = acc.distinct_sectors * SECTOR_BYTES
+    # the rest depends on the accesses and the warps alone: traces that share their
+    # accesses (cost/batch: attention's layers) count them once per geometry
+    key = (n_warps, warp_of.tobytes())
+    got = acc.by_geometry.get(key)
+    if got is None:
+        got = acc.by_geometry[key] = _requests(acc, warp_of, n_warps, n_ops, is_store)
+    (c.load_sectors, c.load_hits, c.requests, c.sectors, c.ideal_sectors,
+     req_pc, sec_pc, ideal_pc) = got
+    return req_pc.copy(), sec_pc.copy(), ideal_pc.copy()
+
+
+def _requests(acc: "_Accesses", warp_of, n_warps: int, n_ops: int, is_store) -> tuple:
+    """Load sectors and hits, requests, sectors and ideal sectors (all, and per pc) of
+    ``acc``'s accesses made by warps ``warp_of``."""
+    execs, lanes, pc, sector = acc.execs, acc.lanes, acc.pc, acc.sector
     # executions in order and a warp's lanes side by side: requests never decrease; the
     # accesses are in (request, sector) order already when each request's sectors do not
     # decrease either (lanes reading ascending addresses: the usual case), else sorted
@@ -398,8 +412,8 @@ def _memory(c: Counts, program, trace: Trace, arrays: TraceArrays, warp_of, n_wa
     # one row per distinct (request, sector): a load's row hits when an earlier
     # instruction execution touched its sector
     loads = ~is_store[pc_s[new_sec]]
-    c.load_sectors = int(loads.sum())
-    c.load_hits = int((loads & (ex_s[new_sec] > first_s[new_sec])).sum())
+    load_sectors = int(loads.sum())
+    load_hits = int((loads & (ex_s[new_sec] > first_s[new_sec])).sum())
     req_pc = np.bincount(pc_s[new_req], minlength=n_ops).astype(np.int64)
     sec_pc = np.bincount(pc_s[new_sec], minlength=n_ops).astype(np.int64)
     starts = np.flatnonzero(new_req)
@@ -410,9 +424,8 @@ def _memory(c: Counts, program, trace: Trace, arrays: TraceArrays, warp_of, n_wa
     # is as good as it gets, not better than ideal
     ideal = np.minimum(-(-in_request * ELEMENT_BYTES // SECTOR_BYTES), actual)
     ideal_pc = np.bincount(pc_s[starts], weights=ideal, minlength=n_ops).astype(np.int64)
-    c.requests, c.sectors, c.ideal_sectors = (int(req_pc.sum()), int(sec_pc.sum()),
-                                              int(ideal_pc.sum()))
-    return req_pc, sec_pc, ideal_pc
+    return (load_sectors, load_hits, int(req_pc.sum()), int(sec_pc.sum()),
+            int(ideal_pc.sum()), req_pc, sec_pc, ideal_pc)
 
 
 @dataclass(frozen=True)
@@ -428,6 +441,8 @@ class _Accesses:
     first: np.ndarray  # the first execution that touched each access's sector
     distinct_elements: int
     distinct_sectors: int
+    # _requests's figures by warp geometry, made once for every trace sharing these
+    by_geometry: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def _accesses(program, trace: Trace, arrays: TraceArrays) -> _Accesses:
