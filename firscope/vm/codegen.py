@@ -750,26 +750,38 @@ class _Vector(_Plain):
         return r == 0
 
 
+def bound_ops(program) -> tuple[tuple, dict[int, int], list]:
+    """Each op as :func:`generate` reads it, (id of its static op, its arguments), with
+    region bases replaced by their order of first use; that order (base -> number); and the
+    regions in it. Holds the ops' ids: keep the program alive as long as it is used."""
+    alias: dict[int, int] = {}
+    regions: list = []
+    ops = []
+    for op in program.ops:
+        args = []
+        for a in op.args:
+            if isinstance(a, Address):
+                k = alias.get(a.base)
+                if k is None:
+                    k = alias[a.base] = len(regions)
+                    regions.append(a.region)
+                args.append((a.operand, k, a.offset, a.extent))
+            else:
+                args.append((type(a).__name__, a))
+        ops.append((id(op.static), tuple(args)))
+    return tuple(ops), alias, regions
+
+
 def generation_key(program, slicing: dict[int, Slicing]) -> tuple:
     """What :func:`generate` reads of ``program`` and ``slicing``, with region bases
     replaced by their order of first use (the code names regions by operand, takes
     bases as arguments, and tells regions apart only to see which operands alias): two
     nodes of one kernel with equal keys get the same Generated (GPT-2's layers). The key
     holds the ops' ids: keep the program alive as long as the key is used."""
-    alias: dict[int, int] = {}
-    ops = []
-    for op in program.ops:
-        args = []
-        for a in op.args:
-            if isinstance(a, Address):
-                args.append((a.operand, alias.setdefault(a.base, len(alias)), a.offset,
-                             a.extent))
-            else:
-                args.append((type(a).__name__, a))
-        ops.append((id(op.static), tuple(args)))
+    ops, alias, _ = bound_ops(program)
     sliced = tuple(sorted((alias.get(base, -1 - i), sl.stride, sl.modulus)
                           for i, (base, sl) in enumerate(slicing.items())))
-    return program.threads, tuple(ops), sliced
+    return program.threads, ops, sliced
 
 
 def generate(program, slicing: dict[int, Slicing] | None = None) -> Generated:

@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -126,6 +126,21 @@ def _too_big_to_compile(program: Program) -> str:
     if depth > MAX_COMPILED_NESTING:
         return f"blocks nested {depth} deep (more than {MAX_COMPILED_NESTING})"
     return ""
+
+
+class _LaneFacts(NamedTuple):
+    """What a kernel's lane analysis said, without region bases (CompiledRunner.plan)."""
+
+    slicing: dict  # region's order of first use (kernel_plan.lane_key) -> Slicing
+    infallible: int | None
+    reads: dict  # uniform read's pc -> its address's offset from its region's base
+    program: object  # the program analysed, kept alive: lane_key holds its ops' ids
+
+
+def _read_base(program, pc: int) -> int:
+    """The base of the region the load at ``pc`` reads."""
+    op = program.ops[pc]
+    return op.args[op.spec.mem.address].base
 
 
 class StopFlag(threading.Event):
@@ -189,11 +204,10 @@ class CompiledRunner:
         self.parallel = parallel
         self._plans: dict[int, KernelPlan] = {}
         self._proof_cache: dict[tuple, PlainProofs] = {}
-        # kernel_plan.lane_key -> (slicing by region order, infallible steps, uniform reads as
-        # offsets from their region's base, the program, whose op ids the key holds): the
-        # lane analysis of a kernel made once for all the nodes that bind it alike (GPT-2
-        # small's 122 micro nodes: 0.18 s of the first step's ~0.45 s)
-        self._lane_facts: dict[tuple, tuple] = {}
+        # kernel_plan.lane_key -> _LaneFacts: the lane analysis of a kernel made once for
+        # all the nodes that bind it alike (GPT-2 small's 122 micro nodes: 0.18 s of the
+        # first step's ~0.45 s)
+        self._lane_facts: dict[tuple, _LaneFacts] = {}
         # generated code by codegen.generation_key (with the program it was made for, which
         # keeps the ops whose ids the key holds alive): GPT-2 small's 122 micro nodes run 4
         # kernels; generating each node's source anew took 60 ms of every warm-up
@@ -234,7 +248,7 @@ class CompiledRunner:
             keyed = lane_key(program)
             facts = self._lane_facts.get(keyed[0]) if keyed is not None else None
             if facts is not None:  # another node of the same kernel and shapes: rebased
-                slicing = {keyed[1][k]: sl for k, sl in facts[0].items()}
+                slicing = {keyed[1][k]: sl for k, sl in facts.slicing.items()}
             else:
                 an = analyse(program)
                 slicing, why = lane_partition(program, an)
@@ -258,18 +272,16 @@ class CompiledRunner:
             need = max((a.base + a.extent for a in addrs.values()), default=0)
             written, journal = journal_plan(program)
             if facts is not None:
-                infallible = facts[1]
-                reads = {pc: program.ops[pc].args[program.ops[pc].spec.mem.address].base + d
-                         for pc, d in facts[2].items()}
+                infallible = facts.infallible
+                reads = {pc: _read_base(program, pc) + d for pc, d in facts.reads.items()}
             else:
                 infallible = infallible_steps(an, gen.fault_pcs)
                 reads = uniform_reads(an) if infallible is None else {}
                 if keyed is not None:
                     order = {b: k for k, b in enumerate(keyed[1])}
-                    self._lane_facts[keyed[0]] = (
+                    self._lane_facts[keyed[0]] = _LaneFacts(
                         {order[b]: sl for b, sl in slicing.items()}, infallible,
-                        {pc: a - program.ops[pc].args[program.ops[pc].spec.mem.address].base
-                         for pc, a in reads.items()}, program)
+                        {pc: a - _read_base(program, pc) for pc, a in reads.items()}, program)
             plan = KernelPlan(program, gen, "", bases, slicing=slicing, need=need, written=written,
                          journal=journal, infallible=infallible,
                          reads=tuple(reads[pc] for pc in sorted(reads)),

@@ -11,9 +11,8 @@ from typing import Callable
 import numpy as np
 
 from .assembler import Program
-from .codegen import Generated
+from .codegen import Generated, bound_ops
 from .kernel_cache import compiled_driver
-from .operands import Address
 from .proofs import PlainProofs
 
 # A kernel's store journal starts with room for one store per store instruction and lane
@@ -111,30 +110,17 @@ def lane_key(program) -> tuple[tuple, tuple[int, ...]] | None:
     bases (GPT-2's layers: one kernel on each layer's buffers), so what
     :func:`.lanes.lane_partition`, :func:`.lanes.infallible_steps` and
     :func:`.lanes.uniform_reads` say of one holds for the other with each region's base
-    replaced (``bases``: the base of each region in order of first use).
+    replaced (``bases``: the base of each region in order of first use; the ops as
+    codegen.bound_ops gives them, as generation_key does).
 
     The analysis reads bases only to key the slicing, to form a uniform read's address, and
     to see whether that address lies in a written region; with regions of the same sizes
     and pairwise disjoint, an in-bounds address (an address's extent is its region's size)
     lies in a written region exactly when its own is written, whatever the bases. None
     where regions overlap."""
-    order: dict[int, int] = {}
-    regions: list = []
-    ops = []
-    for op in program.ops:
-        args = []
-        for a in op.args:
-            if isinstance(a, Address):
-                k = order.get(a.base)
-                if k is None:
-                    k = order[a.base] = len(regions)
-                    regions.append(a.region)
-                args.append((a.operand, k, a.offset, a.extent))
-            else:
-                args.append((type(a).__name__, a))
-        ops.append((id(op.static), tuple(args)))
+    ops, _, regions = bound_ops(program)
     spans = sorted((r.base, r.base + r.size) for r in regions)
     if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
         return None
-    key = (program.threads, tuple(ops), tuple(r.size for r in regions))
+    key = (program.threads, ops, tuple(r.size for r in regions))
     return key, tuple(r.base for r in regions)
