@@ -48,9 +48,9 @@ def run_decode(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAUL
     shown.done()
     if engine_spec(engine).steps:  # the GPU engine looks at the stop flag between tokens
         stop_between_nodes(machine)
+    steps = len(prompt) + max(n - 1, 0)  # the last generated token is not fed
     t = time.perf_counter()
-    with ctrl_c_stops(machine.stop_flag), dump_recording(machine, dump, dump_nodes,
-                                                         len(prompt) + max(n - 1, 0)):
+    with ctrl_c_stops(machine.stop_flag), dump_recording(machine, dump, dump_nodes, steps):
         # the prompt's logits only where they are saved: its other steps skip the head
         generated, logits = machine.generate(prompt, n, temperature=temperature, seed=seed,
                                              prompt_logits=logits_out is not None)
@@ -63,7 +63,6 @@ def run_decode(source: RunInput, *, n: int = DEFAULT_STEPS, engine: str = DEFAUL
         print(",".join(str(i) for i in prompt + generated))
     else:  # the tokenizer's text can hold any character: escape what a terminal would act on
         print(printable(tok.decode(prompt + generated), newlines=True))
-    steps = len(prompt) + max(n - 1, 0)
     print(f"[{steps} steps in {dt:.2f} s, {steps / dt if dt else 0:.1f} steps/s, engine "
           f"{engine}]", file=sys.stderr)
     return 0

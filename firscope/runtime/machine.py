@@ -338,10 +338,14 @@ class Machine:
         out = self.model.outputs["logits"]
         logits = self.arena[out.base: out.base + out.size].copy()
         result = StepResult(self.current_token, self.position, logits)
+        self._advance()
+        return result
+
+    def _advance(self) -> None:
+        """The current token is fed: the next step is at the next position."""
         self.history.append(self.current_token)
         self.position += 1
         self.current_token = None
-        return result
 
     def rewind_token(self, token: int) -> None:
         """Undo :meth:`finish_token`: the last token fed is current again (its nodes ran)."""
@@ -383,9 +387,7 @@ class Machine:
             self._unread = (self.model, unread_nodes(self.model))
         dead = self._unread[1]
         self._run_calls([c for c in self.bound_calls() if c.node.index not in dead])
-        self.history.append(self.current_token)
-        self.position += 1
-        self.current_token = None
+        self._advance()
 
     def step_from(self, token: int, start: int,
                   prepare: Callable[["Machine"], None] | None = None) -> StepResult:
