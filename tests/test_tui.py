@@ -547,6 +547,38 @@ async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
     raise AssertionError("the condition never came true")
 
 
+def record_statuses(app) -> list[str]:
+    """The texts the app puts in its header from now on, in order."""
+    said, set_status = [], app.set_status
+
+    def recording(text=None, **kw):
+        if text is not None:
+            said.append(text)
+        set_status(text, **kw)
+    app.set_status = recording
+    return said
+
+
+def test_a_step_that_ends_at_once_repaints_the_header_once_with_its_stop(monkeypatch):
+    """A job says "running" only once it has run for RUNNING_AFTER (here made long, as if
+    every step were quick): a step key does not first draw "running: next" and its stop a
+    frame later (a header flickering at every key, the stop's repaint a frame late)."""
+    import firscope.tui.app as app_module
+    monkeypatch.setattr(app_module, "RUNNING_AFTER", 60.0)
+
+    async def go():
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(app, pilot)
+            said = record_statuses(app)
+            for key in "nnsn":
+                await press(app, pilot, key)
+            assert app.session.node_index == 3
+            assert said and not any(t.startswith("running") for t in said), said
+            assert "stopped at" in header(app) and "running" not in header(app)
+    run(go())
+
+
 def test_interrupt_key_stops_a_long_run_and_progress_shows(tmp_path):
     # a store in the spin: a register-only spin is a runaway known before running
     # (vm/runaway), reported at once instead of run
@@ -556,11 +588,14 @@ def test_interrupt_key_stops_a_long_run_and_progress_shows(tmp_path):
         app = make_app(fir)
         async with app.run_test(size=SIZE) as pilot:
             await wait_loaded(app, pilot)
+            said = record_statuses(app)
             await pilot.press("c")
             # the three nodes before ln1@0 are done: the run is inside the spin
             await wait_for(pilot, lambda: app.probe.node == (3, len(app.model.nodes)))
             await wait_for(pilot, lambda: "node 3/61" in header(app))  # progress, after 0.5 s
             assert app.busy and "running: continue" in header(app)
+            # before the progress line: the run said, once it had run for RUNNING_AFTER
+            assert said[0] == "running: continue (escape interrupts)", said
             await pilot.press("escape")
             await settle(app, pilot)
             assert app.status_text.startswith("interrupted"), app.status_text

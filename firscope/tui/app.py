@@ -34,7 +34,7 @@ from .buffers_view import BuffersView
 from .console_view import CommandInput, ConsoleView, completion_words
 from .debug_screen import Bottom, DebugScreen
 from .graph_pane import NodeList
-from .jobs import Job, JobQueue, execute
+from .jobs import RUNNING_AFTER, Job, JobQueue, execute
 from .keys import bindings
 from .loading import LoadingPanel, UiOptions, open_session, throttled, warm_job
 from .messages import JobDone, LoadFailed, Loaded, LoadProgress
@@ -250,6 +250,13 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
         if not self.jobs.submit(job):
             self.notify("still running — press escape to interrupt", severity="warning")
         elif starts and job.moves:
+            # said once the job has run for RUNNING_AFTER: a step that ends sooner repaints
+            # once, with its stop (a status drawn at once put the stop's repaint a frame
+            # later: Textual draws at most one frame per 1/60 s)
+            self.set_timer(RUNNING_AFTER, lambda: self._say_running(job))
+
+    def _say_running(self, job: Job) -> None:
+        if self.jobs.job is job:
             self.set_status(f"running: {job.label} (escape interrupts)")
 
     @work(thread=True, group="engine")

@@ -24,6 +24,7 @@ from ..errors import FirError, Interrupted
 from ..profile.progress import Progress
 
 SHOW_AFTER = 0.5  # seconds before a run shows its progress
+RUNNING_AFTER = 0.1  # seconds before the header says a job runs (a step is done sooner)
 MAX_PENDING = 32  # jobs typed ahead while one runs
 
 
