@@ -61,9 +61,10 @@ def test_the_table_gives_each_linear_its_ceiling_and_names_the_bound_ones(bench,
                            "kv_bytes": 0, "threads": 2})
     out = capsys.readouterr().out
     fc = _row(out, "fc_linear")
-    assert fc[-2:] == ["20.00", "0.80"]  # in cache 1 MB / 0.05 ms; ceiling 0.04 / 0.05
-    assert _row(out, "qkv_linear")[-2:] == ["33.33", "1.33"]
-    assert _row(out, "head")[-2:] == ["-", "-"]
+    # in cache 1 MB / 0.05 ms; ceiling 0.04 / 0.05; goal: its bound max(0.04, 0.05) / 0.1
+    assert fc[-3:] == ["20.00", "0.80", "0.50"]
+    assert _row(out, "qkv_linear")[-3:] == ["33.33", "1.33", "0.40"]  # the stream: 0.04
+    assert _row(out, "head")[-3:] == ["-", "-", "0.90"]  # no in-cache figure: the stream
     assert "bound by their instructions" not in out  # 0.80 is not below the goal
     linears["fc_linear"]["hot_ms"] = 0.06  # ceiling 0.67
     bench.print_breakdown({"loadavg": 0.5, "micro_ms": 0.0, "per_target_ms": {},
@@ -128,3 +129,45 @@ def test_position_puts_firscope_and_the_numpy_gpt2_at_the_same_cache_rows(bench)
     seek(20)
     theirs = step(7)
     assert np.allclose(ours, theirs, atol=2e-3, rtol=1e-3)
+
+
+def test_the_whole_decode_is_set_against_the_restated_bound(bench, capsys):
+    """Issue 45's restated whole-decode goal: a token against max(the bandwidth floor, the
+    linears' own bound + the K/V rows), each linear's bound being max(stream, in cache)."""
+    linears = {  # 10 ms streamed in all; in cache: fc slower than its stream, qkv faster
+        "fc_linear": {"bytes": 1, "calls": 12, "ms": 3.0, "best_ms": 3.0, "stream_ms": 2.0,
+                      "hot_ms": 2.5},
+        "qkv_linear": {"bytes": 1, "calls": 12, "ms": 3.0, "best_ms": 3.0, "stream_ms": 2.0,
+                       "hot_ms": 1.0},
+        "head": {"bytes": 1, "calls": 1, "ms": 7.0, "best_ms": 7.0, "stream_ms": 6.0,
+                 "hot_ms": None}}
+    # 12 layers x 2.5 MB of K/V rows at 30 GB/s: 1 ms
+    b = {"linears": linears, "kv_bytes": 2.5e6, "layers": 12, "stream_gbs": 30.0,
+         "position": 1000, "step_ms": 14.0}
+    bench.print_decode_bound(b, 15.0)
+    out = capsys.readouterr().out
+    assert "positions 1000.." in out
+    assert "bandwidth floor 11.00 ms" in out and "(1.00 ms)" in out  # 10 + 1
+    assert "own bound 11.50 ms" in out and "= 11.50 ms/token" in out  # 2.5 + 2 + 6 + 1
+    assert "14.00 ms: 1.22x" in out and "firscope-q4 15.00 ms: 1.30x" in out
+    linears["fc_linear"]["hot_ms"] = 1.0  # in cache faster everywhere: the floor bounds it
+    bench.print_decode_bound(b, None)
+    out = capsys.readouterr().out
+    assert "= 11.00 ms/token" in out and "1.27x" in out and "firscope-q4" not in out
+
+
+def test_the_breakdown_at_a_position_steps_from_there(bench, sample_fir, capsys):
+    """--breakdown --position P breaks down the steps at P.. (its child put the machine at
+    P as the timed children do), not at 0.. as it did: the K/V bytes and attention's
+    figure are those of positions P.."""
+    import argparse
+    import json
+    import statistics
+    args = argparse.Namespace(folder=str(sample_fir.parent), tokens="3,5,7,9", position=40)
+    assert bench.breakdown_child(args) == 0
+    b = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    e = json.loads((sample_fir.parent / "config.json").read_text())["n_embd"]
+    assert b["position"] == 40
+    assert b["kv_bytes"] == statistics.mean(2 * (40 + p + 1) * e * 4 for p in range(4))
+    assert b["dispatch"]["g2.attn_decode"]["position"] == 42  # the middle of 40..43
+    assert b["step_ms"] > 0 and b["layers"] == 4

@@ -5,12 +5,11 @@ Every engine action is a job: a key, a click or a box calls one method of the
 ``toggle_break`` ...); a line typed in the console or chosen in the palette goes
 through the text commands (:meth:`CommandInterpreter.run`). Jobs run in a thread
 worker (one at a time; keys pressed meanwhile are queued, like typing ahead in
-gdb: :class:`~.jobs.JobQueue`).
-The worker freezes what the panes show (:func:`~firscope.tui.state.build_view`)
-and posts it as a :class:`JobDone` message; the app puts it in its ``view``
-reactive, which every pane of the :class:`~.debug_screen.DebugScreen` is bound
-to, so no widget reads the live session while a worker runs. A run never moves
-focus; escape interrupts it (or an export, which then leaves no files).
+gdb: :class:`~.jobs.JobQueue`). The worker freezes what the panes show
+(:func:`~firscope.tui.state.build_view`) and posts it as a :class:`JobDone` message; the
+app puts it in its ``view`` reactive, which every pane of the DebugScreen (debug_screen)
+is bound to, so no widget reads the live session while a worker runs. A
+run never moves focus; escape interrupts it (or an export, which then leaves no files).
 """
 from __future__ import annotations
 
@@ -249,15 +248,9 @@ class FirscopeApp(CostActions, CorpusActions, KernelEditActions, ReportActions, 
             (job.cancel if job.cancel is not None else self.session.cancel).clear()
         if not self.jobs.submit(job):
             self.notify("still running — press escape to interrupt", severity="warning")
-        elif starts and job.moves:
-            # said once the job has run for RUNNING_AFTER: a step that ends sooner repaints
-            # once, with its stop (a status drawn at once put the stop's repaint a frame
-            # later: Textual draws at most one frame per 1/60 s)
-            self.set_timer(RUNNING_AFTER, lambda: self._say_running(job))
-
-    def _say_running(self, job: Job) -> None:
-        if self.jobs.job is job:
-            self.set_status(f"running: {job.label} (escape interrupts)")
+        elif starts and job.moves:  # said once it has run for RUNNING_AFTER (jobs.py)
+            self.set_timer(RUNNING_AFTER, lambda: self.jobs.job is job and self.set_status(
+                f"running: {job.label} (escape interrupts)"))
 
     @work(thread=True, group="engine")
     def _run_job(self, job: Job, wants: Wants) -> None:

@@ -24,7 +24,9 @@ from ..errors import FirError, Interrupted
 from ..profile.progress import Progress
 
 SHOW_AFTER = 0.5  # seconds before a run shows its progress
-RUNNING_AFTER = 0.1  # seconds before the header says a job runs (a step is done sooner)
+# seconds before the header says a job runs: a step, done sooner, repaints once, with its
+# stop (not "running: next" first, then its stop a frame later: a header that flickered)
+RUNNING_AFTER = 0.1
 MAX_PENDING = 32  # jobs typed ahead while one runs
 
 
