@@ -283,7 +283,6 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
                 EXT_IMPLS[node.target](arena, node)
             c = ext_counts(node, width)
         else:
-            tg, tgbytes = kernel_shape(model, node.program)
             key = keys.get(node.index)
             if key in sides:  # recorded with the others after the step (cost/batch)
                 groups = waiting.setdefault(key, [])
@@ -297,6 +296,7 @@ def analyse_step(model, device: Device, *, arena: np.ndarray | None = None, posi
                 _run_unobserved(node, arena, budget, stop, runner)
             else:
                 trace, _ = record(node.program, arena, budget, stop)
+                tg, tgbytes = kernel_shape(model, node.program)
                 c = count(node.program, trace, tg, tgbytes, width)
                 priced = _priced(node.program, trace, c, tgbytes, device)
                 recorded += 1
