@@ -1,9 +1,10 @@
 """Threads for compiled kernels: how many to use, and a pool that runs ranges of work.
 
 The q4 and f32 matrix-vector products spread rows over numba's threads
-(``prange``), and so do the compiled micro-kernels on their plain driver (a
-generated ``run_par``: a ``prange`` over ranges of lanes, each range one call
-of the kernel's ``run_plain``, so the kernel itself is compiled once; numba's
+(``prange``), and so do the compiled micro-kernels on their plain driver
+(vm/kernel_helpers' ``run_par``, one for every kernel: a ``prange`` over ranges
+of lanes, each range one call of the kernel's ``run_plain`` through its address,
+so neither is compiled again per kernel; numba's
 OpenMP workers, which spin a while after each region on an idle machine
 (firscope.jitcache.choose_omp_wait), take a range in microseconds). The checked
 driver (budget, stop flag, store journal) spreads lanes over this module's

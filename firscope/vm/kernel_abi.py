@@ -32,11 +32,14 @@ _LANES_ARGS = (("arena", "float32[::1]"), ("bases", "int64[::1]"), ("kf", "float
                ("stop", "int64[::1]"), ("jaddr", "int64[::1]"), ("jval", "float32[::1]"),
                ("j", "int64"), ("jend", "int64"))
 _SCRATCH = (("sf", "float32[::1]"), ("si", "int64[::1]"))
-# run_par (kernels with loops) runs run_plain on ``parts`` ranges of lanes at once.
+# run_par (vm/kernel_helpers, one for every kernel) runs the run_plain whose machine code
+# is at ``addr`` on ``parts`` ranges of lanes at once; vm/kernel_cache hands it out with
+# ``addr`` bound, so that the runner calls it with run_plain's arguments and ``parts``.
 DRIVERS: dict[str, tuple[tuple[str, str], ...]] = {"run_lanes": _LANES_ARGS,
                                                    "run_plain": _LANES_ARGS[:6] + _SCRATCH,
-                                                   "run_par": _LANES_ARGS[:6] + _SCRATCH + (
-                                                       ("parts", "int64"),)}
+                                                   "run_par": (("addr", "int64"),)
+                                                   + _LANES_ARGS[:6] + _SCRATCH
+                                                   + (("parts", "int64"),)}
 
 
 def driver_params(name: str) -> str:

@@ -5,6 +5,7 @@ as ``k<sha>.py``, imported once per process, and its drivers compiled by numba w
 signature the runner calls them with."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -54,10 +55,31 @@ def compiled_driver(gen: Generated, name: str) -> Callable:
     machine code in numba's cache instead of compiling the same kernel beside it (a large
     kernel takes seconds; the UI and a command line, or test workers, often start
     together)."""
-    fn = getattr(load_module(gen), name)
+    if name == "run_par":
+        return threaded_driver(compiled_driver(gen, "run_plain"))
+    return _compiled(getattr(load_module(gen), name), f"k{gen.sha}.{name}", name)
+
+
+def _compiled(fn, key: str, name: str):
+    """``fn`` compiled for driver ``name``'s signature, one process at a time (``key``
+    names its lock)."""
     if not fn.signatures:
         with _MODULES_LOCK:
             if not fn.signatures:
-                with file_lock(kernel_dir() / f".k{gen.sha}.{name}.lock"):
+                with file_lock(kernel_dir() / f".{key}.lock"):
                     fn.compile(driver_signature(name))
     return fn
+
+
+def threaded_driver(plain) -> Callable:
+    """run_par for the kernel whose run_plain is ``plain`` (compiled): the one threaded
+    driver of vm/kernel_helpers, compiled once for every kernel, with that run_plain's
+    machine-code address bound first (the partial keeps ``plain``, and with it the code,
+    alive)."""
+    from . import kernel_helpers
+    par = _compiled(kernel_helpers.run_par, "run_par", "run_par")
+    result = plain.overloads[plain.signatures[0]]
+    addr = result.library.get_pointer_to_function(result.fndesc.llvm_func_name)
+    bound = functools.partial(par, addr)
+    bound.plain = plain
+    return bound

@@ -16,7 +16,7 @@ from .kernel_abi import C_ABORT, C_EPOCH, F_BUDGET, F_STOP, POLL, REC_FIXED, TRI
 
 prepare_numba()
 
-from numba import njit  # noqa: E402 - after prepare_numba, which sets numba's cache folder
+from numba import njit, prange  # noqa: E402 - after prepare_numba (numba's cache folder)
 from numba.core import types  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
@@ -112,3 +112,43 @@ def tick(cnt, n, budget, stop, ctl, rec, lane, j, first, depth, t0, t1, t2, t3, 
     if poll(ctl) != 0:  # ctl[0]: another lane aborted the dispatch
         return -1
     return budget if budget - cnt < POLL else cnt + POLL
+
+
+@intrinsic
+def call_plain(typingctx, addr, arena, bases, kf, ki, l0, l1, sf, si):
+    """A generated kernel's run_plain, called through its machine-code address ``addr``
+    (numba's own calling convention, the arguments as run_plain is compiled for them:
+    kernel_abi.DRIVERS)."""
+    sig = types.int64(addr, arena, bases, kf, ki, l0, l1, sf, si)
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+        argtys = signature.args[1:]
+        fnty = context.call_conv.get_function_type(types.int64, argtys)
+        status, res = context.call_conv.call_function(
+            builder, builder.inttoptr(args[0], fnty.as_pointer()), types.int64, argtys,
+            args[1:])
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return res
+    return sig, codegen
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def run_par(addr, arena, bases, kf, ki, l0, l1, sf, si, parts):  # pragma: no cover - compiled
+    """The threaded driver of every kernel: the run_plain at ``addr`` on ``parts`` ranges of
+    lanes at once on numba's threads (OpenMP: its workers take a range in microseconds,
+    where waking a Python thread took tens), each range in its own part of the scratch; a
+    range that stops early makes the result negative. One function for all kernels,
+    compiled once (vm/kernel_cache): generated into each kernel's module, it took 2-3 s of
+    compiling per kernel (LLVM optimizing run_plain again inside the threaded loop)."""
+    bad = 0
+    for c in prange(parts):
+        a = l0 + (l1 - l0) * c // parts
+        b = l0 + (l1 - l0) * (c + 1) // parts
+        w = sf.shape[0] // parts
+        wi = si.shape[0] // parts
+        if call_plain(addr, arena, bases, kf, ki, a, b, sf[c * w:(c + 1) * w],
+                      si[c * wi:(c + 1) * wi]) < 0:
+            bad += 1
+    return -bad
