@@ -926,6 +926,36 @@ def test_the_first_dispatch_loads_run_par_on_no_lanes(random_model, monkeypatch)
     runner.run(attn, arena, None)
     assert runner.split_dispatches == 1
 
+def test_every_kernel_shares_one_threaded_driver_compiled_once(random_model):
+    """run_par is vm/kernel_helpers' one function, its kernel's run_plain bound by address:
+    no generated module carries a threaded loop of its own (2-3 s of cold compile each),
+    and splitting two different kernels gives each its own bits, the interpreter's."""
+    from firscope.vm import kernel_helpers
+    model = load_model(random_model)
+    runner = CompiledRunner(model, parallel=2)
+    nodes = [next(n for n in model.nodes if n.target == t)
+             for t in ("g2.attn_decode", "g2.gelu_new")]
+    arena = model.arena.copy()
+    rng = np.random.default_rng(5)
+    arena[:] = rng.normal(0, 1, arena.size).astype(np.float32)
+    arena[model.inputs["position"].base] = 3
+    split = 0
+    for node in nodes:
+        plan = runner.plan(node)
+        assert "def run_par" not in plan.gen.source and "prange" not in plan.gen.source
+        if not plan.gen.parallel:
+            continue
+        ref, out = arena.copy(), arena.copy()
+        Dispatch(node.program, ref).run()
+        runner.run(node, arena.copy(), None)  # the first dispatch loads run_par, on no lanes
+        before = runner.split_dispatches
+        runner.run(node, out, None)
+        assert runner.split_dispatches == before + 1 and same_bits(out, ref), node.full_name
+        par = plan.drivers["run_par"]
+        assert par.func is kernel_helpers.run_par and par.plain is plan.driver("run_plain")
+        split += 1
+    assert split >= 1 and len(kernel_helpers.run_par.signatures) == 1
+
 
 def test_a_bound_dispatch_falls_back_to_run_where_run_would_not_take_the_plain_driver(
         random_model):
