@@ -9,6 +9,23 @@ from rich.console import Console
 from firscope.tui.app import FirscopeApp
 
 
+def _quick_idle() -> None:
+    """Textual's pilot waits, after every key it presses and in every ``pause()``, until a
+    window of ``SLEEP_GRANULARITY`` (20 ms) passes in which the process used under a
+    twentieth of it in CPU: two such windows a key, and two more in each :func:`settle`,
+    were a third of the pilot tests' time (the rest of the suite waiting on them). These
+    tests wait on what they need explicitly (workers, the app's jobs and queued messages:
+    :func:`settle`), so the window only has to outlast a frame: 5 ms, above the 1/240 s
+    between the frames firscope asks Textual for (firscope/tui sets TEXTUAL_FPS), with the
+    same one-twentieth rule. The pilot tests took 215 s -> 140 s of one worker."""
+    import textual._wait as wait
+    wait.SLEEP_GRANULARITY = 1 / 200
+    wait.SLEEP_IDLE = wait.SLEEP_GRANULARITY / 20
+
+
+_quick_idle()
+
+
 def plain(widget) -> str:
     """What a Static shows (or a Rich renderable), as plain text."""
     content = widget.content if hasattr(widget, "content") else widget
