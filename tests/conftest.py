@@ -38,9 +38,9 @@ def _private_caches() -> None:
     # Where PYTHONDONTWRITEBYTECODE is set (as on the machines CI runs on), every process
     # the tests start (a few hundred: the command line, DAP servers, probes, pytest-xdist's
     # workers) compiled firscope's ~200 modules from source again (an editable install:
-    # ~0.15 s each). Not for the processes the tests start: the first writes the bytecode
-    # (__pycache__, ignored by git), the others read it. (PYTHONPYCACHEPREFIX instead would
-    # have every process look for all bytecode there, the venv's packages' included.)
+    # ~0.15 s each). It is dropped for the processes the tests start: the first writes the
+    # bytecode (__pycache__, ignored by git), the others read it. (PYTHONPYCACHEPREFIX
+    # instead would have every process look for all bytecode there, the venv's included.)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     from firscope.jitcache import numerics_stamp  # a kept folder must not serve old numerics
     os.environ["NUMBA_CACHE_DIR"] = str(folder / f"numba-{numerics_stamp()}")

@@ -926,6 +926,7 @@ def test_the_first_dispatch_loads_run_par_on_no_lanes(random_model, monkeypatch)
     runner.run(attn, arena, None)
     assert runner.split_dispatches == 1
 
+
 def test_every_kernel_shares_one_threaded_driver_compiled_once(random_model):
     """run_par is vm/kernel_helpers' one function, its kernel's run_plain bound by address:
     no generated module carries a threaded loop of its own (2-3 s of cold compile each),
